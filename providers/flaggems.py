@@ -1,0 +1,177 @@
+"""FlagGems-specific resolution kept out of the generic layers.
+
+Turns the user's OP / OP_FILE / TEST_NODE / FLAGGEMS_DIR / SHAPE_FILE / SHAPE_MODE
+into one resolved set of shell variables for run_pytest.sh (`--emit-shell`), and
+owns the GEMS_VENDOR mapping. GEMS_VENDOR values are FlagGems' vendor names, not
+zl_bench backend names (cuda -> nvidia): FlagGems' device_finder otherwise probes
+every vendor's CLI with no timeout at import, and one hanging tool blocks
+`import flag_gems`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional
+
+_ROOT = Path(__file__).resolve().parent.parent
+if str(_ROOT) not in sys.path:
+    sys.path.insert(0, str(_ROOT))
+
+# Where FlagGems checkouts usually live on the lab machines. Tried in order when the
+# configured root lacks the requested test file; ZL_FLAGGEMS_FALLBACK_ROOTS
+# (colon-separated) replaces the list.
+DEFAULT_FALLBACK_ROOTS = ("/workspace/dev/FlagGems", "/workspace/FlagGems")
+
+VENDOR_ENV_KEYS = ("GEMS_VENDOR", "FLAGGEMS_VENDOR", "GEMS_BACKEND", "FLAGGEMS_BACKEND")
+
+UPSTREAM_SHAPE_WORDS = ("-", "upstream", "none")
+SHAPE_MODES = ("inline", "file", "upstream")
+
+
+class NodeError(ValueError):
+    """A TEST_NODE that is not `<path>/test_<file>.py::test_<fn>`."""
+
+
+def fallback_roots() -> List[str]:
+    raw = os.environ.get("ZL_FLAGGEMS_FALLBACK_ROOTS")
+    if raw is not None:
+        return [p for p in raw.split(":") if p]
+    return list(DEFAULT_FALLBACK_ROOTS)
+
+
+def configured_vendor() -> Optional[str]:
+    """The vendor the user chose explicitly, if any (FlagGems reads these in order)."""
+    for key in VENDOR_ENV_KEYS:
+        value = os.environ.get(key, "").strip()
+        if value:
+            return value
+    return None
+
+
+def apply_vendor_env(backend) -> Optional[str]:
+    """Set GEMS_VENDOR from the backend unless the user already chose one; return the value."""
+    chosen = configured_vendor()
+    if chosen:
+        return chosen
+    vendor = getattr(backend, "flaggems_vendor", "") or ""
+    if vendor:
+        os.environ["GEMS_VENDOR"] = vendor
+    return vendor or None
+
+
+def make_test_node(flaggems_dir: str, op_file: str, op: str) -> str:
+    root = flaggems_dir.rstrip("/")
+    return f"{root}/benchmark/test_{op_file}.py::test_{op}"
+
+
+def parse_test_node(node: str) -> Dict[str, Optional[str]]:
+    """Split `/x/FlagGems/benchmark/test_sort.py::test_perf_sort` into its parts."""
+    raw = (node or "").strip()
+    if "::" not in raw:
+        raise NodeError(f"TEST_NODE must look like <dir>/benchmark/test_<file>.py::test_<op>, got {node!r}")
+    file_part, func = raw.split("::", 1)
+    if "::" in func or "[" in func:
+        # Parametrized ids and class nodes are passed to pytest untouched; op is the function.
+        func = func.split("::")[-1].split("[")[0]
+    if not func.startswith("test_"):
+        raise NodeError(f"test function must start with 'test_': {func!r}")
+    path = Path(file_part)
+    if path.suffix != ".py" or not path.stem.startswith("test_"):
+        raise NodeError(f"benchmark file must be test_<name>.py: {file_part!r}")
+    flaggems_dir = None
+    if path.parent.name == "benchmark":
+        flaggems_dir = str(path.parent.parent)
+    return {
+        "test_file": raw,
+        "file": file_part,
+        "op": func[len("test_"):],
+        "op_file": path.stem[len("test_"):],
+        "flaggems_dir": flaggems_dir,
+    }
+
+
+def _test_py(root: str, op_file: str) -> Path:
+    return Path(root) / "benchmark" / f"test_{op_file}.py"
+
+
+def resolve_flaggems_dir(configured: str, op_file: str) -> str:
+    """First of (configured, fallback roots) holding benchmark/test_<op_file>.py; else configured."""
+    seen: List[str] = []
+    for root in (configured, *fallback_roots()):
+        if root and root not in seen:
+            seen.append(root)
+            if _test_py(root, op_file).is_file():
+                return root
+    return configured
+
+
+def resolve_shape_mode(shape_file: str, shape_mode: str, from_node: bool) -> Dict[str, str]:
+    shape_file = (shape_file or "").strip()
+    mode = (shape_mode or "").strip().lower()
+    if mode and mode not in SHAPE_MODES:
+        raise ValueError(f"SHAPE_MODE must be one of {', '.join(SHAPE_MODES)}, got {shape_mode!r}")
+    if shape_file.lower() in UPSTREAM_SHAPE_WORDS:
+        return {"SHAPE_FILE": "", "SHAPE_MODE": "upstream"}
+    if shape_file:
+        if mode == "upstream":
+            raise ValueError("SHAPE_MODE=upstream contradicts SHAPE_FILE; unset one of them")
+        return {"SHAPE_FILE": shape_file, "SHAPE_MODE": "file"}
+    if mode == "file":
+        raise ValueError("SHAPE_MODE=file needs SHAPE_FILE")
+    if not mode:
+        # A full upstream node means "run what upstream runs": its own shape set.
+        mode = "upstream" if from_node else "inline"
+    return {"SHAPE_FILE": "", "SHAPE_MODE": mode}
+
+
+def emit_run_env(test_node: str = "", op: str = "", op_file: str = "", flaggems_dir: str = "",
+                 shape_file: str = "", shape_mode: str = "") -> Dict[str, str]:
+    """Resolve what run_pytest.sh needs: OP, OP_FILE, FLAGGEMS_DIR, TEST_FILE, SHAPE_*."""
+    from_node = bool((test_node or "").strip())
+    if from_node:
+        parsed = parse_test_node(test_node)
+        op, op_file = parsed["op"] or op, parsed["op_file"] or op_file
+        file_part = parsed["file"] or ""
+        if parsed["flaggems_dir"]:
+            flaggems_dir = parsed["flaggems_dir"]
+        test_file = parsed["test_file"] or ""
+        if not Path(file_part).is_file():
+            root = resolve_flaggems_dir(flaggems_dir, op_file)
+            if root != flaggems_dir:
+                flaggems_dir = root
+                test_file = f"{_test_py(root, op_file)}::{test_node.split('::', 1)[1]}"
+    else:
+        flaggems_dir = resolve_flaggems_dir(flaggems_dir, op_file)
+        test_file = make_test_node(flaggems_dir, op_file, op)
+    env = {"OP": op, "OP_FILE": op_file, "FLAGGEMS_DIR": flaggems_dir, "TEST_FILE": test_file}
+    env.update(resolve_shape_mode(shape_file, shape_mode, from_node))
+    return env
+
+
+def main(argv: Optional[list] = None) -> int:
+    p = argparse.ArgumentParser(description="resolve a FlagGems benchmark node for run_pytest.sh")
+    p.add_argument("--emit-shell", action="store_true", help="print KEY=value lines for eval")
+    p.add_argument("--parse-node", default="")
+    p.add_argument("--op", default="")
+    p.add_argument("--op-file", default="")
+    p.add_argument("--flaggems-dir", default="")
+    p.add_argument("--shape-file", default="")
+    p.add_argument("--shape-mode", default="")
+    args = p.parse_args(argv)
+    try:
+        env = emit_run_env(args.parse_node, args.op, args.op_file, args.flaggems_dir,
+                           args.shape_file, args.shape_mode)
+    except ValueError as exc:
+        print(f"!!! {exc}", file=sys.stderr)
+        return 2
+    for key, value in env.items():
+        print(f"{key}={shlex.quote(value)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
