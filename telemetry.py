@@ -1,0 +1,273 @@
+#!/usr/bin/env python3
+"""Sample device clocks, temperature, power and utilisation into a TSV during a campaign.
+
+Why: an A/B campaign claims per-side noise well under 1%, while a throttled clock or a hot card
+moves latency by far more and leaves no trace in run.log; the report looks just as clean. This
+file is the evidence that the cards ran under the same conditions.
+
+    python telemetry.py OUT.tsv [--interval S] [--device D] [--backend B] [--count N]
+    python telemetry.py --print-command [--device D] [--backend B]
+
+OUT.tsv gets one row per device per sample, the same columns on every backend:
+
+    timestamp  index  sm_clock_mhz  mem_clock_mhz  temp_c  power_w  util_pct
+
+The interval defaults to $TELEMETRY_INTERVAL (else 5 s); 0 turns sampling off (exit 0, no file).
+The device defaults to $ZL_DEVICE, else a single id in the backend's visibility variable; a list
+(CUDA_VISIBLE_DEVICES=5,6) samples every card rather than guessing one. SIGTERM / SIGINT end the
+loop cleanly after the row being written.
+
+Missing telemetry is a missing piece of evidence, not a reason to fail a batch: when the backend
+has no sampler, or the sampler binary is missing, not permitted or unreadable, the reason goes to
+OUT.err (beside OUT.tsv, e.g. telemetry.err), nothing else is written, and the exit status is 0.
+Exit 2: bad usage (bad interval, unknown backend, OUT holding another file's header).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import math
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from backends import TELEMETRY_FIELDS, UnknownBackendError, get_backend  # noqa: E402
+
+try:
+    from _term_style import tag as _tag
+except Exception:  # pragma: no cover - the styling module is optional for this tool
+    def _tag(label: str) -> str:
+        return label
+
+FIELDS = TELEMETRY_FIELDS
+HEADER = "\t".join(("timestamp",) + FIELDS)
+EXIT_OK = 0
+EXIT_USAGE = 2
+# A vendor tool that hangs must not hold the loop forever; nvidia-smi answers in well under 1 s.
+SAMPLER_TIMEOUT_S = 30.0
+DEFAULT_INTERVAL_S = 5.0
+
+
+class UsageError(Exception):
+    """Bad command-line or environment value; exit 2."""
+
+
+class SamplerUnavailable(Exception):
+    """The sampler could not produce a reading; the message says why."""
+
+
+def log(message: str) -> None:
+    print(f"{_tag('[telemetry]')} {message}", file=sys.stderr, flush=True)
+
+
+def err_path(out: os.PathLike) -> Path:
+    return Path(out).with_suffix(".err")
+
+
+def parse_interval(raw: str) -> float:
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        raise UsageError(f"interval must be a number of seconds, got {raw!r}") from None
+    if math.isnan(value) or math.isinf(value) or value < 0:
+        raise UsageError(f"interval must be a finite number >= 0, got {raw!r}")
+    return value
+
+
+def resolve_device(backend, explicit: Optional[str]) -> str:
+    """Explicit device, else a single id from the backend's own visibility variable, else ''."""
+    if explicit and explicit.strip():
+        return explicit.strip()
+    listed = backend.inherited_devices()
+    return listed[0] if len(listed) == 1 else ""
+
+
+def timestamp() -> str:
+    return _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def sample(backend, argv: List[str], stop: Optional[threading.Event] = None,
+           timeout: float = SAMPLER_TIMEOUT_S) -> List[Dict[str, str]]:
+    """One reading -> rows; raises SamplerUnavailable with the reason. Polls so that a stop
+    request does not wait out a hanging sampler."""
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, errors="replace")
+    except FileNotFoundError:
+        raise SamplerUnavailable(f"{argv[0]} not found on PATH") from None
+    except PermissionError as exc:
+        raise SamplerUnavailable(f"{argv[0]} not permitted: {exc}") from None
+    except OSError as exc:
+        raise SamplerUnavailable(f"{argv[0]} could not start: {exc}") from None
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            out, err = proc.communicate(timeout=0.2)
+            break
+        except subprocess.TimeoutExpired:
+            stopping = stop is not None and stop.is_set()
+            if stopping or time.monotonic() > deadline:
+                proc.kill()
+                proc.communicate()
+                why = "stopped while sampling" if stopping else f"timed out after {timeout:g} s"
+                raise SamplerUnavailable(f"{argv[0]} {why}") from None
+    if proc.returncode != 0:
+        first = next((ln.strip() for ln in (err or out or "").splitlines() if ln.strip()), "")
+        raise SamplerUnavailable(f"{argv[0]} exited {proc.returncode}: {first[:200]}")
+    rows = backend.parse_telemetry(out or "")
+    if not rows:
+        raise SamplerUnavailable(
+            f"{argv[0]} printed nothing readable: {(out or '').strip()[:200]!r}")
+    return rows
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _append(path: Path, text: str) -> None:
+    # One write() on an O_APPEND descriptor per sample: a reader tailing the file mid-campaign sees
+    # whole samples, and the position is the file end even if something else appended meanwhile.
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, text.encode("utf-8"))
+    finally:
+        os.close(fd)
+
+
+def _check_existing(out: Path) -> bool:
+    """True when out already carries our header (append without a second one)."""
+    if not out.exists() or out.stat().st_size == 0:
+        return False
+    with out.open(encoding="utf-8", errors="replace") as fh:
+        first = fh.readline().rstrip("\n")
+    if first != HEADER:
+        raise UsageError(f"{out} exists and its first line is not the telemetry header; "
+                         "refusing to mix its rows with these")
+    return True
+
+
+def _format(ts: str, rows: List[Dict[str, str]]) -> str:
+    return "".join(ts + "\t" + "\t".join(str(r.get(f, "")) for f in FIELDS) + "\n"
+                   for r in rows)
+
+
+def run(backend, out: Path, device: str, interval: float, count: Optional[int] = None,
+        stop: Optional[threading.Event] = None) -> int:
+    """Sample until stop is set (or count samples were taken). Returns the exit status."""
+    stop = stop or threading.Event()
+    err = err_path(out)
+    if err.exists():
+        err.unlink()  # a reason left by an earlier run would describe this one wrongly
+
+    def unavailable(reason: str) -> int:
+        log(f"no telemetry this run: {reason}")
+        _write_atomic(err, f"backend={backend.name} device={device or 'all'}: {reason}\n")
+        return EXIT_OK
+
+    argv = backend.telemetry_command(device)
+    if not argv:
+        return unavailable(f"backend {backend.name} has no telemetry sampler")
+    if shutil.which(argv[0]) is None:
+        return unavailable(f"{argv[0]} not found on PATH")
+    has_header = _check_existing(out)
+    try:
+        rows = sample(backend, argv, stop)
+    except SamplerUnavailable as exc:
+        if stop.is_set():
+            return EXIT_OK
+        # No readings on the first try means a missing tool or permission, not a blip; leave no
+        # empty TSV behind that would look as if sampling had happened.
+        return unavailable(str(exc))
+    _append(out, ("" if has_header else HEADER + "\n") + _format(timestamp(), rows))
+    log(f"sampling {shlex.join(argv)} every {interval:g} s into {out}")
+    taken, start, reported = 1, time.monotonic(), set()
+    while not (count is not None and taken >= count):
+        # Fixed schedule rather than sleep-after-sample, so the sampler's own run time does not
+        # stretch the period over a long campaign.
+        if stop.wait(max(0.0, start + taken * interval - time.monotonic())):
+            break
+        try:
+            rows = sample(backend, argv, stop)
+        except SamplerUnavailable as exc:
+            if stop.is_set():
+                break
+            # A gap is evidence too: record when and why, once on the console per reason.
+            _append(err, f"{timestamp()} sample failed: {exc}\n")
+            if str(exc) not in reported:
+                reported.add(str(exc))
+                log(f"sample failed (continuing): {exc}")
+            taken += 1
+            continue
+        _append(out, _format(timestamp(), rows))
+        taken += 1
+    return EXIT_OK
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="telemetry.py", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("out", nargs="?", help="TSV to append samples to (reason for none: OUT.err)")
+    p.add_argument("--interval", default=None,
+                   help="seconds between samples (default $TELEMETRY_INTERVAL or 5; 0 = off)")
+    p.add_argument("--device", default=None, help="device id to sample (default $ZL_DEVICE)")
+    p.add_argument("--backend", default=None, help="backend name (default $ZL_BACKEND or cuda)")
+    p.add_argument("--count", type=int, default=None,
+                   help="stop after N samples (default: until SIGTERM/SIGINT)")
+    p.add_argument("--print-command", action="store_true",
+                   help="print the sampler command for this backend/device and exit")
+    return p
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = _build_parser().parse_args(argv)
+    try:
+        raw = args.interval if args.interval is not None else os.environ.get(
+            "TELEMETRY_INTERVAL", "")
+        interval = parse_interval(raw) if str(raw).strip() else DEFAULT_INTERVAL_S
+        if args.count is not None and args.count < 1:
+            raise UsageError(f"--count must be >= 1, got {args.count}")
+        backend = get_backend(args.backend)
+        device = resolve_device(
+            backend, args.device if args.device is not None else os.environ.get("ZL_DEVICE", ""))
+        if args.print_command:
+            print(shlex.join(backend.telemetry_command(device)))
+            return EXIT_OK
+        if not args.out:
+            raise UsageError("OUT.tsv is required (or --print-command)")
+    except (UsageError, UnknownBackendError) as exc:
+        log(f"error: {exc}")
+        return EXIT_USAGE
+    if interval == 0:
+        return EXIT_OK
+
+    stop = threading.Event()
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, lambda *_: stop.set())
+    try:
+        return run(backend, Path(args.out), device, interval, args.count, stop)
+    except UsageError as exc:
+        log(f"error: {exc}")
+        return EXIT_USAGE
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
