@@ -1,0 +1,422 @@
+"""Autotune record / replay (`_autotune_record_plugin`).
+
+In-process tests drive the plugin's hooks directly around real `@triton.autotune`
+kernels run by the Triton interpreter on CPU tensors. The tuner gets a planted
+`do_bench` whose timings are chosen by the test, so the winner is known in
+advance and a replay that silently re-tunes would pick a different config.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import types
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+import _autotune_record_plugin as plug  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+KERNEL = f"{__name__}.add_one"
+CONFIGS = [
+    triton.Config({"BLOCK": 16}, num_warps=1),
+    triton.Config({"BLOCK": 32}, num_warps=2),
+    triton.Config({"BLOCK": 64}, num_warps=4, num_stages=2),
+]
+
+
+@triton.jit
+def add_one(x, y, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y + offs, tl.load(x + offs, mask=mask) + 1, mask=mask)
+
+
+class PlantedBench:
+    """do_bench stand-in: the i-th config benchmarked in a sweep gets times[i]."""
+
+    def __init__(self, times):
+        self.times = list(times)
+        self.calls = 0
+
+    def __call__(self, kernel_call, quantiles=None):
+        kernel_call()
+        t = self.times[self.calls % len(self.times)]
+        self.calls += 1
+        return [t, t, t]
+
+
+def make_tuner(times=(3.0, 1.0, 2.0), configs=CONFIGS):
+    bench = PlantedBench(times)
+    tuner = triton.autotune(configs=list(configs), key=["n"], do_bench=bench)(add_one)
+    return tuner, bench
+
+
+def launch(tuner, n):
+    x = torch.arange(n, dtype=torch.float32)
+    y = torch.empty_like(x)
+    tuner[lambda m: (triton.cdiv(n, m["BLOCK"]),)](x, y, n)
+    assert torch.equal(y, x + 1)
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    for k in (plug.RECORD_DIR_ENV, plug.REPLAY_DIR_ENV, plug.PRESWEPT_ENV,
+              "ZL_ISOLATE_TUNER_CACHE", "FLAGGEMS_DB_URL", "FLAGGEMS_CACHE_DIR"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("ZL_OP", "add_one")
+    monkeypatch.setenv("ZL_BACKEND", "cuda")
+    monkeypatch.setenv("OUT_DIR", str(tmp_path / "run"))
+    yield tmp_path
+    plug.pytest_unconfigure(None)
+
+
+def identity(tmp_path):
+    p = tmp_path / "run" / "run_identity.json"
+    return json.loads(p.read_text()) if p.is_file() else {}
+
+
+def record_session(tmp_path, monkeypatch, sizes, times=(3.0, 1.0, 2.0), name="A"):
+    rec = tmp_path / name / "autotune_records"
+    monkeypatch.setenv(plug.RECORD_DIR_ENV, str(rec))
+    monkeypatch.delenv(plug.REPLAY_DIR_ENV, raising=False)
+    plug.pytest_configure(None)
+    tuner, bench = make_tuner(times)
+    for n in sizes:
+        launch(tuner, n)
+    plug.pytest_unconfigure(None)
+    monkeypatch.delenv(plug.RECORD_DIR_ENV)
+    return rec, tuner, bench
+
+
+def replay_session(monkeypatch, rec, sizes, times=(1.0, 2.0, 3.0), tuner=None):
+    monkeypatch.setenv(plug.REPLAY_DIR_ENV, str(rec))
+    plug.pytest_configure(None)
+    bench = None
+    if tuner is None:
+        tuner, bench = make_tuner(times)
+    used = {}
+    for n in sizes:
+        launch(tuner, n)
+        used[n] = plug.config_to_dict(tuner.best_config)
+    plug.pytest_unconfigure(None)
+    return used, tuner, bench
+
+
+def test_record_then_replay_gives_identical_configs(env, monkeypatch, capfd):
+    rec, tuner, _ = record_session(env, monkeypatch, [100, 300, 100])
+    assert identity(env)["autotune_mode"] == "record"
+    doc = json.loads((rec / "add_one.json").read_text())
+    assert set(doc) == {KERNEL}
+    assert set(doc[KERNEL]) == {"100,torch.float32,torch.float32", "300,torch.float32,torch.float32"}
+    entry = doc[KERNEL]["100,torch.float32,torch.float32"]
+    assert entry["kwargs"] == {"BLOCK": 32} and entry["num_warps"] == 2  # planted winner
+    assert entry["pre_hook"] is False and "num_ctas" in entry and "maxnreg" in entry
+    meta = json.loads((rec / "meta.json").read_text())
+    assert meta["backend"] == "cuda" and meta["op"] == "add_one" and meta["provider"] == "flaggems"
+
+    # Live tuning on side B would now pick BLOCK=16 (times reversed): replay must not.
+    used, _, bench = replay_session(monkeypatch, rec, [100, 300])
+    assert bench.calls == 0, "replay benchmarked configs: it tuned instead of replaying"
+    for n in (100, 300):
+        assert used[n] == doc[KERNEL][f"{n},torch.float32,torch.float32"]
+    assert identity(env)["autotune_mode"] == "replay"
+    assert plug.MARKER not in capfd.readouterr().err
+
+
+def test_replay_overrides_a_warm_cache(env, monkeypatch):
+    """The injection is unconditional: a cache that already holds another winner
+    (LibTuner's sqlite, Triton's disk cache) must not win over the record."""
+    rec, _, _ = record_session(env, monkeypatch, [100])
+    tuner, bench = make_tuner((1.0, 2.0, 3.0))
+    launch(tuner, 100)  # warm the tuner's own cache with BLOCK=16 before replay
+    assert tuner.best_config.kwargs == {"BLOCK": 16}
+    used, _, _ = replay_session(monkeypatch, rec, [100], tuner=tuner)
+    assert used[100]["kwargs"] == {"BLOCK": 32}
+
+
+def test_missing_key_gives_exactly_one_marker_and_tunes_live(env, monkeypatch, capfd):
+    rec, _, _ = record_session(env, monkeypatch, [100])
+    capfd.readouterr()
+    used, _, bench = replay_session(monkeypatch, rec, [100, 200, 200, 200])
+    err = capfd.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith(plug.MARKER)]
+    assert lines == [f"{plug.MARKER} op=add_one kernel={KERNEL} "
+                     "key=200,torch.float32,torch.float32 reason=key_missing"]
+    assert bench.calls == 3 and used[200]["kwargs"] == {"BLOCK": 16}  # live winner
+    assert identity(env)["autotune_mode"] == "replay_fallback"
+
+
+def test_warm_cache_is_still_recorded(env, monkeypatch):
+    """A cache hit adds no key; the record must read the used config back anyway."""
+    tuner, bench = make_tuner()
+    launch(tuner, 100)  # tuned before recording starts: the recording run only hits
+    assert bench.calls == 3
+    rec = env / "A" / "autotune_records"
+    monkeypatch.setenv(plug.RECORD_DIR_ENV, str(rec))
+    plug.pytest_configure(None)
+    launch(tuner, 100)
+    assert bench.calls == 3  # really a warm hit
+    plug.pytest_unconfigure(None)
+    doc = json.loads((rec / "add_one.json").read_text())
+    assert doc[KERNEL]["100,torch.float32,torch.float32"]["kwargs"] == {"BLOCK": 32}
+
+
+def test_backend_mismatch_is_refused(env, monkeypatch, capfd):
+    rec, _, _ = record_session(env, monkeypatch, [100])
+    meta = json.loads((rec / "meta.json").read_text())
+    meta["backend"] = "musa"
+    (rec / "meta.json").write_text(json.dumps(meta))
+    capfd.readouterr()
+    used, _, bench = replay_session(monkeypatch, rec, [100])
+    err = capfd.readouterr().err
+    assert (f"{plug.MARKER} op=add_one kernel=* key=* reason=backend_mismatch "
+            "recorded=musa current=cuda") in err
+    assert bench.calls == 3 and used[100]["kwargs"] == {"BLOCK": 16}  # tuned live
+    assert identity(env)["autotune_mode"] == "replay_fallback"
+
+
+def test_record_and_replay_both_set_is_a_loud_noop(env, monkeypatch, capfd):
+    original = triton.runtime.autotuner.Autotuner.run
+    monkeypatch.setenv(plug.RECORD_DIR_ENV, str(env / "r"))
+    monkeypatch.setenv(plug.REPLAY_DIR_ENV, str(env / "p"))
+    plug.pytest_configure(None)
+    assert "both" in capfd.readouterr().err
+    assert triton.runtime.autotuner.Autotuner.run is original
+    assert identity(env)["autotune_mode"] == "uncontrolled"
+    assert not (env / "r").exists()
+
+
+def test_neither_set_is_uncontrolled(env):
+    plug.pytest_configure(None)
+    assert identity(env)["autotune_mode"] == "uncontrolled"
+
+
+def test_triton_without_autotuner_fails_soft(env, monkeypatch, capfd):
+    monkeypatch.setitem(sys.modules, "triton.runtime.autotuner", types.ModuleType("stub"))
+    monkeypatch.setenv(plug.RECORD_DIR_ENV, str(env / "r"))
+    plug.pytest_configure(None)
+    assert "Autotuner unavailable" in capfd.readouterr().err
+    assert identity(env)["autotune_mode"] == "uncontrolled"
+
+
+def test_unconfigure_restores_every_patch(env, monkeypatch):
+    at = triton.runtime.autotuner.Autotuner
+    before_run = at.__dict__["run"]
+    had_init = "__init_subclass__" in at.__dict__
+
+    class Early(at):
+        def run(self, *a, **k):
+            return super().run(*a, **k)
+
+    early_run = Early.__dict__["run"]
+    monkeypatch.setenv(plug.RECORD_DIR_ENV, str(env / "r"))
+    plug.pytest_configure(None)
+    assert at.__dict__["run"] is not before_run and Early.__dict__["run"] is not early_run
+
+    class Late(at):
+        def run(self, *a, **k):
+            return super().run(*a, **k)
+
+    late_run = Late.run.__wrapped__
+    plug.pytest_unconfigure(None)
+    assert at.__dict__["run"] is before_run
+    assert Early.__dict__["run"] is early_run and Late.__dict__["run"] is late_run
+    assert ("__init_subclass__" in at.__dict__) == had_init
+
+
+class FakeSqlCache:
+    """The shape of FlagGems' ConfigCache: not a dict, looked up by `in` / []."""
+
+    def __init__(self):
+        self.rows = {}
+
+    def __contains__(self, key):
+        return repr(key) in self.rows
+
+    def __getitem__(self, key):
+        return self.rows[repr(key)]
+
+    def __setitem__(self, key, cfg):
+        self.rows[repr(key)] = triton.Config(dict(cfg.kwargs), num_warps=cfg.num_warps,
+                                             num_stages=cfg.num_stages)
+
+
+def libtuner_class():
+    """A LibTuner look-alike created *after* configure (as `import flag_gems` does)
+    that overrides run() without calling super().run() and keys by a strategy."""
+    base = triton.runtime.autotuner.Autotuner
+
+    class LibTunerLike(base):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            self.cache = FakeSqlCache()
+
+        def run(self, *args, **kwargs):
+            self.nargs = nargs = dict(zip(self.arg_names, args))
+            key = (triton.next_power_of_2(nargs["n"]), "torch.float32")  # align strategy
+            if key not in self.cache:
+                timings = {c: self._bench(*args, config=c, **kwargs) for c in self.configs}
+                self.cache[key] = min(timings, key=timings.get)
+            config = self.cache[key]
+            self.best_config = config
+            return self.fn.run(*args, **kwargs, **config.all_kwargs())
+
+    return LibTunerLike
+
+
+def test_libtuner_subclass_created_after_configure_is_recorded_and_replayed(env, monkeypatch, capfd):
+    rec = env / "A" / "autotune_records"
+    monkeypatch.setenv(plug.RECORD_DIR_ENV, str(rec))
+    plug.pytest_configure(None)
+    cls = libtuner_class()
+    bench = PlantedBench((3.0, 1.0, 2.0))
+    tuner = cls(add_one, add_one.arg_names, list(CONFIGS), ["n"], None, None, do_bench=bench)
+    launch(tuner, 100)
+    launch(tuner, 120)  # same aligned key (128): one record
+    plug.pytest_unconfigure(None)
+    monkeypatch.delenv(plug.RECORD_DIR_ENV)
+    doc = json.loads((rec / "add_one.json").read_text())
+    assert doc[KERNEL] == {"128,torch.float32": doc[KERNEL]["128,torch.float32"]}
+    assert doc[KERNEL]["128,torch.float32"]["kwargs"] == {"BLOCK": 32}
+
+    monkeypatch.setenv(plug.REPLAY_DIR_ENV, str(rec))
+    plug.pytest_configure(None)
+    bench2 = PlantedBench((1.0, 2.0, 3.0))
+    tuner2 = libtuner_class()(add_one, add_one.arg_names, list(CONFIGS), ["n"], None, None,
+                              do_bench=bench2)
+    launch(tuner2, 100)
+    assert bench2.calls == 0 and tuner2.best_config.kwargs == {"BLOCK": 32}
+    assert tuner2.cache.rows == {}, "replay wrote into the tuner's persistent cache"
+    assert plug.MARKER not in capfd.readouterr().err
+
+
+def test_pre_hook_config_is_restored_or_refused(env, monkeypatch, capfd):
+    hooked = [triton.Config({"BLOCK": 16}, num_warps=1),
+              triton.Config({"BLOCK": 32}, num_warps=2, pre_hook=lambda nargs: None)]
+    rec = env / "A" / "autotune_records"
+    monkeypatch.setenv(plug.RECORD_DIR_ENV, str(rec))
+    plug.pytest_configure(None)
+    launch(triton.autotune(hooked, key=["n"], do_bench=PlantedBench((2.0, 1.0)))(add_one), 100)
+    plug.pytest_unconfigure(None)
+    monkeypatch.delenv(plug.RECORD_DIR_ENV)
+    entry = json.loads((rec / "add_one.json").read_text())[KERNEL]["100,torch.float32,torch.float32"]
+    assert entry["pre_hook"] is True
+
+    monkeypatch.setenv(plug.REPLAY_DIR_ENV, str(rec))
+    plug.pytest_configure(None)
+    same = triton.autotune(hooked, key=["n"], do_bench=PlantedBench((1.0, 2.0)))(add_one)
+    launch(same, 100)
+    assert same.best_config is hooked[1]  # the original object, hook included
+    # A config space that lost the hooked config cannot be replayed faithfully.
+    other = triton.autotune(CONFIGS[:2], key=["n"], do_bench=PlantedBench((1.0, 2.0)))(add_one)
+    launch(other, 100)
+    plug.pytest_unconfigure(None)
+    assert "reason=pre_hook_lost" in capfd.readouterr().err
+
+
+def test_edited_record_outside_the_search_space_is_injected(env, monkeypatch):
+    rec, _, _ = record_session(env, monkeypatch, [100])
+    path = rec / "add_one.json"
+    doc = json.loads(path.read_text())
+    doc[KERNEL]["100,torch.float32,torch.float32"]["num_warps"] = 8
+    path.write_text(json.dumps(doc))
+    used, _, _ = replay_session(monkeypatch, rec, [100])
+    assert used[100]["num_warps"] == 8 and used[100]["kwargs"] == {"BLOCK": 32}
+
+
+def test_unreadable_record_is_a_named_fallback(env, monkeypatch, capfd):
+    rec = env / "A" / "autotune_records"
+    rec.mkdir(parents=True)
+    (rec / "add_one.json").write_text("{not json")
+    monkeypatch.setenv(plug.REPLAY_DIR_ENV, str(rec))
+    plug.pytest_configure(None)
+    err = capfd.readouterr().err
+    assert "reason=unreadable_record" in err and "not valid JSON" in err
+    assert identity(env)["autotune_mode"] == "replay_fallback"
+
+
+def test_preswept_records_seed_a_recording_run(env, monkeypatch, capfd):
+    rec = env / "A" / "autotune_records"
+    rec.mkdir(parents=True)
+    cfg = plug.config_to_dict(triton.Config({"BLOCK": 64}, num_warps=4, num_stages=2))
+    (rec / "add_one.json").write_text(json.dumps(
+        {KERNEL: {"100,torch.float32,torch.float32": cfg}, "other.kernel": {"1": cfg}}))
+    monkeypatch.setenv(plug.RECORD_DIR_ENV, str(rec))
+    monkeypatch.setenv(plug.PRESWEPT_ENV, "1")
+    plug.pytest_configure(None)
+    tuner, bench = make_tuner()
+    launch(tuner, 100)
+    assert bench.calls == 0 and tuner.best_config.kwargs == {"BLOCK": 64}
+    launch(tuner, 300)  # a hole in the sweep: marker, live tune, and recorded
+    plug.pytest_unconfigure(None)
+    assert "key=300,torch.float32,torch.float32 reason=key_missing" in capfd.readouterr().err
+    doc = json.loads((rec / "add_one.json").read_text())
+    assert set(doc[KERNEL]) == {"100,torch.float32,torch.float32", "300,torch.float32,torch.float32"}
+    assert "other.kernel" in doc
+    assert identity(env)["autotune_mode"] == "record"
+
+
+def test_key_text_is_stable_across_representations():
+    assert plug.key_to_str((128, torch.float16, "torch.float16", True, None, 0.5)) == \
+        "128,torch.float16,torch.float16,True,None,0.5"
+    assert plug.key_to_str(()) == "-"
+
+
+def test_isolation_warns_when_flag_gems_was_imported_first(env, monkeypatch, capfd):
+    monkeypatch.setenv("ZL_ISOLATE_TUNER_CACHE", "1")
+    monkeypatch.setenv("FLAGGEMS_CACHE_DIR", str(env / "fg"))
+    monkeypatch.setitem(sys.modules, "flag_gems", types.ModuleType("flag_gems"))
+    plug.pytest_configure(None)
+    assert "ZL_ISOLATE_TUNER_CACHE=1 but flag_gems was imported" in capfd.readouterr().err
+    monkeypatch.delitem(sys.modules, "flag_gems")
+    plug.pytest_configure(None)
+    assert "WARNING" not in capfd.readouterr().err
+
+
+CRASH_SCRIPT = textwrap.dedent("""
+    import os, sys
+    sys.path[:0] = [{repo!r}, {tests!r}]
+    os.environ["TRITON_INTERPRET"] = "1"
+    import test_autotune_record as t
+    import _autotune_record_plugin as plug
+    plug.pytest_configure(None)
+    tuner, _ = t.make_tuner()
+    t.launch(tuner, 100)
+    how = sys.argv[1]
+    if how == "raise":
+        raise RuntimeError("operator crashed after tuning")
+    if how == "exit":
+        sys.exit(3)
+    os._exit(4)
+""")
+
+
+@pytest.mark.parametrize("how,rc,persisted", [("raise", 1, True), ("exit", 3, True),
+                                              ("os_exit", 4, False)])
+def test_crash_after_tuning_still_leaves_records(tmp_path, how, rc, persisted):
+    """atexit survives an exception and sys.exit; os._exit (and fatal signals) skip
+    it -- the documented limit."""
+    rec = tmp_path / "autotune_records"
+    env = dict(os.environ, ZL_OP="add_one", ZL_BACKEND="cuda", OUT_DIR=str(tmp_path),
+               **{plug.RECORD_DIR_ENV: str(rec)})
+    env.pop(plug.REPLAY_DIR_ENV, None)
+    script = CRASH_SCRIPT.format(repo=str(REPO), tests=str(REPO / "tests"))
+    proc = subprocess.run([sys.executable, "-c", script, how], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == rc, proc.stderr
+    assert (rec / "add_one.json").is_file() is persisted
+    if persisted:
+        doc = json.loads((rec / "add_one.json").read_text())
+        assert doc[KERNEL]["100,torch.float32,torch.float32"]["kwargs"] == {"BLOCK": 32}
