@@ -1,0 +1,1 @@
+from . import shape_utils  # noqa: F401
