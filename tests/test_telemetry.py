@@ -1,0 +1,320 @@
+"""telemetry.py against fake sampler binaries on PATH (shell scripts printing recorded output):
+the TSV it writes, quiet exits with a reason in OUT.err, usage errors, signals."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import telemetry  # noqa: E402
+from backends import ALL_VISIBILITY_KEYS, TELEMETRY_FIELDS, get_backend  # noqa: E402
+
+NVSMI_CSV = "0, 1980, 3201, 41, 122.35, 63\n1, 1755, 3201, 38, [N/A], 0\n"
+MTGMI_JSON = ('{"Attached GPUs": "1", "GPU": [{"Index": "7",'
+              ' "Temperature": {"GPU Current Temp": "36C"},'
+              ' "Clocks": {"Graphics": "1888MHz", "Memory": "2500MHz"},'
+              ' "Power Readings": {"Power Draw ": "477.68W"},'
+              ' "Utilization": {"Gpu": "87%"}}]}')
+
+
+@pytest.fixture
+def env(monkeypatch, tmp_path):
+    """A clean environment with an empty bin dir first on PATH; returns a tool installer."""
+    for key in ALL_VISIBILITY_KEYS + ("ZL_DEVICE", "ZL_BACKEND", "TELEMETRY_INTERVAL"):
+        monkeypatch.delenv(key, raising=False)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}/usr/bin{os.pathsep}/bin")
+
+    class Tools:
+        calls = tmp_path / "calls.log"
+
+        @staticmethod
+        def install(name: str, body: str) -> Path:
+            """A fake sampler: logs its argv to calls.log, then runs body (sh)."""
+            script = bindir / name
+            script.write_text(f'#!/bin/sh\necho "$*" >> "{Tools.calls}"\n{body}\n')
+            script.chmod(0o755)
+            return script
+
+        @staticmethod
+        def argv_log():
+            return Tools.calls.read_text().splitlines() if Tools.calls.exists() else []
+
+        @staticmethod
+        def nvsmi(csv: str = NVSMI_CSV):
+            return Tools.install("nvidia-smi", f"printf '{csv}'")
+
+    return Tools
+
+
+def _rows(path: Path):
+    lines = path.read_text().splitlines()
+    return lines[0], [ln.split("\t") for ln in lines[1:]]
+
+
+def test_samples_into_tsv(env, tmp_path):
+    env.nvsmi()
+    out = tmp_path / "telemetry.tsv"
+    assert telemetry.main([str(out), "--interval", "0.01", "--count", "3"]) == 0
+    header, rows = _rows(out)
+    assert header == "timestamp\tindex\tsm_clock_mhz\tmem_clock_mhz\ttemp_c\tpower_w\tutil_pct"
+    assert len(rows) == 6  # 3 samples x 2 GPUs
+    for row in rows:
+        assert len(row) == 7
+        assert dt.datetime.fromisoformat(row[0]).tzinfo is not None
+    assert [r[1:] for r in rows[:2]] == [["0", "1980", "3201", "41", "122.35", "63"],
+                                         ["1", "1755", "3201", "38", "", "0"]]
+    assert len(env.argv_log()) == 3
+    assert not (tmp_path / "telemetry.err").exists()
+
+
+def test_header_matches_backend_fields():
+    assert telemetry.HEADER.split("\t") == ["timestamp"] + list(TELEMETRY_FIELDS)
+
+
+def test_musa_sampler_gives_the_same_columns(env, tmp_path):
+    env.install("mthreads-gmi", f"echo '{MTGMI_JSON}'")
+    out = tmp_path / "t.tsv"
+    assert telemetry.main([str(out), "--backend", "musa", "--device", "7",
+                           "--interval", "0.01", "--count", "1"]) == 0
+    header, rows = _rows(out)
+    assert header == telemetry.HEADER
+    assert [r[1:] for r in rows] == [["7", "1888", "2500", "36", "477.68", "87"]]
+    assert env.argv_log() == ["-q -d TEMPERATURE,CLOCK,POWER,UTILIZATION --json -i 7"]
+
+
+@pytest.mark.parametrize("how", ["env", "flag"])
+def test_interval_zero_is_off(env, tmp_path, monkeypatch, how):
+    env.nvsmi()
+    out = tmp_path / "t.tsv"
+    args = [str(out)]
+    if how == "env":
+        monkeypatch.setenv("TELEMETRY_INTERVAL", "0")
+    else:
+        args += ["--interval", "0"]
+    assert telemetry.main(args) == 0
+    assert not out.exists() and not (tmp_path / "t.err").exists()
+    assert env.argv_log() == []
+
+
+def test_interval_from_env(env, tmp_path, monkeypatch):
+    env.nvsmi()
+    monkeypatch.setenv("TELEMETRY_INTERVAL", "0.01")
+    out = tmp_path / "t.tsv"
+    assert telemetry.main([str(out), "--count", "2"]) == 0
+    assert len(_rows(out)[1]) == 4
+
+
+@pytest.mark.parametrize("bad", ["abc", "-1", "nan", "inf"])
+def test_bad_interval_is_a_usage_error(env, tmp_path, monkeypatch, capsys, bad):
+    env.nvsmi()
+    monkeypatch.setenv("TELEMETRY_INTERVAL", bad)
+    out = tmp_path / "t.tsv"
+    assert telemetry.main([str(out)]) == 2
+    assert "[telemetry] error: interval must be" in capsys.readouterr().err
+    assert not out.exists()
+    assert telemetry.main([str(out), "--interval", bad]) == 2
+
+
+def test_usage_errors(env, tmp_path, capsys):
+    assert telemetry.main([str(tmp_path / "t.tsv"), "--backend", "tpu"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown backend 'tpu'" in err and "cuda" in err
+    assert telemetry.main([]) == 2
+    assert "OUT.tsv is required" in capsys.readouterr().err
+    assert telemetry.main([str(tmp_path / "t.tsv"), "--count", "0"]) == 2
+
+
+def test_unknown_zl_backend_is_a_usage_error(env, tmp_path, monkeypatch):
+    monkeypatch.setenv("ZL_BACKEND", "tpu")
+    assert telemetry.main([str(tmp_path / "t.tsv"), "--count", "1"]) == 2
+
+
+@pytest.mark.parametrize("backend", ["ascend", "rocm"])
+def test_backend_without_sampler_exits_quietly(env, tmp_path, backend):
+    out = tmp_path / "telemetry.tsv"
+    assert telemetry.main([str(out), "--backend", backend, "--count", "1"]) == 0
+    assert not out.exists()
+    reason = (tmp_path / "telemetry.err").read_text()
+    assert f"backend {backend} has no telemetry sampler" in reason
+
+
+def test_missing_binary(env, tmp_path):
+    out = tmp_path / "telemetry.tsv"
+    assert telemetry.main([str(out), "--count", "1"]) == 0
+    assert not out.exists()
+    assert "nvidia-smi not found on PATH" in (tmp_path / "telemetry.err").read_text()
+
+
+def test_not_permitted(env, tmp_path):
+    env.install("nvidia-smi", "echo 'Insufficient Permissions' >&2; exit 4")
+    out = tmp_path / "telemetry.tsv"
+    assert telemetry.main([str(out), "--count", "1"]) == 0
+    assert not out.exists()
+    reason = (tmp_path / "telemetry.err").read_text()
+    assert "nvidia-smi exited 4: Insufficient Permissions" in reason
+
+
+def test_unreadable_output(env, tmp_path):
+    env.install("nvidia-smi", "echo 'No devices were found'")
+    out = tmp_path / "telemetry.tsv"
+    assert telemetry.main([str(out), "--count", "1"]) == 0
+    assert not out.exists()
+    assert "printed nothing readable" in (tmp_path / "telemetry.err").read_text()
+
+
+def test_stale_err_is_removed_on_success(env, tmp_path):
+    env.nvsmi()
+    (tmp_path / "telemetry.err").write_text("old reason\n")
+    assert telemetry.main([str(tmp_path / "telemetry.tsv"), "--count", "1"]) == 0
+    assert not (tmp_path / "telemetry.err").exists()
+
+
+def test_gap_mid_run_is_recorded_and_sampling_continues(env, tmp_path):
+    # Succeeds on the first and third call, fails on the second.
+    counter = tmp_path / "n"
+    env.install("nvidia-smi", (
+        f'n=$(cat "{counter}" 2>/dev/null || echo 0); n=$((n+1)); echo $n > "{counter}"\n'
+        f'if [ $n -eq 2 ]; then echo "GPU is lost" >&2; exit 15; fi\n'
+        f"printf '{NVSMI_CSV}'"))
+    out = tmp_path / "telemetry.tsv"
+    assert telemetry.main([str(out), "--interval", "0.01", "--count", "3"]) == 0
+    assert len(_rows(out)[1]) == 4
+    gaps = (tmp_path / "telemetry.err").read_text().splitlines()
+    assert len(gaps) == 1 and "sample failed: nvidia-smi exited 15: GPU is lost" in gaps[0]
+
+
+def test_appends_without_a_second_header(env, tmp_path):
+    env.nvsmi()
+    out = tmp_path / "t.tsv"
+    for _ in range(2):
+        assert telemetry.main([str(out), "--interval", "0.01", "--count", "1"]) == 0
+    lines = out.read_text().splitlines()
+    assert lines.count(telemetry.HEADER) == 1 and len(lines) == 5
+
+
+def test_refuses_to_append_to_a_foreign_file(env, tmp_path, capsys):
+    env.nvsmi()
+    out = tmp_path / "t.tsv"
+    out.write_text("round\top\tside\n1\tsoftmax\tA\n")
+    assert telemetry.main([str(out), "--count", "1"]) == 2
+    assert out.read_text() == "round\top\tside\n1\tsoftmax\tA\n"
+    assert "not the telemetry header" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("setup,expected_tail", [
+    ({"args": ["--device", "3"]}, "-i 3"),
+    ({"ZL_DEVICE": "2"}, "-i 2"),
+    ({"CUDA_VISIBLE_DEVICES": "5"}, "-i 5"),
+    ({"CUDA_VISIBLE_DEVICES": "5,6"}, "nounits"),       # a set of cards: sample them all
+    ({"MUSA_VISIBLE_DEVICES": "5"}, "nounits"),         # another vendor's variable: ignored
+    ({"ZL_DEVICE": "2", "args": ["--device", "4"]}, "-i 4"),
+])
+def test_device_selection(env, tmp_path, monkeypatch, setup, expected_tail):
+    env.nvsmi()
+    for key, value in setup.items():
+        if key != "args":
+            monkeypatch.setenv(key, value)
+    out = tmp_path / "t.tsv"
+    assert telemetry.main([str(out), "--count", "1"] + setup.get("args", [])) == 0
+    assert env.argv_log()[0].endswith(expected_tail)
+
+
+def test_resolve_device(monkeypatch):
+    musa = get_backend("musa")
+    monkeypatch.setenv("MUSA_VISIBLE_DEVICES", "7")
+    assert telemetry.resolve_device(musa, "") == "7"
+    monkeypatch.setenv("MUSA_VISIBLE_DEVICES", "0,1,2")
+    assert telemetry.resolve_device(musa, "") == ""
+    assert telemetry.resolve_device(musa, " 3 ") == "3"
+
+
+def test_print_command(env, capsys):
+    assert telemetry.main(["--print-command", "--backend", "musa", "--device", "7"]) == 0
+    assert capsys.readouterr().out.strip() == (
+        "mthreads-gmi -q -d TEMPERATURE,CLOCK,POWER,UTILIZATION --json -i 7")
+    assert telemetry.main(["--print-command", "--backend", "ascend"]) == 0
+    assert capsys.readouterr().out.strip() == ""
+
+
+def test_err_path():
+    assert telemetry.err_path("runs/x/telemetry.tsv") == Path("runs/x/telemetry.err")
+    assert telemetry.err_path("telemetry") == Path("telemetry.err")
+
+
+def test_hanging_sampler_times_out(env):
+    env.install("nvidia-smi", "exec sleep 30")
+    argv = get_backend("cuda").telemetry_command("")
+    start = time.monotonic()
+    with pytest.raises(telemetry.SamplerUnavailable, match="timed out after 0.3 s"):
+        telemetry.sample(get_backend("cuda"), argv, timeout=0.3)
+    assert time.monotonic() - start < 5
+
+
+def test_signal_handlers_are_restored(env, tmp_path):
+    env.nvsmi()
+    before = (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT))
+    assert telemetry.main([str(tmp_path / "t.tsv"), "--count", "1"]) == 0
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+
+
+# --- the real CLI in a subprocess ---------------------------------------------------------------
+
+def _spawn(out: Path, *extra: str):
+    return subprocess.Popen([sys.executable, str(ROOT / "telemetry.py"), str(out), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_rows(out: Path, n: int, proc, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if out.exists() and len(out.read_text().splitlines()) >= n + 1:
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError(f"no {n} rows in {out} after {timeout} s")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_stops_cleanly_on_signal(env, tmp_path, sig):
+    env.nvsmi()
+    out = tmp_path / "telemetry.tsv"
+    proc = _spawn(out, "--interval", "0.05")
+    _wait_for_rows(out, 4, proc)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    text = out.read_text()
+    assert text.endswith("\n")
+    assert all(len(line.split("\t")) == 7 for line in text.splitlines())
+
+
+def test_signal_during_a_hanging_sample_does_not_wait_it_out(env, tmp_path):
+    counter = tmp_path / "n"
+    env.install("nvidia-smi", (
+        f'if [ -e "{counter}" ]; then exec sleep 30; fi\n'
+        f'touch "{counter}"\nprintf \'{NVSMI_CSV}\''))
+    out = tmp_path / "telemetry.tsv"
+    proc = _spawn(out, "--interval", "0.05")
+    _wait_for_rows(out, 2, proc)
+    time.sleep(0.3)  # the second sample is now hanging in `sleep 30`
+    start = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=10)
+    assert proc.returncode == 0
+    assert time.monotonic() - start < 5
+    assert len(out.read_text().splitlines()) == 3
