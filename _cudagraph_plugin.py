@@ -344,7 +344,7 @@ def graph_do_bench(fn, warmup=25, rep=100, grad_to_none=None, quantiles=None,
         if verdict == "fatal":
             _log(f"fatal device error for op={op} phase={phase} ({reason}); not falling back")
             raise
-        if verdict == "recoverable":
+        if verdict == "recoverable" and not isinstance(exc, NoGraphSupport):
             # Confirm the context survived the attempt before timing inside it: a dead
             # context showed up once as a fallback marker followed by zero rows.
             try:
