@@ -1,0 +1,112 @@
+"""Test-only benchmark for zl_bench's autotune tests (not part of the FlagGems mirror).
+
+Two autotuned kernels whose winners the test controls through planted timers:
+* `zl_scale_kernel` keys on `n`: one key per shape, a fixed winner (BLOCK=64), so a
+  parallel sweep must merge to exactly what a serial sweep records.
+* `zl_global_kernel` keys on a constant, so every shard tunes the same key. With
+  ZL_TEST_PLANT_CONFLICT=1 its winner follows the shard's device, which plants a
+  cross-shard conflict the sweep must count.
+Each tuning sweep appends `<visible device> <kernel> <n>` to $ZL_TEST_SWEEP_TRACE,
+and a worker whose device equals $ZL_TEST_FAIL_DEVICE fails, to exercise the
+failing-shard path. It also prints where the libtuner sqlite store lives.
+"""
+import os
+import sys
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from flag_gems.utils import libentry as _libentry
+
+from . import base
+
+CONFIGS = [
+    triton.Config({"BLOCK": 32}, num_warps=1, num_stages=1),
+    triton.Config({"BLOCK": 64}, num_warps=2, num_stages=1),
+    triton.Config({"BLOCK": 128}, num_warps=4, num_stages=1),
+]
+
+
+def _device() -> str:
+    return os.environ.get("CUDA_VISIBLE_DEVICES", "")
+
+
+def _planted(kernel: str, winner_of):
+    """do_bench stand-in: the config at index winner_of(n) is fastest."""
+    state = {"i": 0}
+
+    def bench(kernel_call, quantiles=None):
+        kernel_call()
+        i = state["i"] % len(CONFIGS)
+        state["i"] += 1
+        if i == 0:
+            trace = os.environ.get("ZL_TEST_SWEEP_TRACE")
+            if trace:
+                with open(trace, "a") as f:
+                    f.write(f"{_device() or '-'} {kernel} {state.get('n')}\n")
+        t = 1.0 if i == winner_of() else 2.0 + i
+        return [t, t, t]
+
+    return bench, state
+
+
+def _global_winner() -> int:
+    if os.environ.get("ZL_TEST_PLANT_CONFLICT") == "1":
+        try:
+            return int(_device() or 0) % len(CONFIGS)
+        except ValueError:
+            return 0
+    return 2
+
+
+_scale_bench, _scale_state = _planted("zl_scale_kernel", lambda: 1)
+_global_bench, _global_state = _planted("zl_global_kernel", _global_winner)
+
+
+@triton.autotune(configs=CONFIGS, key=["n"], do_bench=_scale_bench)
+@triton.jit
+def zl_scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0, mask=mask)
+
+
+@triton.autotune(configs=CONFIGS, key=["flag"], do_bench=_global_bench)
+@triton.jit
+def zl_global_kernel(x_ptr, y_ptr, n, flag, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1.0, mask=mask)
+
+
+def zl_sweep_op(x):
+    n = x.numel()
+    if (os.environ.get("ZL_PARALLEL_WORKER") == "1"
+            and _device() and _device() == os.environ.get("ZL_TEST_FAIL_DEVICE")):
+        raise RuntimeError(f"planted failure on device {_device()}")
+    y = torch.empty_like(x)
+    z = torch.empty_like(x)
+    _scale_state["n"] = n
+    _global_state["n"] = n
+    zl_scale_kernel[lambda m: (triton.cdiv(n, m["BLOCK"]),)](x, y, n)
+    zl_global_kernel[lambda m: (triton.cdiv(n, m["BLOCK"]),)](y, z, n, 7)
+    return z
+
+
+def _input_fn(shape, dtype, device):
+    yield (torch.randn(shape, dtype=dtype, device=device),)
+
+
+@pytest.mark.zl_sweep
+def test_zl_sweep():
+    print(f"ZL_TEST_LIBCACHE={_libentry.libcache.path}", file=sys.stderr, flush=True)
+    bench = base.GenericBenchmark(
+        op_name="zl_sweep",
+        input_fn=_input_fn,
+        torch_op=zl_sweep_op,
+        dtypes=[torch.float32],
+    )
+    bench.set_gems(zl_sweep_op)
+    bench.run()
