@@ -85,7 +85,11 @@ def parse_interval(raw: str) -> float:
 
 
 def resolve_device(backend, explicit: Optional[str]) -> str:
-    """Explicit device, else a single id from the backend's own visibility variable, else ''."""
+    """Explicit device, else a single id from the backend's own visibility variable, else ''.
+
+    Limit: nvidia-smi numbers cards in PCI bus order, CUDA by default fastest-first. On a node of
+    identical cards (the H200 boxes) the two agree; on a mixed node set CUDA_DEVICE_ORDER=PCI_BUS_ID
+    or the sampled card may not be the measured one."""
     if explicit and explicit.strip():
         return explicit.strip()
     listed = backend.inherited_devices()
