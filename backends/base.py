@@ -55,7 +55,7 @@ def parse_device_list(raw: Union[None, str, Iterable[str]]) -> List[str]:
     return [tok.strip() for tok in items if tok.strip()]
 
 
-def _numeric(value: object) -> str:
+def leading_number(value: object) -> str:
     """Leading number of a reading ('1888MHz' -> '1888', '[N/A]' -> ''); always a string."""
     m = re.match(r"^\s*(-?\d+(?:\.\d+)?)", str(value if value is not None else ""))
     return m.group(1) if m else ""

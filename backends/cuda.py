@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Dict, List
 
-from .base import DeviceBackend, TELEMETRY_FIELDS, _numeric
+from .base import DeviceBackend, TELEMETRY_FIELDS, leading_number
 
 # nvidia-smi --query-gpu names, in TELEMETRY_FIELDS order.
 _NVSMI_QUERY = "index,clocks.sm,clocks.mem,temperature.gpu,power.draw,utilization.gpu"
@@ -52,6 +52,6 @@ class CudaBackend(DeviceBackend):
                 continue
             # "[N/A]" / "[Not Supported]" (power on some boards) become "" rather than text in a
             # numeric column.
-            rows.append({f: (parts[0] if f == "index" else _numeric(v))
+            rows.append({f: (parts[0] if f == "index" else leading_number(v))
                          for f, v in zip(TELEMETRY_FIELDS, parts)})
         return rows

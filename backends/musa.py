@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Dict, List
 
-from .base import DeviceBackend, _numeric
+from .base import DeviceBackend, leading_number
 
 
 class MusaBackend(DeviceBackend):
@@ -65,11 +65,11 @@ class MusaBackend(DeviceBackend):
                 continue  # a row that cannot be attributed to a card is not evidence
             rows.append({
                 "index": index,
-                "sm_clock_mhz": _numeric(_get(_get(gpu, "Clocks"), "Graphics")),
-                "mem_clock_mhz": _numeric(_get(_get(gpu, "Clocks"), "Memory")),
-                "temp_c": _numeric(_get(_get(gpu, "Temperature"), "GPU Current Temp")),
-                "power_w": _numeric(_get(_get(gpu, "Power Readings"), "Power Draw")),
-                "util_pct": _numeric(_get(_get(gpu, "Utilization"), "Gpu")),
+                "sm_clock_mhz": leading_number(_get(_get(gpu, "Clocks"), "Graphics")),
+                "mem_clock_mhz": leading_number(_get(_get(gpu, "Clocks"), "Memory")),
+                "temp_c": leading_number(_get(_get(gpu, "Temperature"), "GPU Current Temp")),
+                "power_w": leading_number(_get(_get(gpu, "Power Readings"), "Power Draw")),
+                "util_pct": leading_number(_get(_get(gpu, "Utilization"), "Gpu")),
             })
         return rows
 
