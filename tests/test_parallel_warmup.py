@@ -1,0 +1,212 @@
+"""Parallel autotune sweep (`_parallel_warmup_plugin`).
+
+Step-back reasons are checked in-process against a stand-in pytest config; the
+sweep itself runs for real through run_pytest.sh on the fake FlagGems tree, with
+devices faked by ZL_PARALLEL_DEVICES and shards as real CPU subprocesses.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import types
+from pathlib import Path
+
+import pytest
+
+import _parallel_warmup_plugin as pw
+
+FAKE = Path(__file__).resolve().parent / "fake_flaggems"
+SWEEP_TEST = FAKE / "benchmark" / "test_zl_autotune_sweep.py"
+SCALE = "benchmark.test_zl_autotune_sweep.zl_scale_kernel"
+GLOBAL = "benchmark.test_zl_autotune_sweep.zl_global_kernel"
+SHAPES = "zl_sweep:\n  shapes:\n    - [64]\n    - [128]\n    - [192]\n    - [256]\n    - [320]\n"
+
+
+class FakeConfig:
+    def __init__(self, options, args, plugins=("_autotune_record_plugin",)):
+        self._options = options
+        self._plugins = set(plugins)
+        self.invocation_params = types.SimpleNamespace(args=tuple(args), dir=str(FAKE))
+        self.pluginmanager = types.SimpleNamespace(
+            get_plugin=lambda name: object() if name in self._plugins else None)
+
+    def getoption(self, name):
+        if name not in self._options:
+            raise ValueError(name)
+        return self._options[name]
+
+
+@pytest.fixture
+def plan_env(tmp_path, monkeypatch):
+    for k in ("FLAGGEMS_PERF_AUTOTUNE_REPLAY_DIR", "ZL_BENCH_LEVEL", "ZL_SHAPE_FILE",
+              "CUDA_VISIBLE_DEVICES", pw.WORKER_ENV, "OUT_DIR"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("FLAGGEMS_PERF_AUTOTUNE_RECORD_DIR", str(tmp_path / "rec"))
+    monkeypatch.setenv("ZL_OP", "zl_sweep")
+    monkeypatch.setenv("ZL_BACKEND", "cuda")
+    monkeypatch.setenv(pw.DEVICES_ENV, "0,1")
+    shapes = tmp_path / "shapes.yaml"
+    shapes.write_text(SHAPES)
+    return shapes
+
+
+def plan(shape_file, level="core", args=None, **kw):
+    args = args if args is not None else [f"{SWEEP_TEST}::test_zl_sweep"]
+    return pw._plan(FakeConfig({"level": level, "shape_file": str(shape_file)}, args, **kw))
+
+
+def test_plan_accepts_a_core_run_with_two_devices(plan_env):
+    op, doc, key, shapes, devices = plan(plan_env)
+    assert (op, key, len(shapes), devices) == ("zl_sweep", "zl_sweep", 5, ["0", "1"])
+
+
+@pytest.mark.parametrize("setup,code,wording", [
+    (lambda m, p: None, "bench_level", "--level comprehensive merges shapes this plugin cannot enumerate"),
+    (lambda m, p: m.setenv("FLAGGEMS_PERF_AUTOTUNE_REPLAY_DIR", "/x"), "replay", "REPLAY_FROM is set"),
+    (lambda m, p: m.setenv(pw.DEVICES_ENV, "3"), "few_devices", "only 1 device(s) visible (3)"),
+    (lambda m, p: p.write_text("zl_sweep:\n  shapes:\n    - [64]\n"), "few_shapes",
+     "only 1 shape(s) under yaml key 'zl_sweep'; sharding would not pay off"),
+    (lambda m, p: p.write_text("softmax:\n  shapes:\n    - [4, 64]\n    - [8, 8]\n"), "no_yaml_entry",
+     "no yaml entry for 'zl_sweep'"),
+    (lambda m, p: m.delenv("FLAGGEMS_PERF_AUTOTUNE_RECORD_DIR"), "no_record_dir", "nowhere to publish"),
+])
+def test_each_step_back_has_its_own_wording(plan_env, monkeypatch, setup, code, wording):
+    setup(monkeypatch, plan_env)
+    level = "comprehensive" if code == "bench_level" else "core"
+    with pytest.raises(pw.StepBack) as info:
+        plan(plan_env, level=level)
+    assert info.value.code == code and wording in str(info.value)
+
+
+def test_no_yaml_entry_lists_the_class_chain_it_tried(plan_env):
+    plan_env.write_text("softmax:\n  shapes:\n    - [4, 64]\n    - [8, 8]\n")
+    with pytest.raises(pw.StepBack) as info:
+        plan(plan_env)
+    assert "tried: zl_sweep, GenericBenchmark, Benchmark" in str(info.value)
+
+
+def test_missing_autotune_plugin_steps_back(plan_env):
+    with pytest.raises(pw.StepBack) as info:
+        plan(plan_env, plugins=())
+    assert info.value.code == "no_autotune_plugin"
+
+
+def test_blas_ops_reach_their_shapes_through_the_class_chain(tmp_path):
+    """mm has no `mm:` key upstream; set_shapes finds `BlasBenchmark:` on the MRO."""
+    test_mm = FAKE / "benchmark" / "test_mm.py"
+    cands = pw.yaml_key_candidates(test_mm, "mm")
+    assert cands[:2] == ["mm", "BlasBenchmark"] and "Benchmark" in cands
+    doc, key, shapes = pw.read_shapes(str(FAKE / "benchmark" / "core_shapes.yaml"), cands)
+    assert key == "BlasBenchmark" and len(shapes) == 2
+
+
+def test_backward_benchmarks_use_the_backward_key(tmp_path):
+    mod = tmp_path / "test_x.py"
+    mod.write_text("from . import base\n"
+                   "def test_softmax_backward():\n"
+                   "    base.UnaryReductionBenchmark(op_name='softmax', is_backward=True).run()\n")
+    assert pw.yaml_key_candidates(mod, "softmax_backward")[0] == "softmax_backward"
+
+
+def test_unset_or_below_two_is_silent(monkeypatch, capfd):
+    for raw in ("", "1", "0"):
+        monkeypatch.setenv(pw.GPUS_ENV, raw)
+        assert pw.requested_gpus() == 0
+    assert capfd.readouterr().err == ""
+    monkeypatch.setenv(pw.GPUS_ENV, "two")
+    assert pw.requested_gpus() == 0
+    assert "not an integer" in capfd.readouterr().err
+
+
+def test_round_robin_shards_and_merge_counts_conflicts():
+    assert pw.shard([1, 2, 3, 4, 5], 2) == [[1, 3, 5], [2, 4]]
+    a = {"k": {"1": {"w": 1}, "g": {"w": 1}}}
+    b = {"k": {"2": {"w": 2}, "g": {"w": 2}}, "k2": {"x": {"w": 0}}}
+    merged, total, conflicts = pw.merge([a, b])
+    assert merged["k"] == {"1": {"w": 1}, "2": {"w": 2}, "g": {"w": 1}}  # lowest shard wins
+    assert (total, conflicts) == (4, 1)
+
+
+def test_child_argv_replaces_the_shape_file():
+    args = ["t.py::test_x", "-p", "_a", "--shape_file", "old.yaml", "--shape_file=o2", "--level", "core"]
+    assert pw.child_argv(args, "new.yaml") == ["t.py::test_x", "-p", "_a", "--level", "core",
+                                                "--shape_file", "new.yaml"]
+
+
+def test_shards_respect_an_inherited_device_selection(monkeypatch):
+    monkeypatch.delenv(pw.DEVICES_ENV, raising=False)
+    monkeypatch.setenv("ZL_BACKEND", "cuda")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,6")
+    assert pw.visible_devices() == ["5", "6"]
+    env = pw.pin_env({"CUDA_VISIBLE_DEVICES": "5,6", "HIP_VISIBLE_DEVICES": "1"}, "6")
+    assert env["CUDA_VISIBLE_DEVICES"] == "6" and "HIP_VISIBLE_DEVICES" not in env
+
+
+# ----------------------------------------------------------------- end to end
+
+def _records(result):
+    return json.loads((result.out_dir / "autotune_records" / "zl_sweep.json").read_text())
+
+
+def _trace(path):
+    return [ln.split() for ln in path.read_text().splitlines()] if path.is_file() else []
+
+
+def _table(result):
+    return [ln.split()[0] + " " + ln.split("[", 1)[1] for ln in result.log_text.splitlines()
+            if ln.startswith("SUCCESS")]
+
+
+def test_sweep_on_three_fake_devices_merges_and_counts_a_planted_conflict(zl_run, tmp_path):
+    shapes = tmp_path / "shapes.yaml"
+    shapes.write_text(SHAPES)
+    trace = tmp_path / "trace.txt"
+    common = dict(OP="zl_sweep", OP_FILE="zl_autotune_sweep", SHAPE_FILE=str(shapes),
+                  ZL_ENABLE_IR="0", ZL_ISOLATE_TUNER_CACHE="1")
+    par = zl_run(PARALLEL_WARMUP_GPUS="3", ZL_PARALLEL_DEVICES="0,1,2",
+                 ZL_TEST_PLANT_CONFLICT="1", ZL_TEST_SWEEP_TRACE=str(trace), **common)
+    assert par.returncode == 0, par.explain()
+    out = par.output
+    assert "sweeping 5 shapes (yaml key 'zl_sweep') on 3 devices ['0', '1', '2'] (shards: [2, 2, 1])" in out
+    assert "WARNING 1 config key(s) got different winners across shards" in out
+    assert "AUTOTUNE_REPLAY_FALLBACK" not in out
+    # Round-robin: device i swept shapes i, i+3; the measuring process tuned nothing.
+    swept = {(d, n) for d, k, n in _trace(trace) if k == "zl_scale_kernel"}
+    assert swept == {("0", "64"), ("0", "256"), ("1", "128"), ("1", "320"), ("2", "192")}
+    recs = _records(par)
+    assert set(recs[SCALE]) == {f"{n},torch.float32,torch.float32" for n in (64, 128, 192, 256, 320)}
+    assert recs[GLOBAL]["7,torch.float32,torch.float32"]["kwargs"] == {"BLOCK": 32}  # shard 0's
+    ident = json.loads((par.out_dir / "run_identity.json").read_text())
+    assert ident["autotune_mode"] == "record"
+    assert ident["autotune_sweep"] == "parallel:3" and ident["autotune_sweep_conflicts"] == 1
+
+    # Without the plugin: the same records for the conflict-free kernel and the same table rows.
+    ser = zl_run(**common)
+    assert ser.returncode == 0, ser.explain()
+    assert _records(ser)[SCALE] == recs[SCALE]
+    assert _table(ser) == _table(par) and len(_table(par)) == 5
+    assert sorted(p.name for p in ser.out_dir.iterdir()) == sorted(p.name for p in par.out_dir.iterdir())
+
+
+def test_a_failing_shard_discards_the_sweep(zl_run, tmp_path):
+    shapes = tmp_path / "shapes.yaml"
+    shapes.write_text(SHAPES)
+    trace = tmp_path / "trace.txt"
+    res = zl_run(OP="zl_sweep", OP_FILE="zl_autotune_sweep", SHAPE_FILE=str(shapes), ZL_ENABLE_IR="0",
+                 PARALLEL_WARMUP_GPUS="2", ZL_PARALLEL_DEVICES="0,1", ZL_TEST_FAIL_DEVICE="1",
+                 ZL_TEST_SWEEP_TRACE=str(trace))
+    assert res.returncode == 0, res.explain()
+    out = res.output
+    assert "shard(s) [1] exited non-zero" in out and "falling back to normal serial autotune" in out
+    kept = out.split("worker logs kept in ", 1)[1].split(")", 1)[0]
+    try:
+        assert "planted failure on device 1" in (Path(kept) / "shard1" / "worker.log").read_text()
+    finally:
+        shutil.rmtree(kept, ignore_errors=True)
+    # The serial measurement tuned every shape itself (device '-': nothing pinned).
+    assert {n for d, k, n in _trace(trace) if d == "-" and k == "zl_scale_kernel"} == \
+        {"64", "128", "192", "256", "320"}
+    ident = json.loads((res.out_dir / "run_identity.json").read_text())
+    assert ident["autotune_sweep"] == "serial" and ident["autotune_sweep_reason"] == "shard_failed"
+    assert len(_records(res)[SCALE]) == 5
