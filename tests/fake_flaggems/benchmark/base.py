@@ -248,7 +248,10 @@ class Benchmark:
                 except StopIteration:
                     break
                 except Exception as e:
-                    print(f"\033[31mFAILED\033[0m: Operator={self.op_name} dtype={dtype} err=<<<{e}>>>")
+                    # Upstream prints this with only the first half as an f-string, so the
+                    # text literally says "dtype={dtype} err=<<<{e}>>>"; kept identical.
+                    print(f"\033[31mFAILED\033[0m: Operator={self.op_name} "
+                          "dtype={dtype} err=<<<{e}>>>")
                     pytest.fail(str(e))
                 metric = BenchmarkMetrics()
                 try:
