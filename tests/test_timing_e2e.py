@@ -1,0 +1,48 @@
+"""End to end: run_pytest.sh on the fake FlagGems tree with the CPU Triton driver.
+
+The CPU device interface has no graph type, so on ZL_BACKEND=cuda every measured call
+must fall back with the marker and every shape must still produce its row, while
+run_identity.json says capture was attempted; ZL_ENABLE_CUDAGRAPH=0 must say direct.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+ROW = re.compile(r"^SUCCESS\s+\d+\.\d+\s+\d+\.\d+\s", re.M)
+MARKER = re.compile(r"BENCHMARK_DIRECT_NO_CUDAGRAPH op=(\S+) phase=(\S+) reason=(\S+) "
+                    r"detail='[^']*'( repeat=\d+)?$", re.M)
+
+
+def identity(result):
+    return json.loads((result.out_dir / "run_identity.json").read_text())
+
+
+def test_graph_run_falls_back_on_every_shape_and_keeps_every_row(zl_run):
+    r = zl_run(OP="softmax", OP_FILE="softmax", ZL_BACKEND="cuda", SHAPE_MODE="upstream",
+               DTYPES="float16", ZL_DIRECT_REPEAT="2")
+    assert r.returncode == 0, r.explain()
+    rows = ROW.findall(r.log_text)
+    markers = MARKER.findall(r.log_text)
+    assert len(rows) == 3, r.explain()
+    # Two timed calls per shape (torch baseline and gems), each one a marked fallback.
+    assert len(markers) == 2 * len(rows), r.explain()
+    assert {m[:3] for m in markers} == {("softmax", "capture", "NoGraphSupport")}
+    assert all(m[3] == " repeat=2" for m in markers)
+    ident = identity(r)
+    assert (ident["timer"], ident["graph_capture"], ident["direct_repeat"]) == (
+        "cuda_graph", "attempted", 2)
+    assert "[timing-plugin] timer=cuda_graph backend=cuda via CpuDeviceInterface" in r.log_text
+
+
+def test_direct_run_records_direct_and_repeat(zl_run):
+    r = zl_run(OP="softmax", OP_FILE="softmax", ZL_BACKEND="cuda", SHAPE_MODE="upstream",
+               DTYPES="float16", ZL_ENABLE_CUDAGRAPH="0", ZL_DIRECT_REPEAT="3")
+    assert r.returncode == 0, r.explain()
+    assert len(ROW.findall(r.log_text)) == 3, r.explain()
+    assert "BENCHMARK_DIRECT_NO_CUDAGRAPH" not in r.log_text
+    ident = identity(r)
+    assert (ident["timer"], ident["graph_capture"], ident["direct_repeat"]) == (
+        "direct", "disabled", 3)
+    assert "median of 3 calls" in r.log_text
