@@ -1,0 +1,90 @@
+"""benchmarks/timer_noise.py: table parsing, A/A pairing arithmetic, argument errors (no GPU)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("timer_noise", ROOT / "benchmarks" / "timer_noise.py")
+tn = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tn)
+
+LOG = """\
+[timing-plugin] timer=cuda_graph backend=cuda via torch.cuda (... BENCHMARK_DIRECT_NO_CUDAGRAPH ...)
+benchmark/test_softmax.py BENCHMARK_DIRECT_NO_CUDAGRAPH op=softmax phase=capture reason=X detail='a'
+
+Operator: softmax  Performance Test (dtype=torch.float16, mode=kernel,level=core)
+Status       Torch Latency (ms)    Gems Latency (ms)         Gems Speedup          Size Detail
+-----------------------------------------------------------------------------------------------
+  [same for all rows] {"n": 2, "fixed": {"1": "1"}}
+SUCCESS               0.003011           0.010000               0.301          [torch.Size([4, 64])]
+\x1b[32mSUCCESS\x1b[0m               0.047796           0.020000               2.390          [torch.Size([8, 128])]
+FAILED                     N/A                N/A                 N/A          [torch.Size([4, 200])]
+
+Operator: softmax  Performance Test (dtype=torch.bfloat16, mode=kernel,level=core)
+Status       Torch Latency (ms)    Gems Latency (ms)         Gems Speedup       TFLOPS          Size Detail
+-----------------------------------------------------------------------------------------------
+SUCCESS               0.005126           0.040000               0.128        1.500          [torch.Size([4, 64])]
+.
+============================== 1 passed in 3.87s ===============================
+"""
+
+
+def test_parse_tables_reads_every_row_with_dtype_and_detail():
+    rows = tn.parse_tables(LOG)
+    assert [(r["dtype"], r["status"], r["gems_ms"], r["detail"]) for r in rows] == [
+        ("torch.float16", "SUCCESS", 0.01, "[torch.Size([4, 64])]"),
+        ("torch.float16", "SUCCESS", 0.02, "[torch.Size([8, 128])]"),
+        ("torch.float16", "FAILED", None, "[torch.Size([4, 200])]"),
+        ("torch.bfloat16", "SUCCESS", 0.04, "[torch.Size([4, 64])]"),
+    ]
+
+
+def test_pair_stats_matches_rows_and_measures_abs_delta():
+    a = tn.parse_tables(LOG)
+    b = tn.parse_tables(LOG.replace("0.020000", "0.021000").replace("0.040000", "0.030000"))
+    stats = tn.pair_stats(a, b)
+    assert stats["rows_a"] == stats["rows_b"] == 4
+    assert stats["matched"] == 3  # the N/A row has no latency to compare
+    assert stats["median_pct"] == pytest.approx(5.0)
+    assert stats["max_pct"] == pytest.approx(25.0)
+
+
+def test_pair_stats_counts_lost_rows():
+    a = tn.parse_tables(LOG)
+    stats = tn.pair_stats(a, a[:1])
+    assert (stats["rows_a"], stats["rows_b"], stats["matched"]) == (4, 1, 1)
+    assert stats["max_pct"] == 0.0
+    assert tn.pair_stats([], []) == {"rows_a": 0, "rows_b": 0, "matched": 0}
+
+
+def test_check_node_names_the_missing_file_and_function(tmp_path):
+    (tmp_path / "benchmark").mkdir()
+    (tmp_path / "benchmark" / "test_gelu.py").write_text("def test_gelu_backward():\n    pass\n")
+    tn.check_node(tmp_path, "gelu_backward", "gelu")
+    with pytest.raises(tn.NodeError, match="test_softmax.py not found"):
+        tn.check_node(tmp_path, "softmax", "softmax")
+    with pytest.raises(tn.NodeError, match="has no test_gelu_fast"):
+        tn.check_node(tmp_path, "gelu_fast", "gelu")
+
+
+def test_bad_arguments_exit_2_without_traceback(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "timer_noise.py"),
+                           "--flaggems-dir", str(tmp_path / "nope"), "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "is not a directory" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_unknown_op_exits_2(tmp_path):
+    (tmp_path / "benchmark").mkdir()
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "timer_noise.py"),
+                           "--flaggems-dir", str(tmp_path), "--ops", "softmax",
+                           "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "test_softmax.py not found" in proc.stderr
