@@ -292,7 +292,8 @@ def test_vendor_seen_at_import_and_foreign_module(tmp_path):
     probe = f"""
         import sys
         sys.path.insert(0, {str(runner.FAKE_FLAGGEMS_DIR)!r})
-        import benchmark.test_exp, flag_gems
+        import benchmark.test_exp, benchmark.performance_utils, benchmark.base, flag_gems
+        assert benchmark.performance_utils.BlasBenchmark is benchmark.base.BlasBenchmark
         print("FOREIGN", flag_gems.vendor_name,
               sorted(m for m in sys.modules if m.startswith("flag_gems.runtime.backend._")))
     """

@@ -60,13 +60,3 @@ def use_gems(exclude=None, include=None):
         yield
     finally:
         lib._destroy()
-
-
-def enable(*args, **kwargs):
-    """Process-wide version of use_gems (kept for scripts that call flag_gems.enable())."""
-    global _enabled_ctx
-    _enabled_ctx = use_gems(*args, **kwargs)
-    _enabled_ctx.__enter__()
-
-
-_enabled_ctx = None
