@@ -1,0 +1,1 @@
+"""run.log parsing, pairing and caliber checks for zl_bench reports."""
