@@ -283,33 +283,30 @@ def test_prev_listener_error_still_records(clean_state, tmp_path):
     assert len(collector.variants) == 1
 
 
-def test_real_triton_knobs_hookchain_and_autotuner_restored(clean_state, tmp_path):
+def test_real_triton_knobs_hookchain_and_autotuner_restored(clean_state, tmp_path, monkeypatch):
     import triton
     from triton.runtime.autotuner import Autotuner
     knobs = triton.knobs
+    seen_depth = []
+
+    def probe(self, *args, **kwargs):
+        seen_depth.append(plugin._state["collector"].sweep_depth)
+        raise RuntimeError("probe")
+    monkeypatch.setattr(Autotuner, "_bench", probe)
     before = (knobs.compilation.listener, list(knobs.runtime.launch_enter_hook.calls),
-              list(knobs.runtime.kernel_load_end_hook.calls), Autotuner.__dict__["_bench"])
+              list(knobs.runtime.kernel_load_end_hook.calls))
     collector = plugin.activate(triton, dump_dir=str(tmp_path / "ttgir"))
     assert collector is not None
     assert collector.on_launch in knobs.runtime.launch_enter_hook.calls
     assert collector.on_kernel_load in knobs.runtime.kernel_load_end_hook.calls
     assert knobs.compilation.listener is not before[0]
-    assert Autotuner.__dict__["_bench"] is not before[3]
-    # The sweep flag is raised exactly while Autotuner._bench runs.
-    depth = []
-    orig = before[3]
-    try:
-        Autotuner.__dict__  # wrapped method calls the original, which we stub via the instance
-        fake = types.SimpleNamespace()
-        with pytest.raises(Exception):
-            Autotuner._bench(fake, config=None)  # original fails on a fake; depth must unwind
-        depth.append(collector.sweep_depth)
-    finally:
-        assert depth == [0]
+    with pytest.raises(RuntimeError, match="probe"):
+        Autotuner._bench(object(), config=None)
+    assert seen_depth == [1] and collector.sweep_depth == 0  # raised inside, unwound after
     plugin.deactivate()
     after = (knobs.compilation.listener, list(knobs.runtime.launch_enter_hook.calls),
-             list(knobs.runtime.kernel_load_end_hook.calls), Autotuner.__dict__["_bench"])
-    assert after == before and orig is after[3]
+             list(knobs.runtime.kernel_load_end_hook.calls))
+    assert after == before and Autotuner.__dict__["_bench"] is probe
 
 
 def test_triton_without_knobs_fails_soft(clean_state, capsys):

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# H200 validation of the IR plugin and the fingerprint rule with real FlagGems.
+#
+#   FLAGGEMS_DIR=/path/to/FlagGems OUT=/tmp/out bash benchmarks/ir_validate.sh
+#
+# 1. softmax twice (fp16, core shapes): both ttgir trees are listed and the two
+#    fingerprints must be EQUAL (same code, same caliber).
+# 2. mm fp32 with the default TF32 lowering and with TRITON_F32_DEFAULT=ieee: the
+#    fingerprints must DIFFER (the dot lowering changes in TTGIR). The ieee side
+#    replays the first side's autotune picks so only the switch differs.
+# Writes to $OUT (at most 8 files; no .ttgir file is copied, only listings):
+#   softmax_tree.txt  mm_tree.txt   `find ttgir | sort` of the runs
+#   index_naming.txt  index.tsv + naming.md of softmax run 1 and mm tf32
+#   verdict.txt       fingerprints, compare exit codes, PASS/FAIL lines, converts JSON
+#   runs.log          the tail of every run's stdout/stderr
+# Exit 0 only when both checks pass. Budget: about 6 minutes on an H200.
+set -u
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+: "${FLAGGEMS_DIR:?FLAGGEMS_DIR must point at a FlagGems checkout}"
+OUT="${OUT:-$HERE/runs/ir_validate_out}"
+mkdir -p "$OUT"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/zl_ir_validate.XXXXXX")"
+source "$HERE/_ir_fingerprint.sh"
+export ZL_PYTHON="${ZL_PYTHON:-python3}"
+
+run() {  # run NAME [VAR=VALUE ...]
+  local name="$1"; shift
+  echo "=== $name: $*" >>"$OUT/runs.log"
+  ( cd "$HERE" && env OUT_DIR="$WORK/$name" BENCH_LEVEL=core "$@" timeout 240 bash run_pytest.sh ) \
+      >"$WORK/$name.out" 2>&1
+  local rc=$?
+  tail -n 40 "$WORK/$name.out" >>"$OUT/runs.log"
+  echo "=== $name rc=$rc" >>"$OUT/runs.log"
+  return $rc
+}
+
+fail=0
+run softmax_1 OP=softmax OP_FILE=softmax DTYPES=float16 || fail=1
+run softmax_2 OP=softmax OP_FILE=softmax DTYPES=float16 || fail=1
+run mm_tf32 OP=mm OP_FILE=mm DTYPES=float32 ZL_ISOLATE_TUNER_CACHE=1 || fail=1
+run mm_ieee OP=mm OP_FILE=mm DTYPES=float32 ZL_ISOLATE_TUNER_CACHE=1 \
+    REPLAY_FROM="$WORK/mm_tf32" TRITON_F32_DEFAULT=ieee || fail=1
+
+for r in softmax_1 softmax_2; do echo "## $r"; (cd "$WORK/$r" 2>/dev/null && find ttgir | LC_ALL=C sort); done >"$OUT/softmax_tree.txt"
+for r in mm_tf32 mm_ieee; do echo "## $r"; (cd "$WORK/$r" 2>/dev/null && find ttgir | LC_ALL=C sort); done >"$OUT/mm_tree.txt"
+for r in softmax_1 mm_tf32; do
+  echo "## $r/ttgir/index.tsv"; cat "$WORK/$r/ttgir/index.tsv" 2>/dev/null
+  echo "## $r/ttgir/naming.md"; cat "$WORK/$r/ttgir/naming.md" 2>/dev/null
+done >"$OUT/index_naming.txt"
+
+{
+  for r in softmax_1 softmax_2 mm_tf32 mm_ieee; do
+    fpv=$(ir_fingerprint "$WORK/$r" 2>&1); echo "fingerprint $r rc=$? $fpv"
+  done
+  ir_compare "$WORK/softmax_1" "$WORK/softmax_2"; s=$?
+  echo "compare softmax_1 softmax_2 rc=$s (0 same, 10 different, 1 no IR)"
+  ir_compare "$WORK/mm_tf32" "$WORK/mm_ieee"; m=$?
+  echo "compare mm_tf32 mm_ieee rc=$m"
+  if (( s == 0 )); then echo "PASS softmax A/A fingerprints equal"; else echo "FAIL softmax A/A rc=$s"; fail=1; fi
+  if (( m == 10 )); then echo "PASS mm tf32 vs ieee fingerprints differ"; else echo "FAIL mm tf32/ieee rc=$m"; fail=1; fi
+  for r in softmax_1 mm_tf32 mm_ieee; do echo "converts $r:"; ir_converts "$WORK/$r" 1; done
+  grep -h "ir-meta-plugin" "$WORK"/*.out
+  echo "overall_fail=$fail"
+} >"$OUT/verdict.txt" 2>&1
+cat "$OUT/verdict.txt"
+rm -rf "$WORK"
+exit $fail
