@@ -130,6 +130,7 @@ class IRCollector:
         self.functions: Dict[Any, str] = {}
         self.counts: Dict[Tuple[str, str], List[int]] = defaultdict(lambda: [0, 0])
         self.unknown_names: Dict[str, str] = {}
+        self.loaded_by_name: Dict[str, set] = defaultdict(set)
         self.label = UNSCOPED
         self.pending: Optional[Dict[str, List[int]]] = None
         self.sweep_depth = 0
@@ -152,6 +153,8 @@ class IRCollector:
         try:
             if function is not None and hash:
                 self.functions[function] = str(hash)
+            if name and hash:
+                self.loaded_by_name[str(name)].add(str(hash))
         except Exception as exc:  # unhashable handle on some backend
             self._note_error(f"kernel load hook: {exc!r}")
 
@@ -161,8 +164,14 @@ class IRCollector:
             h = self.functions.get(data.get("function"))
             if h is None:
                 name = str(data.get("name") or "unknown_kernel")
-                h = f"unseen:{name}"
-                self.unknown_names[h] = name
+                # A launch payload without a known function handle: the name is enough
+                # only while a single variant of that kernel is loaded.
+                loaded = self.loaded_by_name.get(name)
+                if loaded and len(loaded) == 1:
+                    h = next(iter(loaded))
+                else:
+                    h = f"unseen:{name}"
+                    self.unknown_names[h] = name
             slot = 1 if self.sweep_depth > 0 else 0
             if self.pending is not None:
                 self.pending.setdefault(h, [0, 0])[slot] += 1

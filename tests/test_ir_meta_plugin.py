@@ -204,6 +204,17 @@ def test_launch_of_unseen_variant_is_indexed_not_dropped(tmp_path):
     assert (row["shape"], row["launches"], row["file"]) == ("8x8", "1", plugin._dump.PH_UNKNOWN)
 
 
+def test_launch_without_function_handle_falls_back_to_unique_name():
+    collector = plugin.IRCollector(None)
+    collector.on_kernel_load(None, None, "solo", {}, "h1")
+    collector.on_launch(Launch({"name": "solo"}))
+    collector.on_kernel_load(None, 5, "twin", {}, "h2")
+    collector.on_kernel_load(None, 6, "twin", {}, "h3")
+    collector.on_launch(Launch({"name": "twin"}))  # ambiguous: never guessed
+    assert collector.counts[(plugin.UNSCOPED, "h1")] == [1, 0]
+    assert collector.counts[(plugin.UNSCOPED, "unseen:twin")] == [1, 0]
+
+
 def test_shape_label():
     a, b = np.zeros((64, 128), np.float16), np.zeros((128, 32), np.float16)
     assert plugin.shape_label((np.zeros((1024, 1024)), 1)) == "1024x1024"
