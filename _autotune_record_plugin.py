@@ -507,25 +507,56 @@ def _dump_at_exit() -> None:
         _state.dump()
 
 
-def _check_tuner_cache_isolation() -> None:
-    """ZL_ISOLATE_TUNER_CACHE only works if flag_gems reads FLAGGEMS_DB_URL after
-    it is set: the sqlite store is a singleton built at import. A shared cache
-    hands one side's winners to the other (mm: 945 -> 33 compiled variants)."""
+_FLAGGEMS_PACKAGES = ("flag_gems", "flaggems_vllm")
+# Taken when pytest imports this module for `-p`, i.e. before any conftest: the
+# FlagGems benchmark conftest imports flag_gems at load, so by pytest_configure the
+# package is always present and only its store location can still be checked.
+_LOADED_AT_PLUGIN_IMPORT = [m for m in _FLAGGEMS_PACKAGES if m in sys.modules]
+
+
+def _tuner_store_location() -> str:
+    for pkg in _FLAGGEMS_PACKAGES:
+        mod = sys.modules.get(f"{pkg}.utils.libentry")
+        store = getattr(mod, "libcache", None) if mod is not None else None
+        if store is None:
+            continue
+        loc = getattr(store, "db_url", None) or getattr(store, "path", None)
+        if loc:
+            return str(loc)
+    return ""
+
+
+def check_tuner_cache_isolation(loaded_early=None) -> List[str]:
+    """Warnings (also printed) when ZL_ISOLATE_TUNER_CACHE=1 did not take effect.
+
+    The sqlite store is a singleton built at `import flag_gems` from
+    FLAGGEMS_DB_URL / FLAGGEMS_CACHE_DIR; set after that import, they change nothing,
+    and a shared store hands one side's winners to the other (mm: 945 -> 33
+    compiled variants)."""
     if os.environ.get("ZL_ISOLATE_TUNER_CACHE", "0").strip() != "1":
-        return
-    loaded = [m for m in ("flag_gems", "flaggems_vllm") if m in sys.modules]
-    if loaded:
-        _log(f"!!! WARNING ZL_ISOLATE_TUNER_CACHE=1 but {', '.join(loaded)} was imported "
-             "before this plugin: its tuner cache may already point at the shared store")
-    if not os.environ.get("FLAGGEMS_DB_URL") and not os.environ.get("FLAGGEMS_CACHE_DIR"):
-        _log("!!! WARNING ZL_ISOLATE_TUNER_CACHE=1 but neither FLAGGEMS_DB_URL nor "
-             "FLAGGEMS_CACHE_DIR is set: the run uses the shared ~/.flaggems cache")
+        return []
+    early = _LOADED_AT_PLUGIN_IMPORT if loaded_early is None else loaded_early
+    warnings = []
+    if early:
+        warnings.append(f"{', '.join(early)} was imported before the zl_bench plugins loaded")
+    private = os.environ.get("FLAGGEMS_DB_URL", "").strip() or os.environ.get("FLAGGEMS_CACHE_DIR", "").strip()
+    if not private:
+        warnings.append("neither FLAGGEMS_DB_URL nor FLAGGEMS_CACHE_DIR is set")
+    else:
+        where = _tuner_store_location()
+        want = private[len("sqlite:///"):] if private.startswith("sqlite:///") else private
+        if where and want not in where:
+            warnings.append(f"the tuner store is {where}, not the private {private}")
+    for w in warnings:
+        _log(f"!!! WARNING ZL_ISOLATE_TUNER_CACHE=1 but {w}: the run may share tuned "
+             "configs with other runs")
+    return warnings
 
 
 def pytest_configure(config):
     """Pick record / replay / nothing and install the wrappers."""
     global _state, _atexit_registered
-    _check_tuner_cache_isolation()
+    check_tuner_cache_isolation()
     record_dir = os.environ.get(RECORD_DIR_ENV, "").strip()
     replay_dir = os.environ.get(REPLAY_DIR_ENV, "").strip()
     op = _op_name()

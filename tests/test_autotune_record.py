@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -374,15 +375,21 @@ def test_key_text_is_stable_across_representations():
     assert plug.key_to_str(()) == "-"
 
 
-def test_isolation_warns_when_flag_gems_was_imported_first(env, monkeypatch, capfd):
+def test_isolation_check(env, monkeypatch, capfd):
     monkeypatch.setenv("ZL_ISOLATE_TUNER_CACHE", "1")
-    monkeypatch.setenv("FLAGGEMS_CACHE_DIR", str(env / "fg"))
-    monkeypatch.setitem(sys.modules, "flag_gems", types.ModuleType("flag_gems"))
-    plug.pytest_configure(None)
-    assert "ZL_ISOLATE_TUNER_CACHE=1 but flag_gems was imported" in capfd.readouterr().err
-    monkeypatch.delitem(sys.modules, "flag_gems")
-    plug.pytest_configure(None)
-    assert "WARNING" not in capfd.readouterr().err
+    private = env / "fg" / "config_cache" / "x.db"
+    monkeypatch.setenv("FLAGGEMS_DB_URL", f"sqlite:///{private}")
+    libentry = types.ModuleType("flag_gems.utils.libentry")
+    libentry.libcache = types.SimpleNamespace(db_url=f"sqlite:///{private}")
+    monkeypatch.setitem(sys.modules, "flag_gems.utils.libentry", libentry)
+    assert plug.check_tuner_cache_isolation(loaded_early=[]) == []
+    assert "flag_gems was imported before" in plug.check_tuner_cache_isolation(["flag_gems"])[0]
+    libentry.libcache = types.SimpleNamespace(db_url="sqlite:////root/.flaggems/config_cache/T.db")
+    (warning,) = plug.check_tuner_cache_isolation(loaded_early=[])
+    assert "not the private" in warning
+    assert "!!! WARNING ZL_ISOLATE_TUNER_CACHE=1 but" in capfd.readouterr().err
+    monkeypatch.setenv("ZL_ISOLATE_TUNER_CACHE", "0")
+    assert plug.check_tuner_cache_isolation(loaded_early=["flag_gems"]) == []
 
 
 CRASH_SCRIPT = textwrap.dedent("""
@@ -420,3 +427,71 @@ def test_crash_after_tuning_still_leaves_records(tmp_path, how, rc, persisted):
     if persisted:
         doc = json.loads((rec / "add_one.json").read_text())
         assert doc[KERNEL]["100,torch.float32,torch.float32"]["kwargs"] == {"BLOCK": 32}
+
+
+# ------------------------------------------------------ end to end (run_pytest.sh)
+
+def _recs(result, op):
+    return json.loads((result.out_dir / "autotune_records" / f"{op}.json").read_text())
+
+
+def _ident(result):
+    return json.loads((result.out_dir / "run_identity.json").read_text())
+
+
+def test_run_pytest_record_then_replay_libtuner(zl_run):
+    """LibTuner + LibEntry kernel through run_pytest.sh (plain @triton.autotune through
+    the driver is covered by the sweep tests in test_parallel_warmup.py)."""
+    op, op_file, kernel = "gelu_backward", "gelu", "flag_gems.ops.gelu.gelu_backward_kernel"
+    a = zl_run(OP=op, OP_FILE=op_file, ZL_ENABLE_IR="0", ZL_ISOLATE_TUNER_CACHE="1",
+               SHAPE_FILE="upstream")
+    assert a.returncode == 0, a.explain()
+    recs = _recs(a, op)
+    assert kernel in recs and recs[kernel], recs.keys()
+    assert _ident(a)["autotune_mode"] == "record"
+    b = zl_run(OP=op, OP_FILE=op_file, ZL_ENABLE_IR="0", ZL_ISOLATE_TUNER_CACHE="1",
+               SHAPE_FILE="upstream", REPLAY_FROM=str(a.out_dir))
+    assert b.returncode == 0, b.explain()
+    assert "AUTOTUNE_REPLAY_FALLBACK" not in b.output
+    assert _ident(b)["autotune_mode"] == "replay"
+    assert f"replaying {sum(len(v) for v in recs.values())} recorded config(s)" in b.output
+    assert not (b.out_dir / "autotune_records" / f"{op}.json").exists()  # replay writes none
+
+
+def _tuned_rows(root: Path) -> int:
+    import sqlite3
+    n = 0
+    for db in root.rglob("*.db") if root.exists() else ():
+        with sqlite3.connect(str(db)) as conn:
+            n += conn.execute("SELECT COUNT(*) FROM tuned_config").fetchone()[0]
+    return n
+
+
+def _libcache(result):
+    found = re.search(r"ZL_TEST_LIBCACHE=(\S+) rows=(\d+)", result.output)
+    assert found, result.explain()
+    return Path(found.group(1)), int(found.group(2))
+
+
+def test_isolated_tuner_cache_lands_in_the_private_dir(zl_run, tmp_path):
+    """ZL_ISOLATE_TUNER_CACHE=1: the fake flag_gems sqlite store is created under the
+    run's private dir (removed afterwards), never under $HOME/.flaggems."""
+    shapes = tmp_path / "two.yaml"
+    shapes.write_text("zl_sweep:\n  shapes:\n    - [64]\n    - [128]\n")
+    iso = zl_run(OP="zl_sweep", OP_FILE="zl_autotune_sweep", ZL_ENABLE_IR="0",
+                 SHAPE_FILE=str(shapes), ZL_ISOLATE_TUNER_CACHE="1")
+    assert iso.returncode == 0, iso.explain()
+    db, rows = _libcache(iso)
+    assert db.is_relative_to(iso.out_dir / ".flaggems_cache") and rows > 0, (db, rows)
+    assert "benchmark.test_zl_autotune_sweep.zl_lib_kernel" in _recs(iso, "zl_sweep")
+    # run_pytest.sh's preflight `import flag_gems` may create an empty store in
+    # $HOME; what matters is that no tuned config was written there.
+    assert _tuned_rows(iso.out_dir.parent / "home" / ".flaggems") == 0
+    assert "ZL_ISOLATE_TUNER_CACHE=1 but" not in iso.output  # configured before import
+
+    shared = zl_run(OP="zl_sweep", OP_FILE="zl_autotune_sweep", ZL_ENABLE_IR="0",
+                    SHAPE_FILE=str(shapes))
+    assert shared.returncode == 0, shared.explain()
+    db, rows = _libcache(shared)
+    assert db.is_relative_to(shared.out_dir.parent / "home" / ".flaggems") and rows > 0
+    assert _tuned_rows(shared.out_dir.parent / "home" / ".flaggems") > 0

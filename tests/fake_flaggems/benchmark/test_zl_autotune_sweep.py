@@ -8,7 +8,8 @@ Two autotuned kernels whose winners the test controls through planted timers:
   cross-shard conflict the sweep must count.
 Each tuning sweep appends `<visible device> <kernel> <n>` to $ZL_TEST_SWEEP_TRACE,
 and a worker whose device equals $ZL_TEST_FAIL_DEVICE fails, to exercise the
-failing-shard path. It also prints where the libtuner sqlite store lives.
+failing-shard path. `zl_lib_kernel` goes through the fake LibTuner, and the test
+prints where its sqlite store lives and how many tuned rows it holds.
 """
 import os
 import sys
@@ -73,6 +74,14 @@ def zl_scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0, mask=mask)
 
 
+@_libentry.libtuner(configs=CONFIGS[:2], key=["n"], warmup=1, rep=2)
+@triton.jit
+def zl_lib_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask), mask=mask)
+
+
 @triton.autotune(configs=CONFIGS, key=["flag"], do_bench=_global_bench)
 @triton.jit
 def zl_global_kernel(x_ptr, y_ptr, n, flag, BLOCK: tl.constexpr):
@@ -92,7 +101,8 @@ def zl_sweep_op(x):
     _global_state["n"] = n
     zl_scale_kernel[lambda m: (triton.cdiv(n, m["BLOCK"]),)](x, y, n)
     zl_global_kernel[lambda m: (triton.cdiv(n, m["BLOCK"]),)](y, z, n, 7)
-    return z
+    zl_lib_kernel[lambda m: (triton.cdiv(n, m["BLOCK"]),)](z, y, n)
+    return y
 
 
 def _input_fn(shape, dtype, device):
@@ -101,7 +111,6 @@ def _input_fn(shape, dtype, device):
 
 @pytest.mark.zl_sweep
 def test_zl_sweep():
-    print(f"ZL_TEST_LIBCACHE={_libentry.libcache.path}", file=sys.stderr, flush=True)
     bench = base.GenericBenchmark(
         op_name="zl_sweep",
         input_fn=_input_fn,
@@ -110,3 +119,6 @@ def test_zl_sweep():
     )
     bench.set_gems(zl_sweep_op)
     bench.run()
+    store = _libentry.libcache
+    rows = store._conn.execute("SELECT COUNT(*) FROM tuned_config").fetchone()[0]
+    print(f"ZL_TEST_LIBCACHE={store.path} rows={rows}", file=sys.stderr, flush=True)
