@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# Multi-round A/B: the same comparison in N rounds of fresh processes, reported per
+# shape as medians over rounds with their spread and a significance verdict.
+#
+# Why: one pair cannot say whether its own verdict is stable. On an S5000, topk lost 32
+# convert_layout ops, yet 17 of its 42 shapes flipped the sign of their delta between
+# two equally valid runs; the gain itself sat near zero.
+#
+# Caliber: round 1 side A records the autotune picks; every other cell (A's later rounds
+# included) replays them, so configs are pinned across rounds and sides and only the
+# switch and the noise remain. Odd rounds run A then B, even rounds B then A, so a
+# one-directional drift (clock ramp, heating) does not land on one side.
+#
+#   SWITCH=FLAGTREE_MUSA_RLC_ENHANCE OPS="topk masked_select" ROUNDS=6 \
+#     ZL_BACKEND=musa FLAGGEMS_DIR=/path/to/FlagGems bash ab_repeat.sh
+#
+# Variables:
+#   SWITCH (required)   variable under test: side A =0, side B =1
+#   OPS (required)      OP | OP:OP_FILE | OP:OP_FILE:DTYPES (dtypes comma separated)
+#   ROUNDS              default 6 (per-shape verdicts need >= 4: batch_summary.py explains)
+#   CELL_TIMEOUT        seconds per cell (default 2400); timeout prints `!!! CELL_TIMEOUT`, rc 124
+#   AB_ROOT             output root (default <runs>/ab_repeat_<SWITCH>_<timestamp>); give one per
+#                       card when several drivers start in the same second
+#   SWITCH_ALLOW_NO_IR_DIFF=1  keep going when round 1 compiled identical TTGIR on both sides
+#                       (only for a switch that acts at run time, not on generated code)
+#   TELEMETRY_INTERVAL  seconds between clock/temperature samples (default 5, 0 = off)
+#   ZL_RUN_PYTEST       the run script (default <repo>/run_pytest.sh; tests point it at a stub)
+#
+# Output: <root>/<op>/r<k>_<A|B>/ (run directories), <root>/status.tsv (one row per cell as
+# it finishes: round op side switch rc elapsed_s success failed replay_fallback no_cudagraph
+# capture_poisoned), <root>/telemetry.tsv, <root>/summary.log (ANSI stripped), and per
+# operator the report of `batch_summary.py --ab-rounds <root>/<op>`. An operator with a
+# failed cell gets no report: a report with missing rounds reads like a complete one.
+# Exit: 0 done; 2 bad variables.
+set -uo pipefail
+
+ZL_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+PY="${ZL_PYTHON:-$(command -v python || command -v python3)}"
+export ZL_PYTHON="$PY"
+RUN_PYTEST="${ZL_RUN_PYTEST:-$ZL_ROOT/run_pytest.sh}"
+# shellcheck source=_ir_fingerprint.sh
+source "$ZL_ROOT/_ir_fingerprint.sh"
+
+die2() { echo "!!! $*" >&2; exit 2; }
+
+SWITCH="${SWITCH:-}"
+OPS="${OPS:-}"
+ROUNDS="${ROUNDS:-6}"
+CELL_TIMEOUT="${CELL_TIMEOUT:-2400}"
+SWITCH_ALLOW_NO_IR_DIFF="${SWITCH_ALLOW_NO_IR_DIFF:-0}"
+TELEMETRY_INTERVAL="${TELEMETRY_INTERVAL:-5}"
+[[ -n "$SWITCH" ]] || die2 "SWITCH is required (e.g. SWITCH=FLAGTREE_MUSA_RLC_ENHANCE)"
+[[ "$SWITCH" =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || die2 "SWITCH is not a variable name: '$SWITCH'"
+[[ -n "$OPS" ]] || die2 "OPS is required (e.g. OPS=\"topk masked_select\")"
+[[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || die2 "ROUNDS must be a positive integer (got: $ROUNDS)"
+[[ "$CELL_TIMEOUT" =~ ^[1-9][0-9]*$ ]] || die2 "CELL_TIMEOUT must be a positive integer (got: $CELL_TIMEOUT)"
+[[ "$TELEMETRY_INTERVAL" =~ ^[0-9]+([.][0-9]+)?$ ]] || die2 "TELEMETRY_INTERVAL must be a number of seconds (got: $TELEMETRY_INTERVAL)"
+
+if [[ -t 1 && -z "${NO_COLOR:-}" ]]; then export FLAGGEMS_PERF_COLOR=always; fi
+BASE="${ZL_RUNS_ROOT:-$ZL_ROOT/runs}"
+ROOT="${AB_ROOT:-$BASE/ab_repeat_${SWITCH}_$(date +%Y%m%d-%H%M%S)}"
+mkdir -p "$ROOT" || die2 "cannot create $ROOT"
+ROOT="$(cd "$ROOT" && pwd)"
+LOG="$ROOT/summary.log"
+STATUS="$ROOT/status.tsv"
+printf 'round\top\tside\tswitch\trc\telapsed_s\tsuccess\tfailed\treplay_fallback\tno_cudagraph\tcapture_poisoned\n' > "$STATUS"
+
+# Clocks and temperature for the whole campaign: throttling moves latency by more than the
+# per-side noise a six-round A/B claims, and leaves no trace in run.log. telemetry.py exits
+# quietly (reason in telemetry.err) where the backend has no sampler.
+TELE_PID=""
+if [[ "$TELEMETRY_INTERVAL" != "0" ]]; then
+  "$PY" "$ZL_ROOT/telemetry.py" "$ROOT/telemetry.tsv" --interval "$TELEMETRY_INTERVAL" \
+    --backend "${ZL_BACKEND:-cuda}" --device "${ZL_DEVICE:-}" >/dev/null 2>&1 &
+  TELE_PID=$!
+fi
+stop_telemetry() {
+  if [[ -n "$TELE_PID" ]]; then
+    kill "$TELE_PID" 2>/dev/null
+    wait "$TELE_PID" 2>/dev/null
+    TELE_PID=""
+  fi
+}
+trap stop_telemetry EXIT
+
+# Run one cell and log it in status.tsv at once: missing cells, timeouts and markers going
+# from 0 to non-zero must be visible while the campaign runs, not after someone greps.
+run_cell() {   # round side op op_file dtypes out_dir [replay_from]
+  local round="$1" side="$2" op="$3" op_file="$4" dtypes="$5" dir="$6" replay="${7:-}"
+  local val=0 start rc elapsed stats
+  [[ "$side" == B ]] && val=1
+  start=$(date +%s)
+  OP="$op" OP_FILE="$op_file" OUT_DIR="$dir" DTYPES="$dtypes" REPLAY_FROM="$replay" \
+    timeout -k 30 "$CELL_TIMEOUT" env "$SWITCH=$val" bash "$RUN_PYTEST"
+  rc=$?
+  elapsed=$(( $(date +%s) - start ))
+  if (( rc == 124 || rc == 137 )); then
+    echo "!!! CELL_TIMEOUT ${CELL_TIMEOUT}s op=$op round=$round side=$side rc=$rc"
+  fi
+  stats="$("$PY" "$ZL_ROOT/batch_summary.py" --cell-stats "$dir")" || stats=$'0\t1\t0\t0\t0'
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$op" "$side" "$val" "$rc" "$elapsed" "$stats" >> "$STATUS"
+  # A cell that exits 0 without one measured row is not a measurement either.
+  if (( rc == 0 )) && [[ "$(cut -f1 <<< "$stats")" == 0 ]]; then
+    echo "!!! $op round $round side $side: exit 0 but no measured row"
+    return 1
+  fi
+  return "$rc"
+}
+
+{
+  echo ">>> switch=$SWITCH  rounds=$ROUNDS  ops=$OPS  root=$ROOT"
+  for entry in $OPS; do
+    IFS=: read -r op op_file dtypes_csv extra <<< "$entry"
+    if [[ -z "$op" || -n "${extra:-}" ]]; then
+      echo "!!! bad OPS entry '$entry' (OP, OP:OP_FILE or OP:OP_FILE:DTYPES); skipped"
+      continue
+    fi
+    op_file="${op_file:-$op}"
+    dtypes="${dtypes_csv//,/ }"
+    [[ -n "$dtypes" ]] || dtypes="${DTYPES:-}"
+    out="$ROOT/$op"
+    mkdir -p "$out"
+
+    echo "########## $op | round 1 | A ($SWITCH=0, record) ##########"
+    if ! run_cell 1 A "$op" "$op_file" "$dtypes" "$out/r1_A"; then
+      echo "!!! $op: round 1 side A failed; operator skipped, artifacts in $out"
+      continue
+    fi
+    REC="$out/r1_A"
+    ok=1; reason="a cell failed"
+    for ((k = 1; k <= ROUNDS && ok; k++)); do
+      if (( k % 2 == 1 )); then order="A B"; else order="B A"; fi
+      for side in $order; do
+        [[ $k -eq 1 && $side == A ]] && continue
+        val=0; [[ $side == B ]] && val=1
+        echo "########## $op | round $k | $side ($SWITCH=$val, replay) ##########"
+        if ! run_cell "$k" "$side" "$op" "$op_file" "$dtypes" "$out/r${k}_${side}" "$REC"; then
+          echo "!!! $op: round $k side $side failed"
+          ok=0; break
+        fi
+      done
+      if (( k == 1 && ok )); then
+        fa="$(ir_fingerprint "$out/r1_A" 2>/dev/null)" || fa=""
+        fb="$(ir_fingerprint "$out/r1_B" 2>/dev/null)" || fb=""
+        if [[ -z "$fa" || -z "$fb" ]]; then
+          echo "??? $op: a side compiled no .ttgir (not through Triton, or the IR dump is off);"
+          echo "??? the switch-has-an-effect check is skipped. This is not 'the switch does nothing'."
+        elif [[ "$fa" == "$fb" ]]; then
+          echo "!!! SWITCH_NO_IR_DIFF op=$op switch=$SWITCH"
+          echo "!!! round 1 compiled byte-identical TTGIR on both sides: $SWITCH did not change"
+          echo "!!! $op's generated code, and $((ROUNDS - 1)) more rounds would measure noise and"
+          echo "!!! report it as 'no difference'. Check the switch name and where the source reads"
+          echo "!!! it; for a switch that acts at run time only, rerun with SWITCH_ALLOW_NO_IR_DIFF=1."
+          if [[ "$SWITCH_ALLOW_NO_IR_DIFF" != "1" ]]; then
+            ok=0; reason="the switch did not change its generated code"
+          fi
+        else
+          echo ">>> $op: the switch changes generated code (A=${fa:0:12} B=${fb:0:12})"
+        fi
+      fi
+    done
+
+    echo "########## $op | report ##########"
+    if (( ok )); then
+      "$PY" "$ZL_ROOT/batch_summary.py" --ab-rounds "$out" --label "$op" \
+        --json "$out/ab_rounds.json" || echo "!!! report refused or failed for $op (rc=$?)"
+    else
+      echo "!!! $op: $reason; no report (artifacts in $out)"
+    fi
+  done
+  echo "########## ALL DONE ##########"
+} 2>&1 | tee "$LOG"
+
+stop_telemetry
+sed -i -E $'s/\x1b\\[[0-9;?]*[A-Za-z]//g' "$LOG"
+echo ">>> log: $LOG"
+echo ">>> per-cell status: $STATUS"
+[[ -s "$ROOT/telemetry.tsv" ]] && echo ">>> clocks/temperature: $ROOT/telemetry.tsv"
+[[ -s "$ROOT/telemetry.err" ]] && echo ">>> telemetry note: $(head -c 300 "$ROOT/telemetry.err")"
+echo ">>> rerun a report: python batch_summary.py --ab-rounds $ROOT/<op> --label <op>"
+exit 0

@@ -1,0 +1,228 @@
+#!/usr/bin/env bash
+# One A/B pair per operator, as a screen before the expensive multi-round A/B.
+#
+# Side A runs with $SWITCH=0 and records its autotune picks; side B runs with
+# $SWITCH=1 and replays them (REPLAY_FROM), so the two sides differ by the switch
+# alone. Each pair takes about a minute where six rounds took 13-44 minutes on an
+# S5000, so screen first and send only IR_CHANGED operators to ab_repeat.sh.
+#
+#   OPS="softmax gelu_backward" bash ab_rlc_test.sh
+#   OPS="perf_sort:sort topk:topk:float16,bfloat16" VENDOR=MUSA bash ab_rlc_test.sh
+#   RESCORE=runs/ab_rlc_20260101-120000 bash ab_rlc_test.sh   # re-judge from disk only
+#
+# Variables:
+#   OPS           space separated OP | OP:OP_FILE | OP:OP_FILE:DTYPES (dtypes comma separated).
+#                 Leave DTYPES empty to use the operator's own set: a global DTYPES=float16
+#                 once made fft (complex64 only) look unrunnable.
+#   SWITCH        the variable under test (default FLAGTREE_${VENDOR}_RLC_ENHANCE, VENDOR=MUSA)
+#   CELL_TIMEOUT  seconds per run (default 2400); a timeout prints `!!! CELL_TIMEOUT`, rc 124
+#   AB_ROOT       output root (default $ZL_RUNS_ROOT or <repo>/runs, then ab_rlc_<timestamp>)
+#   RESCORE       an existing root: recompute every verdict from the run directories on disk,
+#                 keep the old table as screen.tsv.bak, measure nothing
+#   ZL_RUN_PYTEST the run script (default <repo>/run_pytest.sh; tests point it at a stub)
+#
+# Output: <root>/<cell>_before, <cell>_after (explicit OUT_DIRs: never "the newest
+# runs/<op>_* is mine", which breaks as soon as two drivers share runs/), <root>/summary.log
+# (ANSI stripped), <root>/screen.tsv with one row per operator:
+#   op op_file dtypes rows_before rows_after kernels_before kernels_after cvt_before cvt_after
+#   elapsed_before elapsed_after rc_before rc_after verdict <caliber fields of side A>
+# Verdicts (the shared IR fingerprint, irtools.fingerprint):
+#   IR_CHANGED  the two sides compiled different TTGIR            -> worth a multi-round A/B
+#   NO_IR_DIFF  identical TTGIR with configs pinned                -> its range is the noise floor
+#   NO_TRITON   rows measured but no .ttgir compiled on a side     -> the switch has nothing to act on
+#   NO_ROWS     a side failed or measured no row                   -> fix runnability first
+# The verdict is the fingerprint, not the convert_layout count: addmm kept 15 -> 15 converts
+# while all 15 TTGIR files changed. The counts are kept because they explain the change.
+# Exit: 0 done (the verdicts carry the results); 2 bad variables or RESCORE input.
+set -uo pipefail
+
+ZL_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+PY="${ZL_PYTHON:-$(command -v python || command -v python3)}"
+export ZL_PYTHON="$PY"
+RUN_PYTEST="${ZL_RUN_PYTEST:-$ZL_ROOT/run_pytest.sh}"
+# shellcheck source=_ir_fingerprint.sh
+source "$ZL_ROOT/_ir_fingerprint.sh"
+
+die2() { echo "!!! $*" >&2; exit 2; }
+
+VENDOR="${VENDOR:-MUSA}"
+SWITCH="${SWITCH:-FLAGTREE_${VENDOR}_RLC_ENHANCE}"
+OPS="${OPS:-softmax}"
+CELL_TIMEOUT="${CELL_TIMEOUT:-2400}"
+RESCORE="${RESCORE:-}"
+[[ "$SWITCH" =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || die2 "SWITCH is not a variable name: '$SWITCH'"
+[[ "$CELL_TIMEOUT" =~ ^[1-9][0-9]*$ ]] || die2 "CELL_TIMEOUT must be a positive integer (got: $CELL_TIMEOUT)"
+
+CAL_HEADER="$("$PY" "$ZL_ROOT/batch_summary.py" --caliber-header)" || die2 "batch_summary.py --caliber-header failed"
+SCREEN_HEADER="op	op_file	dtypes	rows_before	rows_after	kernels_before	kernels_after	cvt_before	cvt_after	elapsed_before	elapsed_after	rc_before	rc_after	verdict	$CAL_HEADER"
+
+# Directory name of one operator's cell (dtypes make it unique when an op is screened twice).
+cell_name() {   # op dtypes
+  if [[ -n "$2" ]]; then printf '%s@%s' "$1" "${2// /+}"; else printf '%s' "$1"; fi
+}
+
+# "success failed ..." of a run through the one run.log parser.
+rows_of() { "$PY" "$ZL_ROOT/batch_summary.py" --cell-stats "$1" | cut -f1; }
+
+# "kernels converts" from the shared counter; "0 0" when the run compiled no TTGIR.
+ir_counts() {
+  local json
+  if json="$(ir_converts "$1" 2>/dev/null)"; then
+    printf '%s' "$json" | "$PY" -c 'import json,sys; d=json.load(sys.stdin); print(d["ttgir_files"], d["measured_convert_count"])'
+  else
+    echo "0 0"
+  fi
+}
+
+# verdict rows_before rows_after rc_before rc_after before_dir after_dir
+judge() {
+  local rb="$1" ra="$2" rcb="$3" rca="$4" fb fa
+  if [[ "$rcb" != 0 || "$rca" != 0 || "${rb:-0}" == 0 || "${ra:-0}" == 0 ]]; then
+    echo NO_ROWS; return
+  fi
+  fb="$(ir_fingerprint "$5" 2>/dev/null)" || fb=""
+  fa="$(ir_fingerprint "$6" 2>/dev/null)" || fa=""
+  if [[ -z "$fb" || -z "$fa" ]]; then echo NO_TRITON
+  elif [[ "$fb" == "$fa" ]]; then echo NO_IR_DIFF
+  else echo IR_CHANGED; fi
+}
+
+explain() {   # verdict rc_before rc_after
+  case "$1" in
+    NO_ROWS)
+      if [[ "$2" == 124 || "$3" == 124 || "$2" == 137 || "$3" == 137 ]]; then
+        echo "cut off by CELL_TIMEOUT=${CELL_TIMEOUT}s (rc=$2/$3): a duration problem, not a verdict on the switch"
+      else
+        echo "no comparable measurement (rc=$2/$3); read run.log: usually a dtype the operator rejects, or no config on this backend"
+      fi ;;
+    NO_TRITON) echo "rows measured but no .ttgir compiled: nothing went through Triton (aten or a vendor library), so a compiler switch has nothing to act on; not 'the switch does nothing'" ;;
+    NO_IR_DIFF) echo "identical TTGIR with pinned configs: the switch changed no generated code here (check its spelling before concluding)" ;;
+    IR_CHANGED) echo "generated code differs: worth a multi-round A/B (ab_repeat.sh)" ;;
+  esac
+}
+
+# ------------------------------------------------------------------ RESCORE
+if [[ -n "$RESCORE" ]]; then
+  [[ -d "$RESCORE" ]] || die2 "RESCORE directory does not exist: $RESCORE"
+  TSV="$RESCORE/screen.tsv"
+  [[ -f "$TSV" ]] || die2 "no screen.tsv in $RESCORE"
+  cp -f "$TSV" "$TSV.bak"
+  hdr="$(head -n 1 "$TSV.bak")"
+  col() { printf '%s\n' "$hdr" | tr '\t' '\n' | grep -nxF "$1" | cut -d: -f1; }
+  c_op=$(col op); c_dt=$(col dtypes); c_v=$(col verdict); c_rcb=$(col rc_before); c_rca=$(col rc_after)
+  c_rb=$(col rows_before); c_ra=$(col rows_after)
+  [[ -n "$c_op" && -n "$c_v" ]] || die2 "$TSV has no op/verdict column"
+  tmp="$TSV.tmp.$$"
+  printf '%s\n' "$hdr" > "$tmp"
+  changed=0
+  while IFS= read -r line; do
+    [[ -n "$line" ]] || continue
+    op=$(printf '%s' "$line" | cut -f"$c_op"); old=$(printf '%s' "$line" | cut -f"$c_v")
+    dt=""; [[ -n "$c_dt" ]] && dt=$(printf '%s' "$line" | cut -f"$c_dt")
+    [[ "$dt" == "<all>" ]] && dt=""
+    cell="$(cell_name "$op" "${dt//,/ }")"
+    B="$RESCORE/${cell}_before"; A="$RESCORE/${cell}_after"
+    rcb=0; rca=0
+    [[ -n "$c_rcb" ]] && rcb=$(printf '%s' "$line" | cut -f"$c_rcb")
+    [[ -n "$c_rca" ]] && rca=$(printf '%s' "$line" | cut -f"$c_rca")
+    # Rows are re-read from disk too: the parser may have been fixed since.
+    rb=$( [[ -d "$B" ]] && rows_of "$B" || echo 0 ); ra=$( [[ -d "$A" ]] && rows_of "$A" || echo 0 )
+    v="$(judge "$rb" "$ra" "${rcb:-0}" "${rca:-0}" "$B" "$A")"
+    printf '%s\n' "$line" | awk -v FS='\t' -v OFS='\t' -v i="$c_v" -v v="$v" \
+      -v irb="${c_rb:-0}" -v rb="$rb" -v ira="${c_ra:-0}" -v ra="$ra" \
+      '{ $i = v; if (irb > 0) $irb = rb; if (ira > 0) $ira = ra; print }' >> "$tmp"
+    if [[ "$old" != "$v" ]]; then
+      printf '  %-24s %-12s -> %s\n' "$op" "$old" "$v"
+      changed=$((changed + 1))
+    fi
+  done < <(tail -n +2 "$TSV.bak")
+  mv -f "$tmp" "$TSV"
+  echo ">>> rescored $RESCORE: $changed verdict(s) changed; previous table kept as $TSV.bak"
+  awk -F'\t' -v i="$c_v" 'NR > 1 { c[$i]++ } END { for (k in c) printf "  %-12s %d\n", k, c[k] }' "$TSV" | sort
+  exit 0
+fi
+
+# ------------------------------------------------------------------ screen
+if [[ -t 1 && -z "${NO_COLOR:-}" ]]; then export FLAGGEMS_PERF_COLOR=always; fi
+BASE="${ZL_RUNS_ROOT:-$ZL_ROOT/runs}"
+ROOT="${AB_ROOT:-$BASE/ab_rlc_$(date +%Y%m%d-%H%M%S)}"
+mkdir -p "$ROOT" || die2 "cannot create $ROOT"
+ROOT="$(cd "$ROOT" && pwd)"
+LOG="$ROOT/summary.log"
+TSV="$ROOT/screen.tsv"
+[[ -f "$TSV" ]] || printf '%s\n' "$SCREEN_HEADER" > "$TSV"
+
+run_side() {   # out_dir value dtypes op op_file [replay_from]
+  local out="$1" val="$2" dtypes="$3" op="$4" op_file="$5" replay="${6:-}" rc
+  OP="$op" OP_FILE="$op_file" OUT_DIR="$out" DTYPES="$dtypes" REPLAY_FROM="$replay" \
+    timeout -k 30 "$CELL_TIMEOUT" env "$SWITCH=$val" bash "$RUN_PYTEST"
+  rc=$?
+  if (( rc == 124 || rc == 137 )); then
+    echo "!!! CELL_TIMEOUT ${CELL_TIMEOUT}s op=$op $SWITCH=$val rc=$rc"
+  fi
+  return "$rc"
+}
+
+{
+  echo ">>> switch=$SWITCH  ops=$OPS  root=$ROOT"
+  for entry in $OPS; do
+    IFS=: read -r op op_file dtypes_csv extra <<< "$entry"
+    if [[ -z "$op" || -n "${extra:-}" ]]; then
+      echo "!!! bad OPS entry '$entry' (OP, OP:OP_FILE or OP:OP_FILE:DTYPES); skipped"
+      continue
+    fi
+    op_file="${op_file:-$op}"
+    dtypes="${dtypes_csv//,/ }"
+    [[ -n "$dtypes" ]] || dtypes="${DTYPES:-}"
+    cell="$(cell_name "$op" "$dtypes")"
+    BEFORE="$ROOT/${cell}_before"; AFTER="$ROOT/${cell}_after"
+
+    echo "########## $op | $SWITCH=0 before (record) ##########"
+    t0=$(date +%s)
+    run_side "$BEFORE" 0 "$dtypes" "$op" "$op_file"; rc_before=$?
+    el_before=$(( $(date +%s) - t0 ))
+
+    echo "########## $op | $SWITCH=1 after (replay $BEFORE) ##########"
+    t0=$(date +%s)
+    if [[ -d "$BEFORE" ]]; then
+      run_side "$AFTER" 1 "$dtypes" "$op" "$op_file" "$BEFORE"; rc_after=$?
+    else
+      echo "!!! side A left no run directory; side B not run"; rc_after=2
+    fi
+    el_after=$(( $(date +%s) - t0 ))
+
+    rb=$( [[ -d "$BEFORE" ]] && rows_of "$BEFORE" || echo 0 )
+    ra=$( [[ -d "$AFTER" ]] && rows_of "$AFTER" || echo 0 )
+    read -r kb cb <<< "$(ir_counts "$BEFORE")"
+    read -r ka ca <<< "$(ir_counts "$AFTER")"
+    verdict="$(judge "$rb" "$ra" "$rc_before" "$rc_after" "$BEFORE" "$AFTER")"
+    # The caliber columns come from batch_summary.py: CALIBER_FIELDS has one definition.
+    cal="$("$PY" "$ZL_ROOT/batch_summary.py" --caliber "$BEFORE" 2>/dev/null)" || cal=""
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+      "$op" "$op_file" "${dtypes_csv:-${dtypes:-<all>}}" "$rb" "$ra" "$kb" "$ka" "$cb" "$ca" \
+      "$el_before" "$el_after" "$rc_before" "$rc_after" "$verdict" "$cal" >> "$TSV"
+    echo ">>> $op: $verdict ($(explain "$verdict" "$rc_before" "$rc_after"))"
+
+    # A verdict that says "not comparable" must not be followed by a range that reads like one.
+    case "$verdict" in
+      NO_ROWS)   echo "!!! $op: no comparable measurement, no speedup range"; continue ;;
+      NO_TRITON) echo "!!! $op: nothing compiled through Triton, a speedup range would not be about $SWITCH"; continue ;;
+      NO_IR_DIFF)
+        echo ">>> $op: both sides ran the same generated code; the range below is this machine's"
+        echo ">>> NOISE FLOOR for $op, not a gain of $SWITCH." ;;
+    esac
+    echo "########## $op | summary ##########"
+    "$PY" "$ZL_ROOT/batch_summary.py" --ab "$BEFORE" "$AFTER" --label "$op" \
+      || echo "!!! summary refused or failed for $op (rc=$?)"
+  done
+
+  echo "########## screen ##########"
+  awk -F'\t' 'NR > 1 { printf "  %-12s %-24s kernels %s/%s  cvt %s->%s  rows %s/%s  %ss\n",
+       $14, $1, $6, $7, $8, $9, $4, $5, $10 + $11 }' "$TSV" | sort
+  echo ">>> send only IR_CHANGED operators to ab_repeat.sh"
+  echo "########## ALL DONE ##########"
+} 2>&1 | tee "$LOG"
+
+sed -i -E $'s/\x1b\\[[0-9;?]*[A-Za-z]//g' "$LOG"
+echo ">>> log: $LOG"
+echo ">>> screen: $TSV"
