@@ -269,7 +269,10 @@ class _State:
         self.records.setdefault(kernel, {})[keystr] = config_to_dict(cfg)
 
     def dump(self) -> None:
-        if self.mode != "record" or not self.record_dir:
+        if self.mode == "replay":
+            self.dump_used()
+            return
+        if not self.record_dir:
             return
         merged: Dict[str, Dict[str, Any]] = {}
         if self.replay:  # pre-swept: keep the merge, overlay what this run used
@@ -289,6 +292,20 @@ class _State:
         if self.uncaptured:
             _log("tuner(s) ran without a cache lookup, nothing to record: "
                  + ", ".join(sorted(self.uncaptured)))
+
+
+    def dump_used(self) -> None:
+        """Replay side: what this run actually ran with (injected + live fallbacks),
+        as `<OUT_DIR>/autotune_records/<op>.used.json`, so a replay can be diffed
+        against its record. Not `<op>.json`: this run did not tune."""
+        out = os.environ.get("OUT_DIR", "").strip()
+        if not out or not self.records:
+            return
+        path = Path(out) / "autotune_records" / f"{self.op}.used.json"
+        try:
+            atomic_write_json(path, self.records)
+        except Exception as exc:
+            _log(f"writing {path} failed: {type(exc).__name__}: {exc}")
 
 
 def write_meta(record_dir: str, op: str) -> None:
@@ -438,7 +455,7 @@ def _wrap_run(original):
             if proxy.keystr is None:
                 if len(getattr(self, "configs", ()) or ()) > 1:
                     st.uncaptured.add(kernel)
-            elif st.mode == "record":
+            else:
                 _note_used(st, self, inner, proxy, kernel)
     run._zl_wrapped = True
     run.__wrapped__ = original

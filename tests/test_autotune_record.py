@@ -134,6 +134,8 @@ def test_record_then_replay_gives_identical_configs(env, monkeypatch, capfd):
         assert used[n] == doc[KERNEL][f"{n},torch.float32,torch.float32"]
     assert identity(env)["autotune_mode"] == "replay"
     assert plug.MARKER not in capfd.readouterr().err
+    used_file = env / "run" / "autotune_records" / "add_one.used.json"
+    assert json.loads(used_file.read_text()) == doc  # what the replay ran == the record
 
 
 def test_replay_overrides_a_warm_cache(env, monkeypatch):
@@ -455,7 +457,8 @@ def test_run_pytest_record_then_replay_libtuner(zl_run):
     assert "AUTOTUNE_REPLAY_FALLBACK" not in b.output
     assert _ident(b)["autotune_mode"] == "replay"
     assert f"replaying {sum(len(v) for v in recs.values())} recorded config(s)" in b.output
-    assert not (b.out_dir / "autotune_records" / f"{op}.json").exists()  # replay writes none
+    assert not (b.out_dir / "autotune_records" / f"{op}.json").exists()  # replay tunes nothing
+    assert json.loads((b.out_dir / "autotune_records" / f"{op}.used.json").read_text()) == recs
 
 
 def _tuned_rows(root: Path) -> int:
