@@ -1,0 +1,140 @@
+"""runlog/parse.py against upstream-format run.logs (tests/fixtures/runlogs)."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+from runlog.parse import RunLogError, parse_run_log, read_run_log
+from runlog.stats import index_rows, pair_logs
+
+FIX = Path(__file__).resolve().parent / "fixtures" / "runlogs"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _fake_consts():
+    spec = importlib.util.spec_from_file_location(
+        "zl_fake_consts_t", REPO / "tests/fake_flaggems/benchmark/consts.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_two_dtype_tables_gbps_and_na():
+    p = read_run_log(FIX / "softmax_gbps_two_dtypes.log")
+    assert p.tables == 2 and len(p.rows) == 6
+    assert [r.dtype for r in p.rows] == ["torch.float16"] * 3 + ["torch.bfloat16"] * 3
+    first = p.rows[0]
+    assert (first.op, first.mode, first.level) == ("softmax", "kernel", "core")
+    assert first.torch_lat == pytest.approx(0.0123) and first.gems_lat == pytest.approx(0.0101)
+    assert first.speedup == pytest.approx(1.218)
+    assert first.extra == {"torch_gbps": pytest.approx(341.1), "gems_gbps": pytest.approx(415.4)}
+    assert first.size_detail == "[torch.Size([1024, 1024])]"
+    # upstream drops the GBPS cells of a row whose gbps is None: fewer tokens than the header
+    na = p.rows[2]
+    assert na.gems_lat is None and na.speedup is None and na.extra == {}
+    assert na.size_detail == "[torch.Size([64, 512, 512])]"
+    assert p.n_failed == 0 and p.final_line.startswith("1 passed")
+
+
+def test_tflops_column_and_duplicate_shapes_get_occurrence_index():
+    p = read_run_log(FIX / "mm_tflops_duplicates.log")
+    assert [r.extra["tflops"] for r in p.rows] == pytest.approx([5.69, 857.9, 859.0])
+    keys = list(index_rows(p))
+    assert [k[3] for k in keys] == [0, 0, 1]
+    assert keys[1][:3] == keys[2][:3]
+
+
+def test_row_tflops_differs_from_header_decision():
+    """Upstream decides the TFLOPS header from row 0 but each row prints its own."""
+    C = _fake_consts()
+    rows = [C.BenchmarkMetrics(shape_detail=[torch.Size([8])], latency_base=1.0, latency=2.0,
+                               speedup=0.5, tflops=3.0),
+            C.BenchmarkMetrics(shape_detail=[torch.Size([9])], latency_base=1.0, latency=4.0,
+                               speedup=0.25, tflops=0.0)]
+    text = str(C.BenchmarkResult(op_name="x", dtype="torch.float32", mode="kernel", level="core",
+                                 result=rows))
+    p = parse_run_log(text)
+    assert [r.gems_lat for r in p.rows] == [2.0, 4.0]
+    assert p.rows[0].extra == {"tflops": 3.0} and p.rows[1].extra == {}
+    assert [r.size_detail for r in p.rows] == ["[torch.Size([8])]", "[torch.Size([9])]"]
+
+
+def test_failed_shape_is_reported_from_pytest_output_not_rows():
+    p = read_run_log(FIX / "gelu_backward_cudagraph_failed.log")
+    assert p.rows == [] and p.tables == 0
+    assert p.n_failed == 1 and p.failed_count == 1
+    assert p.failures[0].node == "benchmark/test_pointwise_perf.py::test_gelu_backward"
+    assert "previous error during capture" in p.failure_text()
+    assert any("previous error during capture" in e for e in p.error_lines)
+
+
+def test_folded_table_unfolds_to_the_plain_size_detail_and_pairs():
+    folded = read_run_log(FIX / "fused_moe_folded.log")
+    plain = read_run_log(FIX / "fused_moe_plain.log")
+    assert "[same for all rows]" in (FIX / "fused_moe_folded.log").read_text()
+    assert [r.size_detail for r in folded.rows] == [r.size_detail for r in plain.rows]
+    rep = pair_logs(plain, folded)
+    assert len(rep.paired) == 3 and rep.unpaired == []
+
+
+def test_ansi_colour_and_marker_counts():
+    p = read_run_log(FIX / "relu_colour_markers.log")
+    assert [r.row_status for r in p.rows] == ["SUCCESS"]
+    assert p.rows[0].gems_lat == pytest.approx(0.02)
+    # the configure line that merely names the marker is not an event
+    assert p.markers == {"no_cudagraph": 1, "capture_poisoned": 0, "replay_fallback": 1}
+
+
+def test_failed_row_and_upstream_failure_notice():
+    text = "\n".join([
+        "Operator: abs  Performance Test (dtype=torch.float32, mode=kernel,level=core)",
+        "Status       Torch Latency (ms)    Gems Latency (ms)         Gems Speedup          Size Detail",
+        "-" * 95,
+        "FAILED                     N/A                 N/A                 N/A          [torch.Size([7])]",
+        "SUCCESS               0.010000            0.020000               0.500          N/A",
+        "",
+        "FAILED: Operator=abs dtype={dtype} err=<<<{e}>>>",
+    ])
+    p = parse_run_log(text)
+    assert [r.row_status for r in p.rows] == ["FAILED", "SUCCESS"]
+    assert p.rows[0].gems_lat is None and p.rows[1].size_detail == "N/A"
+    assert p.n_failed == 1 and p.failures[0].source == "upstream"
+
+
+def test_truncated_row_is_reported_as_malformed_not_guessed():
+    text = "\n".join([
+        "Operator: abs  Performance Test (dtype=torch.float32, mode=kernel,level=core)",
+        "Status       Torch Latency (ms)    Gems Latency (ms)         Gems Speedup          Size Detail",
+        "-" * 95,
+        "SUCCESS               0.010000            0.0200",
+    ])
+    p = parse_run_log(text)
+    assert p.rows == [] and len(p.malformed) == 1
+
+
+@pytest.mark.parametrize("content", ["", "hello world\n", "\x00\x01binary\xff"])
+def test_unreadable_logs_raise_named_error(tmp_path, content):
+    f = tmp_path / "run.log"
+    f.write_bytes(content.encode("utf-8", "surrogateescape") if isinstance(content, str) else content)
+    with pytest.raises(RunLogError):
+        read_run_log(f)
+
+
+def test_missing_log_and_run_dir_resolution(tmp_path):
+    with pytest.raises(RunLogError):
+        read_run_log(tmp_path / "nope.log")
+    (tmp_path / "run.log").write_text((FIX / "mm_tflops_duplicates.log").read_text())
+    assert len(read_run_log(tmp_path).rows) == 3
+
+
+def test_fixtures_match_the_generator():
+    """The committed logs are what make_synthetic.py prints today (the fake consts is the format)."""
+    spec = importlib.util.spec_from_file_location("zl_make_synth", FIX / "make_synthetic.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.softmax_log() == (FIX / "softmax_gbps_two_dtypes.log").read_text()
+    assert mod.mm_log() == (FIX / "mm_tflops_duplicates.log").read_text()
+    folded, plain = mod.moe_folded_log()
+    assert folded == (FIX / "fused_moe_folded.log").read_text()
