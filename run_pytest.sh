@@ -105,8 +105,11 @@ fi
 # PYTHONPATH and flag_gems from a checkout, so a shell that reaches the right files
 # can still run the wrong Python. Unchecked, this shows up as one `pytest exit 4`
 # per cell, and a campaign once burnt 12 cells + 160 runs that way.
+# The check must not touch the user's tuner store: `import flag_gems` creates its
+# sqlite singleton, so point it at an in-memory database for this probe only.
 import_check() {
-  GEMS_VENDOR="${GEMS_VENDOR:-$VENDOR_DEFAULT}" "$PY" -c 'import triton, flag_gems' >/dev/null 2>&1
+  GEMS_VENDOR="${GEMS_VENDOR:-$VENDOR_DEFAULT}" FLAGGEMS_DB_URL="sqlite:///:memory:" \
+    "$PY" -c 'import triton, flag_gems' >/dev/null 2>&1
 }
 preflight interpreter "interpreter imports triton + flag_gems ($PY)" import_check
 

@@ -1,0 +1,148 @@
+"""run_pytest.sh end to end on the CPU harness: run directory, identity, variables,
+preflight, exit codes. Each full run costs a subprocess with a fresh torch/triton
+import, so one run asserts many things."""
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.harness.runner import FAKE_FLAGGEMS_DIR
+
+CALIBER_KEYS = ("schema_version", "provider", "op", "op_file", "test_file", "flaggems_dir", "backend",
+                "device", "device_name", "device_arch", "flaggems_vendor", "bench_level", "shape_mode",
+                "tuner_cache", "autotune_mode", "timer", "direct_repeat", "triton_version",
+                "torch_version", "flag_gems_version", "flaggems_commit")
+
+TITLE_RE = re.compile(r"^Operator: (\S+)  Performance Test \(dtype=(\S+), mode=(\w+),level=(\w+)\)$", re.M)
+
+
+def _identity(run_dir: Path) -> dict:
+    return json.loads((run_dir / "run_identity.json").read_text())
+
+
+def test_default_run_leaves_a_complete_run_directory(zl_run, tmp_path):
+    runs_root = tmp_path / "runs"
+    runs_root.mkdir()
+    # Two runs started in the same second must not share a directory: occupy the
+    # names of the next few seconds so this run has to step to "-2".
+    now = time.time()
+    for dt in range(0, 8):
+        (runs_root / f"relu_{time.strftime('%Y%m%d-%H%M%S', time.localtime(now + dt))}").mkdir()
+    tmp_dir = tmp_path / "tmpdir"
+    tmp_dir.mkdir()
+    # relu, not the default softmax: the built-in inline yaml holds GPU-sized softmax
+    # shapes, far too slow for the interpreter. relu has no key there, so inline mode
+    # falls back to the class chain / DEFAULT_SHAPES exactly like upstream.
+    r = zl_run(OUT_DIR=None, OP="relu", OP_FILE="relu", ZL_RUNS_ROOT=runs_root, TMPDIR=tmp_dir,
+               FLAGGEMS_PERF_COLOR="always", NO_COLOR=None)
+    assert r.returncode == 0, r.explain()
+    made = [p for p in runs_root.iterdir() if (p / "run.log").exists()]
+    assert len(made) == 1 and made[0].name.endswith("-2"), sorted(p.name for p in runs_root.iterdir())
+    run = made[0]
+    for name in ("run.log", "shapes.yaml", "shapes.source.yaml", "run_identity.json"):
+        assert (run / name).is_file(), name
+    for name in ("autotune_records", "ttgir"):
+        assert (run / name).is_dir(), name
+    log = (run / "run.log").read_text()
+    # The console was coloured (FLAGGEMS_PERF_COLOR=always) but run.log is plain text.
+    assert "\x1b[" in r.stdout and "\x1b[" not in log
+    titles = TITLE_RE.findall(log)
+    assert [(t[0], t[1], t[2], t[3]) for t in titles] == [
+        ("relu", "torch.float16", "kernel", "core"), ("relu", "torch.float32", "kernel", "core")]
+    assert "1 passed" in log and ">>> done." in log
+    # GEMS_VENDOR was set by the device-setup plugin before flag_gems was imported.
+    assert "[fake-flag_gems] import GEMS_VENDOR=nvidia" in log
+    ident = _identity(run)
+    missing = [k for k in CALIBER_KEYS if k not in ident]
+    assert not missing, missing
+    assert ident["schema_version"] == 1 and ident["provider"] == "flaggems"
+    assert (ident["op"], ident["op_file"], ident["backend"]) == ("relu", "relu", "cuda")
+    assert ident["test_file"] == f"{FAKE_FLAGGEMS_DIR}/benchmark/test_relu.py::test_relu"
+    assert ident["bench_level"] == "core" and ident["shape_mode"] == "inline"
+    assert re.fullmatch(r"shared\(/.*/home/\.flaggems\)", ident["tuner_cache"]), ident["tuner_cache"]
+    assert ident["autotune_mode"] == "record" and ident["flaggems_vendor"] == "nvidia"
+    assert ident["timer"] == "cuda_graph" and ident["direct_repeat"] == 1
+    assert ident["triton_version"] and ident["torch_version"] and ident["flag_gems_version"]
+    # The inline yaml was passed (its softmax entry archived) and had no relu key, so
+    # the class's shapes ran, which shapes.yaml and the log both say.
+    assert "softmax:" in (run / "shapes.source.yaml").read_text()
+    shapes = (run / "shapes.yaml").read_text()
+    assert "source: class" in shapes and "[64, 64]" in shapes
+    assert "no yaml entry for op=relu" in log
+    # Private Triton cache removed afterwards.
+    assert not list(tmp_dir.glob("zl_triton_cache.*"))
+
+
+def test_test_node_dtypes_and_upstream_shapes(zl_run):
+    node = f"{FAKE_FLAGGEMS_DIR}/benchmark/test_softmax.py::test_softmax"
+    r = zl_run(TEST_NODE=node, OP="ignored", OP_FILE="ignored", FLAGGEMS_DIR="/nonexistent", DTYPES="float32")
+    assert r.returncode == 0, r.explain()
+    titles = TITLE_RE.findall(r.log_text)
+    assert [t[1] for t in titles] == ["torch.float32"]
+    ident = _identity(r.out_dir)
+    assert ident["shape_mode"] == "upstream" and ident["op"] == "softmax"
+    assert ident["flaggems_dir"] == str(FAKE_FLAGGEMS_DIR)
+    assert "--shape_file" not in r.log_text.split(">>> plugins")[0]
+    # Upstream mode: no override, the effective shapes still recorded.
+    assert "source: upstream" in (r.out_dir / "shapes.yaml").read_text()
+
+
+def test_shape_file_dtype_restriction_and_exit_status_is_pytests(zl_run, tmp_path):
+    shapes = tmp_path / "s.yaml"
+    shapes.write_text("amax:\n  shapes:\n    - [4, 64]\n    - [8, 2048]\n")
+    r = zl_run(OP="amax", OP_FILE="amax", SHAPE_FILE=shapes)
+    # The fake amax raises on [8, 2048]; upstream fails the test before printing.
+    assert r.returncode == 1, r.explain()
+    assert "1 failed" in r.log_text
+    ident = _identity(r.out_dir)
+    assert ident["shape_mode"] == "file"
+    assert (r.out_dir / "shapes.source.yaml").read_text() == shapes.read_text()
+
+
+def test_isolated_tuner_cache_is_private_and_removed(zl_run, tmp_path):
+    r = zl_run(OP="gelu_backward", OP_FILE="gelu", ZL_ISOLATE_TUNER_CACHE="1", DTYPES="float32")
+    assert r.returncode == 0, r.explain()
+    assert _identity(r.out_dir)["tuner_cache"] == "isolated"
+    assert not list(tmp_path.glob("**/home/.flaggems"))
+    assert not (r.out_dir / ".flaggems_cache").exists()
+
+
+def test_foreign_vendor_module_reported(zl_run):
+    r = zl_run(OP="exp", OP_FILE="exp", DTYPES="float32")
+    assert r.returncode == 0, r.explain()
+    assert "FOREIGN_VENDOR_MODULE active=nvidia loaded=mthreads" in r.log_text
+
+
+@pytest.mark.parametrize("env,check", [
+    ({"FLAGGEMS_DIR": "/nonexistent/fg", "ZL_FLAGGEMS_FALLBACK_ROOTS": ""}, "flaggems_dir"),
+    ({"OP": "nope", "OP_FILE": "nope"}, "benchmark_file"),
+    ({"SHAPE_FILE": "/nonexistent/shapes.yaml"}, "shape_file"),
+    ({"REPLAY_FROM": "/nonexistent/run"}, "replay_from"),
+    ({"PYTHONPATH": "__REPO_ONLY__"}, "interpreter"),
+])
+def test_preflight_failures_exit_3_with_named_check(zl_run, env, check):
+    from tests.harness.runner import REPO_ROOT
+
+    env = {k: (str(REPO_ROOT) if v == "__REPO_ONLY__" else v) for k, v in env.items()}
+    r = zl_run(**env)
+    assert r.returncode == 3, r.explain()
+    assert f"!!! PREFLIGHT_FAILED check={check}" in r.stderr
+    if check == "interpreter":
+        assert "python" in r.stderr  # names the interpreter it tried
+    assert r.log_text == ""  # refused before a run directory is filled
+
+
+@pytest.mark.parametrize("env,needle", [
+    ({"BENCH_LEVEL": "full"}, "BENCH_LEVEL must be core or comprehensive"),
+    ({"ZL_BACKEND": "tpu"}, "unknown backend"),
+    ({"TEST_NODE": "benchmark/test_softmax.py"}, "TEST_NODE must look like"),
+    ({"USE_FLAGTUNE": "yes"}, "USE_FLAGTUNE must be 0 or 1"),
+    ({"ZL_EXTRA_PLUGINS": "_no_such_plugin"}, "_no_such_plugin"),
+])
+def test_bad_values_exit_2(zl_run, env, needle):
+    r = zl_run(**env)
+    assert r.returncode == 2, r.explain()
+    assert needle in r.stderr
