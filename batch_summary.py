@@ -115,7 +115,7 @@ def report_ab(before: Path, after: Path, label: str, allow: bool) -> Dict:
         blog, alog = resolve_log(before), resolve_log(after)
     except RunLogError as exc:
         raise BadInput(str(exc)) from None
-    name = label or str(cal.caliber_of(blog.parent) and _identity_op(blog.parent) or blog.parent.name)
+    name = label or _identity_op(blog.parent) or blog.parent.name
     problems = check_caliber([("before", blog.parent), ("after", alog.parent)], name, allow)
     try:
         rep = pair_logs(read_run_log(blog), read_run_log(alog))

@@ -39,9 +39,6 @@ from pathlib import Path
 from statistics import median
 from typing import Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
-from scipy.stats import mannwhitneyu
-
 from runlog.parse import ParsedLog, Row, read_run_log
 
 ALPHA = 0.05
@@ -177,6 +174,8 @@ def verdict(a: Sequence[float], b: Sequence[float], noise_pct: float,
         return "n/a", None
     if len(set(a)) == 1 and len(set(b)) == 1 and a[0] == b[0]:
         return "no detectable difference", 1.0
+    from scipy.stats import mannwhitneyu  # lazy: the drivers' per-cell calls need no scipy
+
     p = float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
     if min_mwu_p(len(a), len(b)) > alpha:
         return "underpowered", p
@@ -189,6 +188,8 @@ def verdict(a: Sequence[float], b: Sequence[float], noise_pct: float,
 def bootstrap_ci(samples: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES,
                  seed: int = BOOTSTRAP_SEED, level: float = 0.95) -> Tuple[float, float]:
     """Percentile bootstrap interval of the mean (numpy, fixed seed)."""
+    import numpy as np
+
     x = np.asarray(samples, dtype=float)
     rng = np.random.default_rng(seed)
     means = x[rng.integers(0, len(x), size=(resamples, len(x)))].mean(axis=1)
