@@ -1,0 +1,222 @@
+"""ab_rlc_test.sh, ab_repeat.sh, ab_fold_test.sh end to end.
+
+Driver logic (verdicts, order, skips, timeouts, failed cells, RESCORE) runs against
+tests/fixtures/runlogs/stub_run_pytest.sh (ZL_RUN_PYTEST), which writes an
+upstream-format run directory in milliseconds. Two tests go through the real
+run_pytest.sh and the fake FlagGems tree on the CPU (no TTGIR there: NO_TRITON).
+"""
+
+import csv
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness.runner import REPO_ROOT, run_zl
+
+STUB = REPO_ROOT / "tests" / "fixtures" / "runlogs" / "stub_run_pytest.sh"
+
+
+def stub_env(**kw):
+    env = dict(ZL_RUN_PYTEST=str(STUB), ZL_STUB_SWITCH="ZL_TEST_SWITCH", SWITCH="ZL_TEST_SWITCH",
+               TELEMETRY_INTERVAL="0")
+    env.update(kw)
+    return env
+
+
+def tsv(path: Path):
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh, delimiter="\t"))
+
+
+# ---------------------------------------------------------------- ab_rlc_test.sh
+
+@pytest.fixture
+def screened(tmp_path):
+    root = tmp_path / "screen"
+    r = run_zl(tmp_path / "w", script="ab_rlc_test.sh", **stub_env(
+        OPS="relu abs exp:exp amax:amax:float32", AB_ROOT=root, ZL_STUB_EFFECT="0.05",
+        ZL_STUB_IR_MAP="relu=switch,abs=same,exp=none,amax=switch", ZL_STUB_FAIL="amax@float32_after"))
+    assert r.returncode == 0, r.explain()
+    return root, r
+
+
+def test_screen_verdicts_and_what_each_prints(screened):
+    root, r = screened
+    rows = {row["op"]: row for row in tsv(root / "screen.tsv")}
+    assert {k: v["verdict"] for k, v in rows.items()} == {
+        "relu": "IR_CHANGED", "abs": "NO_IR_DIFF", "exp": "NO_TRITON", "amax": "NO_ROWS"}
+    assert rows["amax"]["dtypes"] == "float32" and rows["amax"]["rc_after"] == "1"
+    assert rows["relu"]["rows_before"] == "6" and rows["relu"]["kernels_after"] == "1"
+    assert rows["exp"]["kernels_before"] == "0"
+    # caliber columns come from batch_summary.py --caliber
+    assert rows["relu"]["timer"] == "cuda_graph" and rows["relu"]["tuner_cache"] == "isolated"
+    out = r.stdout
+    assert "[ab] relu: 6 paired rows" in out
+    assert "NOISE FLOOR for abs" in out and "[ab] abs: 6 paired rows" in out
+    assert "[ab] exp:" not in out and "!!! exp: nothing compiled through Triton" in out
+    assert "[ab] amax:" not in out and "!!! amax: no comparable measurement" in out
+    # explicit OUT_DIRs under one root, side B replays side A
+    assert (root / "relu_before" / "run.log").is_file() and (root / "amax@float32_after").is_dir()
+    log = (root / "summary.log").read_text()
+    assert "\x1b[" not in log and "ALL DONE" in log
+
+
+def test_rescore_rejudges_from_disk_and_keeps_the_old_table(screened):
+    root, _ = screened
+    # plant: relu's after side now compiled the same TTGIR as before; exp gains identical IR
+    shutil.rmtree(root / "relu_after" / "ttgir")
+    shutil.copytree(root / "relu_before" / "ttgir", root / "relu_after" / "ttgir")
+    for side in ("before", "after"):
+        d = root / f"exp_{side}" / "ttgir" / "1024" / "k"
+        d.mkdir(parents=True)
+        (d / "a.ttgir").write_text("module { tt.func @k() }\n")
+    old = (root / "screen.tsv").read_text()
+    r = run_zl(root.parent / "w2", script="ab_rlc_test.sh", **stub_env(RESCORE=root))
+    assert r.returncode == 0, r.explain()
+    assert (root / "screen.tsv.bak").read_text() == old
+    verdicts = {row["op"]: row["verdict"] for row in tsv(root / "screen.tsv")}
+    assert verdicts == {"relu": "NO_IR_DIFF", "abs": "NO_IR_DIFF", "exp": "NO_IR_DIFF", "amax": "NO_ROWS"}
+    assert "IR_CHANGED   -> NO_IR_DIFF" in r.stdout and "2 verdict(s) changed" in r.stdout
+
+
+def test_rescore_bad_root_exits_2(tmp_path):
+    r = run_zl(tmp_path / "w", script="ab_rlc_test.sh", **stub_env(RESCORE=tmp_path / "nope"))
+    assert r.returncode == 2 and "RESCORE directory does not exist" in r.stderr
+
+
+def test_cell_timeout(tmp_path):
+    root = tmp_path / "screen"
+    r = run_zl(tmp_path / "w", script="ab_rlc_test.sh", **stub_env(
+        OPS="relu", AB_ROOT=root, CELL_TIMEOUT="1", ZL_STUB_SLEEP="5"))
+    assert r.returncode == 0, r.explain()
+    assert "!!! CELL_TIMEOUT 1s op=relu ZL_TEST_SWITCH=0 rc=124" in r.stdout
+    row = tsv(root / "screen.tsv")[0]
+    assert row["rc_before"] == "124" and row["verdict"] == "NO_ROWS"
+    assert "CELL_TIMEOUT=1s" in r.stdout and "not a verdict on the switch" in r.stdout
+
+
+@pytest.mark.parametrize("script,env,msg", [
+    ("ab_rlc_test.sh", {"SWITCH": "not a name"}, "SWITCH is not a variable name"),
+    ("ab_rlc_test.sh", {"CELL_TIMEOUT": "soon"}, "CELL_TIMEOUT must be"),
+    ("ab_repeat.sh", {"SWITCH": None, "OPS": "relu"}, "SWITCH is required"),
+    ("ab_repeat.sh", {"OPS": None}, "OPS is required"),
+    ("ab_repeat.sh", {"OPS": "relu", "ROUNDS": "six"}, "ROUNDS must be"),
+])
+def test_bad_variables_exit_2(tmp_path, script, env, msg):
+    r = run_zl(tmp_path / "w", script=script, **{**stub_env(), **env})
+    assert r.returncode == 2 and msg in r.stderr
+
+
+# ---------------------------------------------------------------- ab_repeat.sh
+
+def test_repeat_records_once_alternates_order_and_reports(tmp_path):
+    root, trace = tmp_path / "rep", tmp_path / "trace"
+    r = run_zl(tmp_path / "w", script="ab_repeat.sh", **stub_env(
+        OPS="relu", ROUNDS="4", AB_ROOT=root, ZL_STUB_EFFECT="0.05", ZL_STUB_NOISE="0.002",
+        ZL_STUB_TRACE=trace))
+    assert r.returncode == 0, r.explain()
+    assert trace.read_text().split("\n")[:8] == [
+        "relu/r1_A switch=0 replay=0", "relu/r1_B switch=1 replay=1",
+        "relu/r2_B switch=1 replay=1", "relu/r2_A switch=0 replay=1",
+        "relu/r3_A switch=0 replay=1", "relu/r3_B switch=1 replay=1",
+        "relu/r4_B switch=1 replay=1", "relu/r4_A switch=0 replay=1"]
+    status = tsv(root / "status.tsv")
+    assert list(status[0]) == ["round", "op", "side", "switch", "rc", "elapsed_s", "success", "failed",
+                               "replay_fallback", "no_cudagraph", "capture_poisoned"]
+    assert len(status) == 8 and all(s["rc"] == "0" and s["success"] == "6" for s in status)
+    assert "the switch changes generated code" in r.stdout
+    assert "[ab-rounds] relu: 4 rounds x 6 shapes" in r.stdout
+    assert "verdicts: faster=6" in r.stdout
+    assert (root / "relu" / "ab_rounds.json").is_file()
+
+
+def test_repeat_stops_when_the_switch_changes_no_ir(tmp_path):
+    root = tmp_path / "rep"
+    r = run_zl(tmp_path / "w", script="ab_repeat.sh", **stub_env(
+        OPS="relu", ROUNDS="4", AB_ROOT=root, ZL_STUB_IR="same"))
+    assert r.returncode == 0, r.explain()
+    assert "!!! SWITCH_NO_IR_DIFF op=relu switch=ZL_TEST_SWITCH" in r.stdout
+    assert "[ab-rounds]" not in r.stdout and "no report" in r.stdout
+    assert len(tsv(root / "status.tsv")) == 2
+    r = run_zl(tmp_path / "w2", script="ab_repeat.sh", **stub_env(
+        OPS="relu", ROUNDS="2", AB_ROOT=tmp_path / "rep2", ZL_STUB_IR="same", SWITCH_ALLOW_NO_IR_DIFF="1"))
+    assert "SWITCH_NO_IR_DIFF" in r.stdout and "[ab-rounds] relu: 2 rounds" in r.stdout
+
+
+def test_repeat_failed_cell_means_no_report(tmp_path):
+    root = tmp_path / "rep"
+    r = run_zl(tmp_path / "w", script="ab_repeat.sh", **stub_env(
+        OPS="relu abs", ROUNDS="3", AB_ROOT=root, ZL_STUB_FAIL="relu/r2_B"))
+    assert r.returncode == 0, r.explain()
+    status = tsv(root / "status.tsv")
+    failed = [s for s in status if s["op"] == "relu" and s["round"] == "2" and s["side"] == "B"]
+    assert failed[0]["rc"] == "1" and failed[0]["failed"] == "1" and failed[0]["success"] == "0"
+    assert "!!! relu: a cell failed; no report" in r.stdout
+    assert "[ab-rounds] relu" not in r.stdout and "[ab-rounds] abs: 3 rounds" in r.stdout
+    assert not any(s["op"] == "relu" and s["round"] == "3" for s in status)
+
+
+# ---------------------------------------------------------------- ab_fold_test.sh
+
+def test_fold_without_shape_sets_exits_2(tmp_path):
+    # a copy of the script beside an empty shape/ (the repo's shape/ may hold real sets)
+    (tmp_path / "shape").mkdir()
+    shutil.copy(REPO_ROOT / "ab_fold_test.sh", tmp_path / "ab_fold_test.sh")
+    r = run_zl(tmp_path / "w", script=str(tmp_path / "ab_fold_test.sh"))
+    assert r.returncode == 2 and "no shape set" in r.stderr
+    r = run_zl(tmp_path / "w2", script="ab_fold_test.sh", SHAPE_SETS=str(tmp_path / "none.yaml"))
+    assert r.returncode == 2 and "shape set not found" in r.stderr
+
+
+def test_fold_refuses_a_switch_the_source_does_not_read(tmp_path, fake_flaggems_dir):
+    yaml = tmp_path / "set.yaml"
+    yaml.write_text("relu:\n  shapes:\n    - [1024]\n")
+    r = run_zl(tmp_path / "w", script="ab_fold_test.sh", SHAPE_SETS=str(yaml))
+    assert r.returncode == 3
+    assert "FLAGGEMS_MXFP4_FOLDSCALE is not read anywhere under" in r.stderr
+    assert "false 'no difference'" in r.stderr
+
+
+def test_fold_pairs_each_set(tmp_path):
+    yaml = tmp_path / "trace_a.yaml"
+    yaml.write_text("relu:\n  shapes:\n    - [1024]\n")
+    root = tmp_path / "fold"
+    r = run_zl(tmp_path / "w", script="ab_fold_test.sh", **stub_env(
+        SHAPE_SETS=str(yaml), FOLD_SWITCH="ZL_TEST_SWITCH", OP="relu", OP_FILE="relu",
+        AB_ROOT=root, ZL_STUB_EFFECT="0.1"))
+    assert r.returncode == 0, r.explain()
+    assert "[ab] relu@trace_a: 6 paired rows" in r.stdout
+    assert (root / "trace_a_fold0" / "run.log").is_file() and (root / "trace_a_fold1").is_dir()
+    assert "\x1b[" not in (root / "summary.log").read_text()
+
+
+# ---------------------------------------------------------------- real run_pytest.sh (CPU)
+
+def test_screen_through_run_pytest_on_the_cpu(tmp_path):
+    root = tmp_path / "screen"
+    r = run_zl(tmp_path / "w", script="ab_rlc_test.sh", timeout=400,
+               OPS="relu:relu:float32", SWITCH="ZL_TEST_SWITCH", AB_ROOT=root)
+    assert r.returncode == 0, r.explain()
+    row = tsv(root / "screen.tsv")[0]
+    # interpreter mode compiles no TTGIR, so the honest verdict is NO_TRITON
+    assert row["verdict"] == "NO_TRITON", r.explain()
+    assert row["rows_before"] == "3" and row["rows_after"] == "3"
+    assert row["backend"] == "cuda" and row["bench_level"] == "core" and row["shape_mode"] == "inline"
+    assert "!!! relu: nothing compiled through Triton" in r.stdout
+    import json
+    assert json.loads((root / "relu@float32_after" / "run_identity.json").read_text())[
+        "autotune_mode"].startswith("replay")
+
+
+def test_repeat_through_run_pytest_on_the_cpu(tmp_path):
+    root = tmp_path / "rep"
+    r = run_zl(tmp_path / "w", script="ab_repeat.sh", timeout=600, OPS="relu:relu:float32",
+               SWITCH="ZL_TEST_SWITCH", ROUNDS="2", AB_ROOT=root, TELEMETRY_INTERVAL="1")
+    assert r.returncode == 0, r.explain()
+    status = tsv(root / "status.tsv")
+    assert [(s["round"], s["side"], s["rc"], s["success"]) for s in status] == [
+        ("1", "A", "0", "3"), ("1", "B", "0", "3"), ("2", "B", "0", "3"), ("2", "A", "0", "3")]
+    assert "[ab-rounds] relu: 2 rounds x 3 shapes" in r.stdout, r.explain()
+    # no sampler on this machine: quiet, with the reason on file
+    assert (root / "telemetry.err").is_file()
