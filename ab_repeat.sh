@@ -24,6 +24,8 @@
 #   SWITCH_ALLOW_NO_IR_DIFF=1  keep going when round 1 compiled identical TTGIR on both sides
 #                       (only for a switch that acts at run time, not on generated code)
 #   TELEMETRY_INTERVAL  seconds between clock/temperature samples (default 5, 0 = off)
+#   IR_LEVEL            IR the round-1 check fingerprints (default ttgir; llir/ptx for a
+#                       switch below TTGIR such as DISABLE_LLVM_OPT)
 #   ZL_RUN_PYTEST       the run script (default <repo>/run_pytest.sh; tests point it at a stub)
 #
 # Output: <root>/<op>/r<k>_<A|B>/ (run directories), <root>/status.tsv (one row per cell as
@@ -40,6 +42,22 @@ export ZL_PYTHON="$PY"
 RUN_PYTEST="${ZL_RUN_PYTEST:-$ZL_ROOT/run_pytest.sh}"
 # shellcheck source=_ir_fingerprint.sh
 source "$ZL_ROOT/_ir_fingerprint.sh"
+
+# IR_LEVEL: which dumped IR the verdict fingerprints (default ttgir). A switch that acts
+# below TTGIR (DISABLE_LLVM_OPT changes LLVM's optimisation, not the TTGIR) needs llir or
+# ptx here; the runs are then asked to dump that level too (ZL_IR_LEVELS).
+IR_LEVEL="${IR_LEVEL:-ttgir}"
+[[ "$IR_LEVEL" =~ ^[a-z][a-z0-9_]*$ ]] || { echo "!!! IR_LEVEL is not an IR level name: '$IR_LEVEL'" >&2; exit 2; }
+if [[ "$IR_LEVEL" != ttgir && ",${ZL_IR_LEVELS:-}," != *",$IR_LEVEL,"* ]]; then
+  export ZL_IR_LEVELS="${ZL_IR_LEVELS:+$ZL_IR_LEVELS,}$IR_LEVEL"
+fi
+fp_of() {   # the shared rule (irtools.fingerprint) at IR_LEVEL; exit 1 = no IR of that level
+  if [[ "$IR_LEVEL" == ttgir ]]; then
+    ir_fingerprint "$1"
+  else
+    PYTHONPATH="$ZL_ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m irtools.fingerprint --level "$IR_LEVEL" "$1"
+  fi
+}
 
 die2() { echo "!!! $*" >&2; exit 2; }
 
@@ -140,8 +158,8 @@ run_cell() {   # round side op op_file dtypes out_dir [replay_from]
         fi
       done
       if (( k == 1 && ok )); then
-        fa="$(ir_fingerprint "$out/r1_A" 2>/dev/null)" || fa=""
-        fb="$(ir_fingerprint "$out/r1_B" 2>/dev/null)" || fb=""
+        fa="$(fp_of "$out/r1_A" 2>/dev/null)" || fa=""
+        fb="$(fp_of "$out/r1_B" 2>/dev/null)" || fb=""
         if [[ -z "$fa" || -z "$fb" ]]; then
           echo "??? $op: a side compiled no .ttgir (not through Triton, or the IR dump is off);"
           echo "??? the switch-has-an-effect check is skipped. This is not 'the switch does nothing'."

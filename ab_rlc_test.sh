@@ -19,6 +19,7 @@
 #   AB_ROOT       output root (default $ZL_RUNS_ROOT or <repo>/runs, then ab_rlc_<timestamp>)
 #   RESCORE       an existing root: recompute every verdict from the run directories on disk,
 #                 keep the old table as screen.tsv.bak, measure nothing
+#   IR_LEVEL      IR the verdict fingerprints (default ttgir; llir/ptx for switches below TTGIR)
 #   ZL_RUN_PYTEST the run script (default <repo>/run_pytest.sh; tests point it at a stub)
 #
 # Output: <root>/<cell>_before, <cell>_after (explicit OUT_DIRs: never "the newest
@@ -42,6 +43,22 @@ export ZL_PYTHON="$PY"
 RUN_PYTEST="${ZL_RUN_PYTEST:-$ZL_ROOT/run_pytest.sh}"
 # shellcheck source=_ir_fingerprint.sh
 source "$ZL_ROOT/_ir_fingerprint.sh"
+
+# IR_LEVEL: which dumped IR the verdict fingerprints (default ttgir). A switch that acts
+# below TTGIR (DISABLE_LLVM_OPT changes LLVM's optimisation, not the TTGIR) needs llir or
+# ptx here; the runs are then asked to dump that level too (ZL_IR_LEVELS).
+IR_LEVEL="${IR_LEVEL:-ttgir}"
+[[ "$IR_LEVEL" =~ ^[a-z][a-z0-9_]*$ ]] || { echo "!!! IR_LEVEL is not an IR level name: '$IR_LEVEL'" >&2; exit 2; }
+if [[ "$IR_LEVEL" != ttgir && ",${ZL_IR_LEVELS:-}," != *",$IR_LEVEL,"* ]]; then
+  export ZL_IR_LEVELS="${ZL_IR_LEVELS:+$ZL_IR_LEVELS,}$IR_LEVEL"
+fi
+fp_of() {   # the shared rule (irtools.fingerprint) at IR_LEVEL; exit 1 = no IR of that level
+  if [[ "$IR_LEVEL" == ttgir ]]; then
+    ir_fingerprint "$1"
+  else
+    PYTHONPATH="$ZL_ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m irtools.fingerprint --level "$IR_LEVEL" "$1"
+  fi
+}
 
 die2() { echo "!!! $*" >&2; exit 2; }
 
@@ -80,8 +97,8 @@ judge() {
   if [[ "$rcb" != 0 || "$rca" != 0 || "${rb:-0}" == 0 || "${ra:-0}" == 0 ]]; then
     echo NO_ROWS; return
   fi
-  fb="$(ir_fingerprint "$5" 2>/dev/null)" || fb=""
-  fa="$(ir_fingerprint "$6" 2>/dev/null)" || fa=""
+  fb="$(fp_of "$5" 2>/dev/null)" || fb=""
+  fa="$(fp_of "$6" 2>/dev/null)" || fa=""
   if [[ -z "$fb" || -z "$fa" ]]; then echo NO_TRITON
   elif [[ "$fb" == "$fa" ]]; then echo NO_IR_DIFF
   else echo IR_CHANGED; fi

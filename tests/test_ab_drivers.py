@@ -220,3 +220,17 @@ def test_repeat_through_run_pytest_on_the_cpu(tmp_path):
     assert "[ab-rounds] relu: 2 rounds x 3 shapes" in r.stdout, r.explain()
     # no sampler on this machine: quiet, with the reason on file
     assert (root / "telemetry.err").is_file()
+
+
+def test_ir_level_judges_switches_below_ttgir(tmp_path):
+    """DISABLE_LLVM_OPT-like: TTGIR identical, PTX differs. IR_LEVEL=ptx sees it (and asks for the dump)."""
+    env = stub_env(OPS="softmax", ZL_STUB_IR="same", ZL_STUB_BELOW="1")
+    r = run_zl(tmp_path / "w", script="ab_rlc_test.sh", AB_ROOT=tmp_path / "t", **env)
+    assert tsv(tmp_path / "t" / "screen.tsv")[0]["verdict"] == "NO_IR_DIFF", r.explain()
+    r = run_zl(tmp_path / "w2", script="ab_rlc_test.sh", AB_ROOT=tmp_path / "p", IR_LEVEL="ptx", **env)
+    assert tsv(tmp_path / "p" / "screen.tsv")[0]["verdict"] == "IR_CHANGED", r.explain()
+    r = run_zl(tmp_path / "w3", script="ab_repeat.sh", AB_ROOT=tmp_path / "rp", IR_LEVEL="ptx",
+               ROUNDS="2", **env)
+    assert "the switch changes generated code" in r.stdout and "SWITCH_NO_IR_DIFF" not in r.stdout
+    r = run_zl(tmp_path / "w4", script="ab_repeat.sh", IR_LEVEL="P T X", **{**env, "OPS": "softmax"})
+    assert r.returncode == 2 and "IR_LEVEL is not an IR level name" in r.stderr
