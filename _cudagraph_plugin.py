@@ -135,28 +135,47 @@ def interface_label() -> str:
 def scratch_rng(di):
     """Run the block on a throwaway RNG state and put the process's state back after.
 
-    Capturing a kernel that draws random numbers registers the device generator
-    with the graph; an aborted capture leaves that registration behind and later
-    draws fail or move, and every draw during warmup/capture also shifts the
-    fixed seeds _seed_plugin set. Restoring CPU and device generator states
-    afterwards, success or failure, confines both effects to this block. An
-    interface without `default_generators` (torch_musa) has no such registration
-    to undo; the CPU state is still restored.
+    Capturing registers the device generator's *state object* with the graph and
+    flags it as capturing; only a completed capture clears the flag. Seen on the
+    H200 with upstream gelu_backward: after an aborted capture the next
+    `torch.randn(..., device="cuda")` raised "Offset increment outside graph
+    capture encountered unexpectedly" and the operator lost every row. Restoring
+    seed/offset with set_state() does not clear that flag, so where torch offers
+    graph-safe states the capture runs on a cloned state object, swapped in before
+    and swapped out after: the process's own state is never registered. Every draw
+    during warmup/capture would also shift the fixed seeds _seed_plugin set, so
+    the seed/offset values are restored too. An interface without
+    `default_generators` (torch_musa) has no such registration; the CPU state is
+    still restored.
     """
     import torch
 
     cpu_state = torch.get_rng_state()
     generators = tuple(getattr(di, "default_generators", ()) or ())
-    saved = []
+    saved, swapped = [], []
     for gen in generators:
         try:
             saved.append((gen, gen.get_state()))
         except Exception:  # a generator that cannot be read cannot be restored either
             continue
+        if hasattr(gen, "graphsafe_get_state") and hasattr(gen, "clone_state"):
+            try:
+                original = gen.graphsafe_get_state()
+                gen.graphsafe_set_state(gen.clone_state())
+                swapped.append((gen, original))
+            except Exception as exc:
+                _log(f"graph-safe RNG swap unavailable ({type(exc).__name__}: {exc}); "
+                     "an aborted capture may leave the generator flagged as capturing")
     try:
         yield
     finally:
         torch.set_rng_state(cpu_state)
+        for gen, original in swapped:
+            try:
+                gen.graphsafe_set_state(original)
+            except Exception as exc:
+                _log(f"could not swap the device RNG state back after capture: "
+                     f"{type(exc).__name__}: {exc}")
         for gen, state in saved:
             try:
                 gen.set_state(state)

@@ -392,3 +392,50 @@ def test_scratch_rng_without_default_generators_still_restores_cpu():
             torch.rand(3)
             raise KeyError("boom")
     assert torch.equal(torch.get_rng_state(), cpu)
+
+
+class _GraphSafeGen:
+    """Models torch's CUDA generator: capture flags the *current state object*."""
+
+    class State:
+        def __init__(self, seed=0, offset=0):
+            self.seed, self.offset, self.capturing = seed, offset, False
+
+    def __init__(self):
+        self.current = self.State(seed=123)
+
+    def get_state(self):
+        return (self.current.seed, self.current.offset)
+
+    def set_state(self, value):
+        self.current.seed, self.current.offset = value
+
+    def graphsafe_get_state(self):
+        return self.current
+
+    def graphsafe_set_state(self, state):
+        self.current = state
+
+    def clone_state(self):
+        return self.State(self.current.seed, self.current.offset)
+
+    def capture_prologue(self):  # what CUDAGraph.capture_begin does to the generator
+        self.current.capturing = True
+        self.current.offset += 4
+
+
+def test_aborted_capture_never_flags_the_process_generator():
+    import _cudagraph_plugin as cg
+
+    gen = _GraphSafeGen()
+    before = gen.current
+
+    class DI:
+        default_generators = (gen,)
+
+    with pytest.raises(RuntimeError):
+        with cg.scratch_rng(DI()):
+            gen.capture_prologue()
+            raise RuntimeError("capture invalidated")  # no epilogue: the flag stays set
+    assert gen.current is before and not before.capturing
+    assert gen.get_state() == (123, 0)
