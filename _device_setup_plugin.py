@@ -20,7 +20,7 @@ import os
 import sys
 from typing import Iterable, List, Optional
 
-from _run_identity import update_identity
+from _run_identity import load_identity, update_identity
 from _term_style import log
 from backends import get_backend
 from providers.flaggems import apply_vendor_env, configured_vendor
@@ -66,6 +66,18 @@ def _version(module_name: str) -> str:
         return ""
 
 
+def _current_device_index(backend) -> Optional[str]:
+    try:
+        import torch
+
+        api = getattr(torch, backend.torch_namespace, None) if backend.torch_namespace else None
+        if api is None or not api.is_available() or api.device_count() <= 0:
+            return None
+        return str(api.current_device())
+    except Exception:
+        return None
+
+
 def pytest_configure(config):
     """Record device name/arch and the compiler/framework versions."""
     backend = _state["backend"]
@@ -77,6 +89,12 @@ def pytest_configure(config):
         fields.update(device_name=ident.get("device_name", ""), device_arch=ident.get("device_arch", ""))
     except Exception as exc:
         log(TAG, f"identity probe failed ({exc})")
+    if not load_identity().get("device"):
+        # Nothing pinned a card: record the one the framework actually uses, so a
+        # run on the default card and one pinned elsewhere do not look alike.
+        current = _current_device_index(backend)
+        if current is not None:
+            fields["device"] = current
     try:
         import triton
 

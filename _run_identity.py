@@ -53,7 +53,7 @@ def load_identity(out_dir: Optional[str] = None) -> Dict[str, Any]:
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    lock_path = path.with_name(path.name + ".lock")
+    lock_path = path.with_name(f".{path.name}.lock")  # hidden: not part of the run's outputs
     try:
         import fcntl
     except ImportError:  # pragma: no cover - non-POSIX

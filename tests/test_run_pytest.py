@@ -66,6 +66,9 @@ def test_default_run_leaves_a_complete_run_directory(zl_run, tmp_path):
     assert ident["autotune_mode"] == "record" and ident["flaggems_vendor"] == "nvidia"
     assert ident["timer"] == "cuda_graph" and ident["direct_repeat"] == 1
     assert ident["triton_version"] and ident["torch_version"] and ident["flag_gems_version"]
+    # The fake tree sits inside zl_bench's own repository: that commit is not FlagGems'.
+    assert ident["flaggems_commit"] == ""
+    assert not (run / "run_identity.json.lock").exists()
     # The inline yaml was passed (its softmax entry archived) and had no relu key, so
     # the class's shapes ran, which shapes.yaml and the log both say.
     assert "softmax:" in (run / "shapes.source.yaml").read_text()
