@@ -160,7 +160,21 @@ case "$SHAPE_MODE" in
     ZL_SHAPE_FILE="" ;;
   inline)
     INLINE_FILE="$(mktemp "${TMPDIR:-/tmp}/zl_inline_shapes.XXXXXX.yaml")"
-    printf '%s\n' "$INLINE_YAML" > "$INLINE_FILE"
+    # Upstream's --shape_file replaces core_shapes.yaml instead of merging, so an op
+    # the inline yaml does not list would fall to DEFAULT_SHAPES (seen on the H200:
+    # mm got 1-D shapes and died with "expected 4, got 1"). Lay the inline entries
+    # over upstream's own file so unlisted ops keep upstream's shapes.
+    INLINE_YAML="$INLINE_YAML" "$PY" - "$FLAGGEMS_DIR/benchmark/core_shapes.yaml" "$INLINE_FILE" <<'PY' \
+      || die2 "cannot build the inline shape yaml"
+import os, sys, yaml
+base = {}
+if os.path.isfile(sys.argv[1]):
+    with open(sys.argv[1], encoding="utf-8") as handle:
+        base = yaml.safe_load(handle) or {}
+base.update(yaml.safe_load(os.environ["INLINE_YAML"]) or {})
+with open(sys.argv[2], "w", encoding="utf-8") as handle:
+    yaml.safe_dump(base, handle, default_flow_style=None, sort_keys=False)
+PY
     cp -f "$INLINE_FILE" "$OUT_DIR/shapes.yaml"
     SHAPE_ARGS=(--shape_file "$INLINE_FILE"); ZL_SHAPE_FILE="$INLINE_FILE" ;;
   file)

@@ -69,12 +69,12 @@ def test_default_run_leaves_a_complete_run_directory(zl_run, tmp_path):
     # The fake tree sits inside zl_bench's own repository: that commit is not FlagGems'.
     assert ident["flaggems_commit"] == ""
     assert not (run / "run_identity.json.lock").exists()
-    # The inline yaml was passed (its softmax entry archived) and had no relu key, so
-    # the class's shapes ran, which shapes.yaml and the log both say.
-    assert "softmax:" in (run / "shapes.source.yaml").read_text()
+    # Inline entries are laid over upstream's core_shapes.yaml, so relu (not in the
+    # inline yaml) keeps upstream's entry instead of falling to DEFAULT_SHAPES.
+    source = (run / "shapes.source.yaml").read_text()
+    assert "softmax:" in source and "relu:" in source and "[1024, 1024]" in source
     shapes = (run / "shapes.yaml").read_text()
-    assert "source: class" in shapes and "[64, 64]" in shapes
-    assert "no yaml entry for op=relu" in log
+    assert "source: yaml" in shapes and "[64, 128]" in shapes
     # Private Triton cache removed afterwards.
     assert not list(tmp_dir.glob("zl_triton_cache.*"))
 
