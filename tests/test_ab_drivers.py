@@ -201,7 +201,8 @@ def test_screen_through_run_pytest_on_the_cpu(tmp_path):
     row = tsv(root / "screen.tsv")[0]
     # interpreter mode compiles no TTGIR, so the honest verdict is NO_TRITON
     assert row["verdict"] == "NO_TRITON", r.explain()
-    assert row["rows_before"] == "3" and row["rows_after"] == "3"
+    # relu has two entries in the fake core_shapes.yaml, which the inline yaml is laid over
+    assert row["rows_before"] == "2" and row["rows_after"] == "2"
     assert row["backend"] == "cuda" and row["bench_level"] == "core" and row["shape_mode"] == "inline"
     assert "!!! relu: nothing compiled through Triton" in r.stdout
     import json
@@ -216,8 +217,8 @@ def test_repeat_through_run_pytest_on_the_cpu(tmp_path):
     assert r.returncode == 0, r.explain()
     status = tsv(root / "status.tsv")
     assert [(s["round"], s["side"], s["rc"], s["success"]) for s in status] == [
-        ("1", "A", "0", "3"), ("1", "B", "0", "3"), ("2", "B", "0", "3"), ("2", "A", "0", "3")]
-    assert "[ab-rounds] relu: 2 rounds x 3 shapes" in r.stdout, r.explain()
+        ("1", "A", "0", "2"), ("1", "B", "0", "2"), ("2", "B", "0", "2"), ("2", "A", "0", "2")]
+    assert "[ab-rounds] relu: 2 rounds x 2 shapes" in r.stdout, r.explain()
     # no sampler on this machine: quiet, with the reason on file
     assert (root / "telemetry.err").is_file()
 
