@@ -37,29 +37,8 @@
 set -uo pipefail
 
 ZL_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-PY="${ZL_PYTHON:-$(command -v python || command -v python3)}"
-export ZL_PYTHON="$PY"
-RUN_PYTEST="${ZL_RUN_PYTEST:-$ZL_ROOT/run_pytest.sh}"
-# shellcheck source=_ir_fingerprint.sh
-source "$ZL_ROOT/_ir_fingerprint.sh"
-
-# IR_LEVEL: which dumped IR the verdict fingerprints (default ttgir). A switch that acts
-# below TTGIR (DISABLE_LLVM_OPT changes LLVM's optimisation, not the TTGIR) needs llir or
-# ptx here; the runs are then asked to dump that level too (ZL_IR_LEVELS).
-IR_LEVEL="${IR_LEVEL:-ttgir}"
-[[ "$IR_LEVEL" =~ ^[a-z][a-z0-9_]*$ ]] || { echo "!!! IR_LEVEL is not an IR level name: '$IR_LEVEL'" >&2; exit 2; }
-if [[ "$IR_LEVEL" != ttgir && ",${ZL_IR_LEVELS:-}," != *",$IR_LEVEL,"* ]]; then
-  export ZL_IR_LEVELS="${ZL_IR_LEVELS:+$ZL_IR_LEVELS,}$IR_LEVEL"
-fi
-fp_of() {   # the shared rule (irtools.fingerprint) at IR_LEVEL; exit 1 = no IR of that level
-  if [[ "$IR_LEVEL" == ttgir ]]; then
-    ir_fingerprint "$1"
-  else
-    PYTHONPATH="$ZL_ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m irtools.fingerprint --level "$IR_LEVEL" "$1"
-  fi
-}
-
-die2() { echo "!!! $*" >&2; exit 2; }
+# shellcheck source=_ab_common.sh
+source "$ZL_ROOT/_ab_common.sh"
 
 SWITCH="${SWITCH:-}"
 OPS="${OPS:-}"

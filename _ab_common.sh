@@ -1,0 +1,26 @@
+# Shared prologue of the A/B drivers (ab_repeat.sh, ab_rlc_test.sh): interpreter,
+# run script, the one IR fingerprint rule and the IR level it judges. Sourced after the
+# driver sets ZL_ROOT; one copy so the two drivers cannot judge IR differently.
+PY="${ZL_PYTHON:-$(command -v python || command -v python3)}"
+export ZL_PYTHON="$PY"
+RUN_PYTEST="${ZL_RUN_PYTEST:-$ZL_ROOT/run_pytest.sh}"
+# shellcheck source=_ir_fingerprint.sh
+source "$ZL_ROOT/_ir_fingerprint.sh"
+
+# IR_LEVEL: which dumped IR the verdict fingerprints (default ttgir). A switch that acts
+# below TTGIR (DISABLE_LLVM_OPT changes LLVM's optimisation, not the TTGIR) needs llir or
+# ptx here; the runs are then asked to dump that level too (ZL_IR_LEVELS).
+IR_LEVEL="${IR_LEVEL:-ttgir}"
+[[ "$IR_LEVEL" =~ ^[a-z][a-z0-9_]*$ ]] || { echo "!!! IR_LEVEL is not an IR level name: '$IR_LEVEL'" >&2; exit 2; }
+if [[ "$IR_LEVEL" != ttgir && ",${ZL_IR_LEVELS:-}," != *",$IR_LEVEL,"* ]]; then
+  export ZL_IR_LEVELS="${ZL_IR_LEVELS:+$ZL_IR_LEVELS,}$IR_LEVEL"
+fi
+fp_of() {   # the shared rule (irtools.fingerprint) at IR_LEVEL; exit 1 = no IR of that level
+  if [[ "$IR_LEVEL" == ttgir ]]; then
+    ir_fingerprint "$1"
+  else
+    PYTHONPATH="$ZL_ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m irtools.fingerprint --level "$IR_LEVEL" "$1"
+  fi
+}
+
+die2() { echo "!!! $*" >&2; exit 2; }
