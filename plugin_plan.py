@@ -44,6 +44,10 @@ TIMING_PLUGIN = "_timing_plugin"
 REPORT_PLUGIN = "_pretty_report_plugin"
 AUTOTUNE_PLUGIN = "_autotune_record_plugin"
 IR_PLUGIN = "_ir_meta_plugin"
+# The seed's Hopper fp16 mm cluster workaround; opt-in, and only where the backend says it
+# applies. This tree does not ship it, so asking for it fails the plan (exit 2) by name
+# instead of silently running without the workaround.
+MM_CLUSTER_PLUGIN = "_mm_cluster_fix_plugin"
 
 OFF_WORDS = ("0", "false", "no", "off")
 
@@ -69,6 +73,8 @@ def plan_plugins(backend_name: Optional[str] = None, extra: Optional[Sequence[st
     plugins.append(REPORT_PLUGIN)
     if hooks and env_enabled("ZL_ENABLE_IR"):
         plugins.append(IR_PLUGIN)
+    if env_enabled("ZL_ENABLE_MM_CLUSTER", default=False) and getattr(backend, "supports_mm_cluster_fix", False):
+        plugins.append(MM_CLUSTER_PLUGIN)
     extras = extra if extra is not None else os.environ.get("ZL_EXTRA_PLUGINS", "").split()
     for name in extras:
         if name and name not in plugins:

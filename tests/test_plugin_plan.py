@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch):
-    for key in ("ZL_ENABLE_AUTOTUNE", "ZL_ENABLE_IR", "ZL_EXTRA_PLUGINS", "ZL_BACKEND"):
+    for key in ("ZL_ENABLE_MM_CLUSTER", "ZL_ENABLE_AUTOTUNE", "ZL_ENABLE_IR", "ZL_EXTRA_PLUGINS", "ZL_BACKEND"):
         monkeypatch.delenv(key, raising=False)
 
 
@@ -65,3 +65,15 @@ def test_cli_missing_extra_plugin_exits_2(monkeypatch):
     proc = subprocess.run([sys.executable, str(REPO / "plugin_plan.py"), "--backend", "cuda"],
                           capture_output=True, text=True, env=env, cwd=REPO)
     assert proc.returncode == 2 and "_no_such_plugin_zz" in proc.stderr
+
+
+def test_mm_cluster_opt_in_only_where_supported(monkeypatch):
+    assert "_mm_cluster_fix_plugin" not in pp.plan_plugins("cuda")
+    monkeypatch.setenv("ZL_ENABLE_MM_CLUSTER", "1")
+    assert "_mm_cluster_fix_plugin" in pp.plan_plugins("cuda")
+    assert "_mm_cluster_fix_plugin" not in pp.plan_plugins("musa")
+    # not shipped here: the CLI refuses by name rather than running without it
+    env = dict(__import__("os").environ, ZL_ENABLE_MM_CLUSTER="1", PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, str(REPO / "plugin_plan.py"), "--backend", "cuda"],
+                          capture_output=True, text=True, env=env, cwd=REPO)
+    assert proc.returncode == 2 and "_mm_cluster_fix_plugin" in proc.stderr
