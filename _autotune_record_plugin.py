@@ -168,6 +168,30 @@ def config_to_dict(cfg: Any) -> Dict[str, Any]:
     return out
 
 
+def record_dict(cfg: Any, candidates: Any = ()) -> Dict[str, Any]:
+    """config_to_dict, with pre_hook presence taken from the tuner's own config list.
+
+    Seen on the H200: LibTuner hands back configs rebuilt from its sqlite store
+    without their hook (mm's host-TMA descriptor hook), and restores the hook from
+    its config list when it launches. Recording the bare object said
+    `pre_hook: false` for a kernel that ran with its hook, and a replay (which
+    rebuilds from the same list) then looked like a different config.
+    """
+    out = config_to_dict(cfg)
+    if out["pre_hook"]:
+        return out
+    bare = {k: v for k, v in out.items() if k != "pre_hook"}
+    for cand in candidates or ():
+        try:
+            got = config_to_dict(cand)
+        except Exception:
+            continue
+        if got["pre_hook"] and {k: v for k, v in got.items() if k != "pre_hook"} == bare:
+            out["pre_hook"] = True
+            break
+    return out
+
+
 def _jsonable(v: Any) -> Any:
     if v is None or isinstance(v, (bool, int, float, str)):
         return v
@@ -261,12 +285,12 @@ class _State:
             _update_identity(autotune_mode="replay_fallback")
 
     # record side ------------------------------------------------------------
-    def note(self, kernel: str, keystr: str, cfg: Any) -> None:
+    def note(self, kernel: str, keystr: str, cfg: Any, candidates: Any = ()) -> None:
         slot = (kernel, keystr)
         if self.seen_cfg.get(slot) == id(cfg):
             return  # hot path: same key, same config object as last time
         self.seen_cfg[slot] = id(cfg)
-        self.records.setdefault(kernel, {})[keystr] = config_to_dict(cfg)
+        self.records.setdefault(kernel, {})[keystr] = record_dict(cfg, candidates)
 
     def dump(self) -> None:
         if self.mode == "replay":
@@ -423,7 +447,7 @@ def _note_used(st: _State, tuner: Any, inner: Any, proxy: _CacheProxy, kernel: s
     if cfg is None:
         cfg = getattr(tuner, "best_config", None)
     if cfg is not None:
-        st.note(kernel, proxy.keystr, cfg)
+        st.note(kernel, proxy.keystr, cfg, getattr(tuner, "configs", ()))
 
 
 def _wrap_run(original):

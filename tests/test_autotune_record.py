@@ -498,3 +498,18 @@ def test_isolated_tuner_cache_lands_in_the_private_dir(zl_run, tmp_path):
     db, rows = _libcache(shared)
     assert db.is_relative_to(shared.out_dir.parent / "home" / ".flaggems") and rows > 0
     assert _tuned_rows(shared.out_dir.parent / "home" / ".flaggems") > 0
+
+
+def test_record_takes_pre_hook_from_the_tuners_config_list():
+    # LibTuner returns sqlite-rebuilt configs without their hook and restores it from
+    # its list at launch (mm's TMA descriptor hook on the H200): record what runs.
+    import triton
+
+    import _autotune_record_plugin as arp
+
+    hooked = triton.Config({"BLOCK": 64}, num_warps=4, num_stages=3, pre_hook=lambda nargs: None)
+    other = triton.Config({"BLOCK": 128}, num_warps=4, num_stages=3)
+    bare = triton.Config({"BLOCK": 64}, num_warps=4, num_stages=3)
+    assert arp.record_dict(bare, [other, hooked])["pre_hook"] is True
+    assert arp.record_dict(bare, [other])["pre_hook"] is False
+    assert arp.record_dict(other, [hooked])["pre_hook"] is False
