@@ -32,6 +32,7 @@ Every outcome lands in run_identity.json `autotune_mode`.
 
 from __future__ import annotations
 
+from _term_style import log as _term_log
 import atexit
 import inspect
 import json
@@ -55,16 +56,8 @@ _NAME = "[autotune-record-plugin]"
 _SKIP_ATTRS = {"kwargs", "pre_hook"}
 
 
-def _tag() -> str:
-    try:
-        from _term_style import tag
-        return tag(_NAME)
-    except Exception:
-        return _NAME
-
-
 def _log(msg: str) -> None:
-    print(f"{_tag()} {msg}", file=sys.stderr, flush=True)
+    _term_log(_NAME, msg)
 
 
 def _op_name() -> str:

@@ -30,6 +30,7 @@ record dir / autotune plugin to hand the merge to. Unset or < 2: silent no-op.
 
 from __future__ import annotations
 
+from _term_style import log as _term_log
 import ast
 import json
 import os
@@ -52,16 +53,8 @@ AUTOTUNE_PLUGIN = "_autotune_record_plugin"
 _NAME = "[parallel-warmup-plugin]"
 
 
-def _tag() -> str:
-    try:
-        from _term_style import tag
-        return tag(_NAME)
-    except Exception:
-        return _NAME
-
-
 def _log(msg: str) -> None:
-    print(f"{_tag()} {msg}", file=sys.stderr, flush=True)
+    _term_log(_NAME, msg)
 
 
 def _identity(**fields: Any) -> None:
