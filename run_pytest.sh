@@ -54,6 +54,10 @@ case "$USE_FLAGTUNE" in 0|1) ;; *) die2 "USE_FLAGTUNE must be 0 or 1 (got: $USE_
 case "$ZL_ISOLATE_TUNER_CACHE" in 0|1) ;; *) die2 "ZL_ISOLATE_TUNER_CACHE must be 0 or 1 (got: $ZL_ISOLATE_TUNER_CACHE)" ;; esac
 case "${FLAGGEMS_PERF_COLOR,,}" in ""|always|never) ;; *) die2 "FLAGGEMS_PERF_COLOR must be always, never or empty (got: $FLAGGEMS_PERF_COLOR)" ;; esac
 [[ -n "$PY" ]] || die2 "no python on PATH (set ZL_PYTHON)"
+case "${ZL_ENABLE_AUTOTUNE:-1}" in
+  0|false|FALSE|no|off|OFF)
+    [[ -z "$REPLAY_FROM" ]] || die2 "REPLAY_FROM needs the autotune plugin, but ZL_ENABLE_AUTOTUNE=$ZL_ENABLE_AUTOTUNE" ;;
+esac
 
 export PYTHONPATH="$SCRIPT_DIR${PYTHONPATH:+:$PYTHONPATH}"
 
@@ -187,7 +191,14 @@ DTYPE_ARGS=()
 for dt in $DTYPES; do DTYPE_ARGS+=(--dtypes "$dt"); done
 
 # ------------------------------------------------------------------ autotune + tuner cache
-if [[ -n "$REPLAY_FROM" ]]; then
+AUTOTUNE_ON=1
+case "${ZL_ENABLE_AUTOTUNE:-1}" in 0|false|FALSE|no|off|OFF) AUTOTUNE_ON=0 ;; esac
+if (( ! AUTOTUNE_ON )); then
+  # Without the plugin nothing pins or records configs: say so in the caliber
+  # instead of letting the stub claim record/replay.
+  unset FLAGGEMS_PERF_AUTOTUNE_RECORD_DIR FLAGGEMS_PERF_AUTOTUNE_REPLAY_DIR
+  MODE_DESC=off
+elif [[ -n "$REPLAY_FROM" ]]; then
   REPLAY_FROM="$(cd "$REPLAY_FROM" && pwd)"
   export FLAGGEMS_PERF_AUTOTUNE_REPLAY_DIR="$REPLAY_FROM/autotune_records"
   unset FLAGGEMS_PERF_AUTOTUNE_RECORD_DIR

@@ -114,9 +114,12 @@ def test_isolated_tuner_cache_is_private_and_removed(zl_run, tmp_path):
 
 
 def test_foreign_vendor_module_reported(zl_run):
-    r = zl_run(OP="exp", OP_FILE="exp", DTYPES="float32")
+    # also: with the autotune plugin off the caliber says so instead of "record"
+    r = zl_run(OP="exp", OP_FILE="exp", DTYPES="float32", ZL_ENABLE_AUTOTUNE="0")
     assert r.returncode == 0, r.explain()
     assert "FOREIGN_VENDOR_MODULE active=nvidia loaded=mthreads" in r.log_text
+    assert _identity(r.out_dir)["autotune_mode"] == "off"
+    assert "_autotune_record_plugin" not in r.log_text.split(">>> plugins:")[1].splitlines()[0]
 
 
 @pytest.mark.parametrize("env,check", [
@@ -144,6 +147,7 @@ def test_preflight_failures_exit_3_with_named_check(zl_run, env, check):
     ({"TEST_NODE": "benchmark/test_softmax.py"}, "TEST_NODE must look like"),
     ({"USE_FLAGTUNE": "yes"}, "USE_FLAGTUNE must be 0 or 1"),
     ({"ZL_EXTRA_PLUGINS": "_no_such_plugin"}, "_no_such_plugin"),
+    ({"ZL_ENABLE_AUTOTUNE": "0", "REPLAY_FROM": "/tmp"}, "REPLAY_FROM needs the autotune plugin"),
 ])
 def test_bad_values_exit_2(zl_run, env, needle):
     r = zl_run(**env)
