@@ -54,10 +54,12 @@ case "$USE_FLAGTUNE" in 0|1) ;; *) die2 "USE_FLAGTUNE must be 0 or 1 (got: $USE_
 case "$ZL_ISOLATE_TUNER_CACHE" in 0|1) ;; *) die2 "ZL_ISOLATE_TUNER_CACHE must be 0 or 1 (got: $ZL_ISOLATE_TUNER_CACHE)" ;; esac
 case "${FLAGGEMS_PERF_COLOR,,}" in ""|always|never) ;; *) die2 "FLAGGEMS_PERF_COLOR must be always, never or empty (got: $FLAGGEMS_PERF_COLOR)" ;; esac
 [[ -n "$PY" ]] || die2 "no python on PATH (set ZL_PYTHON)"
-case "${ZL_ENABLE_AUTOTUNE:-1}" in
-  0|false|FALSE|no|off|OFF)
-    [[ -z "$REPLAY_FROM" ]] || die2 "REPLAY_FROM needs the autotune plugin, but ZL_ENABLE_AUTOTUNE=$ZL_ENABLE_AUTOTUNE" ;;
-esac
+AUTOTUNE_SWITCH="${ZL_ENABLE_AUTOTUNE:-1}"
+AUTOTUNE_ON=1
+case "${AUTOTUNE_SWITCH,,}" in 0|false|no|off) AUTOTUNE_ON=0 ;; esac   # plugin_plan.py's words
+if (( ! AUTOTUNE_ON )) && [[ -n "$REPLAY_FROM" ]]; then
+  die2 "REPLAY_FROM needs the autotune plugin, but ZL_ENABLE_AUTOTUNE=$AUTOTUNE_SWITCH"
+fi
 
 export PYTHONPATH="$SCRIPT_DIR${PYTHONPATH:+:$PYTHONPATH}"
 
@@ -191,8 +193,6 @@ DTYPE_ARGS=()
 for dt in $DTYPES; do DTYPE_ARGS+=(--dtypes "$dt"); done
 
 # ------------------------------------------------------------------ autotune + tuner cache
-AUTOTUNE_ON=1
-case "${ZL_ENABLE_AUTOTUNE:-1}" in 0|false|FALSE|no|off|OFF) AUTOTUNE_ON=0 ;; esac
 if (( ! AUTOTUNE_ON )); then
   # Without the plugin nothing pins or records configs: say so in the caliber
   # instead of letting the stub claim record/replay.
