@@ -24,3 +24,20 @@ fp_of() {   # the shared rule (irtools.fingerprint) at IR_LEVEL; exit 1 = no IR 
 }
 
 die2() { echo "!!! $*" >&2; exit 2; }
+
+# One OPS entry: OP | OP:OP_FILE | OP:OP_FILE:DTYPES (dtypes comma separated; empty = the
+# operator's own set, or $DTYPES). Sets op, op_file, dtypes; returns 1 (with a message) for a
+# malformed entry. Per-operator dtypes exist because one global DTYPES once judged fft (which
+# only takes complex64) "unrunnable".
+parse_ops_entry() {
+  local extra dtypes_csv
+  IFS=: read -r op op_file dtypes_csv extra <<< "$1"
+  if [[ -z "$op" || -n "${extra:-}" ]]; then
+    echo "!!! bad OPS entry '$1' (OP, OP:OP_FILE or OP:OP_FILE:DTYPES); skipped"
+    return 1
+  fi
+  op_file="${op_file:-$op}"
+  dtypes="${dtypes_csv//,/ }"
+  [[ -n "$dtypes" ]] || dtypes="${DTYPES:-}"
+  return 0
+}

@@ -107,14 +107,7 @@ run_cell() {   # round side op op_file dtypes out_dir [replay_from]
 {
   echo ">>> switch=$SWITCH  rounds=$ROUNDS  ops=$OPS  root=$ROOT"
   for entry in $OPS; do
-    IFS=: read -r op op_file dtypes_csv extra <<< "$entry"
-    if [[ -z "$op" || -n "${extra:-}" ]]; then
-      echo "!!! bad OPS entry '$entry' (OP, OP:OP_FILE or OP:OP_FILE:DTYPES); skipped"
-      continue
-    fi
-    op_file="${op_file:-$op}"
-    dtypes="${dtypes_csv//,/ }"
-    [[ -n "$dtypes" ]] || dtypes="${DTYPES:-}"
+    parse_ops_entry "$entry" || continue
     out="$ROOT/$op"
     mkdir -p "$out"
 

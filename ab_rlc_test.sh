@@ -162,14 +162,7 @@ run_side() {   # out_dir value dtypes op op_file [replay_from]
 {
   echo ">>> switch=$SWITCH  ops=$OPS  root=$ROOT"
   for entry in $OPS; do
-    IFS=: read -r op op_file dtypes_csv extra <<< "$entry"
-    if [[ -z "$op" || -n "${extra:-}" ]]; then
-      echo "!!! bad OPS entry '$entry' (OP, OP:OP_FILE or OP:OP_FILE:DTYPES); skipped"
-      continue
-    fi
-    op_file="${op_file:-$op}"
-    dtypes="${dtypes_csv//,/ }"
-    [[ -n "$dtypes" ]] || dtypes="${DTYPES:-}"
+    parse_ops_entry "$entry" || continue
     cell="$(cell_name "$op" "$dtypes")"
     BEFORE="$ROOT/${cell}_before"; AFTER="$ROOT/${cell}_after"
 
@@ -194,8 +187,9 @@ run_side() {   # out_dir value dtypes op op_file [replay_from]
     verdict="$(judge "$rb" "$ra" "$rc_before" "$rc_after" "$BEFORE" "$AFTER")"
     # The caliber columns come from batch_summary.py: CALIBER_FIELDS has one definition.
     cal="$("$PY" "$ZL_ROOT/batch_summary.py" --caliber "$BEFORE" 2>/dev/null)" || cal=""
+    dtypes_col="${dtypes// /,}"
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
-      "$op" "$op_file" "${dtypes_csv:-${dtypes:-<all>}}" "$rb" "$ra" "$kb" "$ka" "$cb" "$ca" \
+      "$op" "$op_file" "${dtypes_col:-<all>}" "$rb" "$ra" "$kb" "$ka" "$cb" "$ca" \
       "$el_before" "$el_after" "$rc_before" "$rc_after" "$verdict" "$cal" >> "$TSV"
     echo ">>> $op: $verdict ($(explain "$verdict" "$rc_before" "$rc_after"))"
 
