@@ -32,13 +32,13 @@ Every outcome lands in run_identity.json `autotune_mode`.
 
 from __future__ import annotations
 
+import atomicfile
 from _term_style import log as _term_log
 import atexit
 import inspect
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -87,22 +87,6 @@ def _update_identity(**fields: Any) -> None:
         update_identity(**fields)
     except Exception as exc:
         _log(f"run identity not updated ({type(exc).__name__}: {exc})")
-
-
-def atomic_write_json(path: Path, obj: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2, sort_keys=True, ensure_ascii=False)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 # --------------------------------------------------------------------------- keys
@@ -299,7 +283,7 @@ class _State:
             merged.setdefault(k, {}).update(v)
         path = record_path(self.record_dir, self.op)
         try:
-            atomic_write_json(path, merged)
+            atomicfile.write_json(path, merged)
             write_meta(self.record_dir, self.op)
         except Exception as exc:
             _log(f"writing {path} failed: {type(exc).__name__}: {exc}")
@@ -320,13 +304,13 @@ class _State:
             return
         path = Path(out) / "autotune_records" / f"{self.op}.used.json"
         try:
-            atomic_write_json(path, self.records)
+            atomicfile.write_json(path, self.records)
         except Exception as exc:
             _log(f"writing {path} failed: {type(exc).__name__}: {exc}")
 
 
 def write_meta(record_dir: str, op: str) -> None:
-    atomic_write_json(Path(record_dir) / "meta.json", {
+    atomicfile.write_json(Path(record_dir) / "meta.json", {
         "schema_version": META_SCHEMA,
         "provider": os.environ.get("ZL_PROVIDER", "flaggems") or "flaggems",
         "backend": _backend_name(),

@@ -30,9 +30,9 @@ record dir / autotune plugin to hand the merge to. Unset or < 2: silent no-op.
 
 from __future__ import annotations
 
+import atomicfile
 from _term_style import log as _term_log
 import ast
-import json
 import os
 import shutil
 import signal
@@ -444,7 +444,7 @@ def pytest_configure(config):
             _identity(autotune_sweep="serial", autotune_sweep_reason="no_records")
             return
         record_dir = os.environ["FLAGGEMS_PERF_AUTOTUNE_RECORD_DIR"]
-        rec.atomic_write_json(rec.record_path(record_dir, op), merged)
+        atomicfile.write_json(rec.record_path(record_dir, op), merged)
         rec.write_meta(record_dir, op)
         os.environ[rec.PRESWEPT_ENV] = "1"
         keep = False

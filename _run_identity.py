@@ -25,6 +25,8 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional
 
+import atomicfile
+
 IDENTITY_NAME = "run_identity.json"
 SCHEMA_VERSION = 1
 
@@ -77,10 +79,7 @@ def update_identity(out_dir: Optional[str] = None, **fields: Any) -> Dict[str, A
     with _locked(path):
         current = _read(path)
         current.update(clean)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(current, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
-                       encoding="utf-8")
-        os.replace(tmp, path)
+        atomicfile.write_json(path, current)
     return current
 
 

@@ -27,6 +27,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
+import atomicfile
+
 from _term_style import log
 
 TAG = "[shape-inject-plugin]"
@@ -87,11 +89,9 @@ def _record(bench: Any, source: str, key: Optional[str]) -> None:
     source_copy = Path(out_dir) / "shapes.source.yaml"
     if target.exists() and not source_copy.exists():
         os.replace(target, source_copy)
-    tmp = target.with_name(f"shapes.yaml.{os.getpid()}.tmp")
     header = "# shapes each benchmark really used (written by _shape_inject_plugin)\n"
-    tmp.write_text(header + yaml.safe_dump(_effective, default_flow_style=None, sort_keys=True),
-                   encoding="utf-8")
-    os.replace(tmp, target)
+    atomicfile.write_text(target, header + yaml.safe_dump(_effective, default_flow_style=None,
+                                                          sort_keys=True))
 
 
 def apply_override(bench: Any) -> None:

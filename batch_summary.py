@@ -34,11 +34,11 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+import atomicfile
 from runlog import caliber as cal
 from runlog.parse import RunLogError, read_run_log, resolve_log
 from runlog.stats import analyse_rounds, key_text, load_rounds, pair_logs
@@ -62,13 +62,6 @@ class Refused(Exception):
 
 class BadInput(Exception):
     """Unreadable input (exit 2)."""
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 # ---------------------------------------------------------------- caliber
@@ -301,7 +294,7 @@ def summarize(batch: Path, out_path: Optional[Path] = None) -> Tuple[Path, int]:
     w.writeheader()
     for r in rows:
         w.writerow({k: r.get(k, "") for k in SUMMARY_FIELDS})
-    _atomic_write(out_path, buf.getvalue())
+    atomicfile.write_text(out_path, buf.getvalue())
     return out_path, len(rows)
 
 
@@ -370,7 +363,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         else:
             result = report_ab_rounds(args.ab_rounds, args.label, args.allow_caliber_mismatch)
         if args.json is not None:
-            _atomic_write(args.json, json.dumps(result, indent=2, default=str) + "\n")
+            atomicfile.write_text(args.json, json.dumps(result, indent=2, default=str) + "\n")
         return EXIT_OK
     except Refused:
         return EXIT_CALIBER

@@ -41,6 +41,7 @@ from typing import Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import atomicfile  # noqa: E402
 from backends import TELEMETRY_FIELDS, UnknownBackendError, get_backend  # noqa: E402
 
 try:
@@ -135,12 +136,6 @@ def sample(backend, argv: List[str], stop: Optional[threading.Event] = None,
     return rows
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _append(path: Path, text: str) -> None:
     # One write() on an O_APPEND descriptor per sample: a reader tailing the file mid-campaign sees
     # whole samples, and the position is the file end even if something else appended meanwhile.
@@ -178,7 +173,7 @@ def run(backend, out: Path, device: str, interval: float, count: Optional[int] =
 
     def unavailable(reason: str) -> int:
         log(f"no telemetry this run: {reason}")
-        _write_atomic(err, f"backend={backend.name} device={device or 'all'}: {reason}\n")
+        atomicfile.write_text(err, f"backend={backend.name} device={device or 'all'}: {reason}\n")
         return EXIT_OK
 
     argv = backend.telemetry_command(device)

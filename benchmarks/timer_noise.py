@@ -47,12 +47,17 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import atomicfile  # noqa: E402
 
 # FlagGems test function -> benchmark file stem (checked against the checkout at start).
 OP_FILES = {"softmax": "softmax", "gelu_backward": "gelu", "sum": "sum",
             "layer_norm": "layer_norm", "gelu": "gelu"}
 TIMERS = ("zl_graph", "zl_direct", "up_kernel", "up_cudagraph")
 PROFILE_SHAPES = ((4096, 4096), (64, 512, 512), (1024, 1024, 1024), (64, 64))
+
 RUN_TIMEOUT_S = 240
 
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -271,9 +276,7 @@ def write_outputs(out: Path, meta: Dict, runs: List[Dict], pairs: List[Dict],
     out.mkdir(parents=True, exist_ok=True)
 
     def atomic(name: str, text: str) -> None:
-        tmp = out / f".{name}.tmp"
-        tmp.write_text(text)
-        os.replace(tmp, out / name)
+        atomicfile.write_text(out / name, text)
 
     atomic("timer_noise.json", json.dumps({"meta": meta, "pairs": pairs, "runs": runs,
                                            "profile": profile}, indent=2, default=str))

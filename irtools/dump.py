@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+import atomicfile
 from irtools import naming
 
 INDEX_COLUMNS = (
@@ -34,21 +34,6 @@ PH_SWEEP_ONLY = "(autotune sweep only, not dumped)"
 PH_NEVER_LAUNCHED = "(compiled, never launched)"
 PH_UNKNOWN = "(launched, compile not seen by the IR plugin)"
 PH_UNREADABLE = "(ttgir not readable from the Triton cache)"
-
-
-def atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def _cell(value: Any) -> str:
@@ -128,12 +113,12 @@ def write_tree(
                 file = PH_UNREADABLE
             else:
                 file = f"{names[h]}.ttgir"
-                atomic_write(directory / file, text)
+                atomicfile.write_text(directory / file, text)
                 files += 1
                 for level in levels[1:]:
                     extra = _read_ir(v, level)
                     if extra is not None:
-                        atomic_write(directory / f"{names[h]}.{level}", extra)
+                        atomicfile.write_text(directory / f"{names[h]}.{level}", extra)
             rows.append(_row(naming.safe(shape), naming.safe(kernel), file, n, sweep, v, h))
 
     for (shape, h), (n, sweep) in sorted(counts.items()):
@@ -149,8 +134,8 @@ def write_tree(
             rows.append(_row(NEVER_LAUNCHED_SHAPE, naming.safe(v["kernel"]), PH_NEVER_LAUNCHED, 0, 0, v, h))
 
     rows.sort(key=lambda r: (r[0], r[1], r[2].startswith("("), r[2], r[10]))
-    atomic_write(root / "index.tsv", "\n".join("\t".join(r) for r in [list(INDEX_COLUMNS)] + rows) + "\n")
-    atomic_write(root / "naming.md", naming_markdown(by_kernel, abbr_by_kernel, levels))
+    atomicfile.write_text(root / "index.tsv", "\n".join("\t".join(r) for r in [list(INDEX_COLUMNS)] + rows) + "\n")
+    atomicfile.write_text(root / "naming.md", naming_markdown(by_kernel, abbr_by_kernel, levels))
     return {"files": files, "rows": len(rows), "shapes": len({r[0] for r in rows}), "missing": missing}
 
 
