@@ -39,6 +39,8 @@ from typing import Any, Dict
 
 import pytest
 
+from _term_style import log as _term_log, style
+
 LOG_TAG = "[cudagraph-plugin]"
 DIRECT_MARKER = "BENCHMARK_DIRECT_NO_CUDAGRAPH"
 POISONED_MARKER = "BENCHMARK_CAPTURE_POISONED"
@@ -55,22 +57,12 @@ class NoGraphSupport(RuntimeError):
 
 
 def _log(message: str) -> None:
-    try:
-        from _term_style import tag
-        label = tag(LOG_TAG)
-    except Exception:
-        label = LOG_TAG
-    print(f"{label} {message}", file=sys.stderr, flush=True)
+    _term_log(LOG_TAG, message)
 
 
 def _marker(text: str, colour: str) -> None:
     """Markers go to stdout, interleaved with the result tables they annotate in run.log."""
-    try:
-        from _term_style import style
-        text = style(text, colour, stream=sys.stdout)
-    except Exception:
-        pass
-    print(text, flush=True)
+    print(style(text, colour, stream=sys.stdout), flush=True)
 
 
 # --- operator name --------------------------------------------------------------------------

@@ -43,7 +43,10 @@ _ROOT = os.path.dirname(os.path.abspath(__file__))
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
+from _term_style import log as _term_log  # noqa: E402
 from irtools import dump as _dump  # noqa: E402
+from plugin_plan import env_enabled  # noqa: E402
+from providers.flaggems import find_benchmark_bases  # noqa: E402
 from irtools.variants import variant_record  # noqa: E402
 
 TAG = "[ir-meta-plugin]"
@@ -51,9 +54,7 @@ DUMP_DIR_ENV = "FLAGGEMS_PERF_TTGIR_DUMP_DIR"
 ENABLE_ENV = "ZL_ENABLE_IR"
 LEVELS_ENV = "ZL_IR_LEVELS"
 UNSCOPED = "unscoped"
-OFF_WORDS = ("0", "false", "no", "off")
 LABEL_MAX = 120
-_BENCH_MODULE_SUFFIXES = ("base", "performance_utils")
 # Binary / metadata artefacts in the cache group: not text IR.
 _NOT_LEVELS = ("cubin", "hsaco", "json", "mubin", "so", "o", "bin", "source")
 
@@ -63,12 +64,7 @@ class IRLevelsError(ValueError):
 
 
 def _log(message: str) -> None:
-    try:
-        from _term_style import tag
-        label = tag(TAG)
-    except Exception:
-        label = TAG
-    print(f"{label} {message}", file=sys.stderr, flush=True)
+    _term_log(TAG, message)
 
 
 def parse_levels(raw: Optional[str]) -> List[str]:
@@ -324,15 +320,9 @@ class _Installer:
 
     def patch_benchmarks(self) -> None:
         """Wrap `run` of each loaded FlagGems Benchmark base class once."""
-        for mod_name, mod in list(sys.modules.items()):
-            if mod is None or not mod_name.rsplit(".", 1)[-1] in _BENCH_MODULE_SUFFIXES:
-                continue
-            cls = getattr(mod, "Benchmark", None)
-            if not isinstance(cls, type) or cls in self.patched_benchmarks:
-                continue
-            if not (callable(getattr(cls, "run", None)) and callable(getattr(cls, "get_input_iter", None))):
-                continue
-            self._wrap_run(cls)
+        for cls in find_benchmark_bases("run", "get_input_iter"):
+            if cls not in self.patched_benchmarks:
+                self._wrap_run(cls)
 
     def _wrap_run(self, cls: type) -> None:
         orig = cls.__dict__.get("run")
@@ -375,7 +365,7 @@ _state: Dict[str, Any] = {"collector": None, "installer": None}
 
 
 def _enabled() -> bool:
-    return os.environ.get(ENABLE_ENV, "1").strip().lower() not in OFF_WORDS
+    return env_enabled(ENABLE_ENV)
 
 
 def _atexit_dump() -> None:

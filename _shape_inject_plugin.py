@@ -19,9 +19,7 @@ for a rerun); the yaml the run was started with is kept as `shapes.source.yaml`.
 
 from __future__ import annotations
 
-import inspect
 import os
-import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -30,6 +28,7 @@ import yaml
 import atomicfile
 
 from _term_style import log
+from providers.flaggems import find_benchmark_bases
 
 TAG = "[shape-inject-plugin]"
 
@@ -163,23 +162,10 @@ def _all_subclasses(base: type) -> List[type]:
     return out
 
 
-def find_benchmark_bases() -> List[type]:
-    """FlagGems' Benchmark base classes among the imported modules (no import of our own)."""
-    bases = []
-    for name, mod in list(sys.modules.items()):
-        if mod is None or not (name.endswith("base") or name.endswith("performance_utils")):
-            continue
-        cls = getattr(mod, "Benchmark", None)
-        if inspect.isclass(cls) and hasattr(cls, "init_user_config") and hasattr(cls, "set_shapes"):
-            if cls not in bases:
-                bases.append(cls)
-    return bases
-
-
 def patch_benchmarks() -> int:
     count = 0
     done = {cls for cls, _ in _patched}
-    for base in find_benchmark_bases():
+    for base in find_benchmark_bases("init_user_config", "set_shapes"):
         for cls in _all_subclasses(base):
             if cls not in done and "init_user_config" in cls.__dict__:
                 _wrap(cls)

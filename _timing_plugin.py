@@ -31,10 +31,11 @@ Fields written to run_identity.json: timer (cuda_graph|direct), graph_capture
 from __future__ import annotations
 
 import os
-import sys
 from typing import Callable, Optional, Tuple
 
 import numpy as np
+
+from _term_style import log as _term_log
 
 LOG_TAG = "[timing-plugin]"
 
@@ -57,12 +58,7 @@ class TimerConfigError(ValueError):
 
 
 def _log(message: str) -> None:
-    try:
-        from _term_style import tag
-        label = tag(LOG_TAG)
-    except Exception:  # _term_style is optional for this plugin
-        label = LOG_TAG
-    print(f"{label} {message}", file=sys.stderr, flush=True)
+    _term_log(LOG_TAG, message)
 
 
 # --- environment ----------------------------------------------------------------------------

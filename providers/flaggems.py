@@ -63,6 +63,25 @@ def apply_vendor_env(backend) -> Optional[str]:
     return vendor or None
 
 
+# FlagGems keeps its Benchmark base class in benchmark/base.py (performance_utils.py in
+# older checkouts); plugins find it among the imported modules rather than importing it.
+BENCHMARK_MODULES = ("base", "performance_utils")
+
+
+def find_benchmark_bases(*required: str) -> List[type]:
+    """`Benchmark` classes of the imported FlagGems benchmark modules that have every
+    method named in `required` (each plugin names the methods it wraps)."""
+    found: List[type] = []
+    for name, mod in list(sys.modules.items()):
+        if mod is None or name.rsplit(".", 1)[-1] not in BENCHMARK_MODULES:
+            continue
+        cls = getattr(mod, "Benchmark", None)
+        if isinstance(cls, type) and cls not in found \
+                and all(callable(getattr(cls, attr, None)) for attr in required):
+            found.append(cls)
+    return found
+
+
 def make_test_node(flaggems_dir: str, op_file: str, op: str) -> str:
     root = flaggems_dir.rstrip("/")
     return f"{root}/benchmark/test_{op_file}.py::test_{op}"
