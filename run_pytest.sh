@@ -70,16 +70,20 @@ resolved="$("$PY" "$SCRIPT_DIR/providers/flaggems.py" --emit-shell \
 eval "$resolved"
 
 # Backend and plugin plan; an unknown backend name fails closed here (exit 2).
-ZL_BACKEND="$("$PY" -c 'import sys; from backends import get_backend, UnknownBackendError
+# One probe gives the canonical name, FlagGems vendor and visibility variable.
+backend_facts="$("$PY" -c 'import sys; from backends import get_backend, UnknownBackendError
 try:
-    print(get_backend(sys.argv[1]).name)
+    b = get_backend(sys.argv[1])
 except UnknownBackendError as exc:
-    print(f"!!! {exc}", file=sys.stderr); sys.exit(2)' "$ZL_BACKEND")" || exit 2
-read -r -a PLUGINS <<< "$("$PY" "$SCRIPT_DIR/plugin_plan.py" --backend "$ZL_BACKEND" --pytest-args)" \
+    print(f"!!! {exc}", file=sys.stderr); sys.exit(2)
+print(b.name, b.flaggems_vendor or "-", b.visibility_env_keys[0] if b.visibility_env_keys else "-")' "$ZL_BACKEND")" \
   || exit 2
+read -r ZL_BACKEND VENDOR_DEFAULT VIS_KEY <<< "$backend_facts"
+[[ "$VENDOR_DEFAULT" == "-" ]] && VENDOR_DEFAULT=""
+[[ "$VIS_KEY" == "-" ]] && VIS_KEY=""
+plan="$("$PY" "$SCRIPT_DIR/plugin_plan.py" --backend "$ZL_BACKEND" --pytest-args)" || exit 2
+read -r -a PLUGINS <<< "$plan"
 (( ${#PLUGINS[@]} > 0 )) || die2 "plugin_plan.py produced no plugins"
-VENDOR_DEFAULT="$("$PY" -c 'import sys; from backends import get_backend; print(get_backend(sys.argv[1]).flaggems_vendor)' "$ZL_BACKEND")"
-VIS_KEY="$("$PY" -c 'import sys; from backends import get_backend; print(get_backend(sys.argv[1]).visibility_env_keys[0])' "$ZL_BACKEND")"
 # ZL_DEVICE pins the card through the backend's own visibility variable, unless the
 # caller already chose one (run_batch binds cards that way and sets both).
 if [[ -n "$ZL_DEVICE" && -n "$VIS_KEY" && -z "${!VIS_KEY:-}" ]]; then
