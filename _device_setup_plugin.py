@@ -43,11 +43,8 @@ def _setup_at_import() -> None:
     _state.update(backend=backend, vendor=vendor)
     device = os.environ.get("ZL_DEVICE", "").strip()
     if not device:
-        for key in backend.visibility_env_keys:
-            raw = os.environ.get(key, "").strip()
-            if raw:
-                device = raw.split(",")[0].strip()
-                break
+        inherited = backend.inherited_devices()
+        device = inherited[0] if inherited else ""
     update_identity(backend=backend.name, device=device, flaggems_vendor=vendor or "",
                     visibility_env=backend.visibility_env_keys[0] if backend.visibility_env_keys else "")
     how = "kept user's choice" if user_choice else "set from backend"

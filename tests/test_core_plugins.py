@@ -159,3 +159,18 @@ def test_foreign_vendor_modules_by_segment_not_prefix():
             "flaggems_vllm.runtime.backend._mthreads.ops", "flag_gems.ops.mm", "numpy"]
     assert dsp.foreign_vendor_modules("nvidia", mods) == ["mthreads", "nvidia_x"]
     assert dsp.foreign_vendor_modules("mthreads", mods) == ["nvidia", "nvidia_x"]
+
+
+def test_device_recorded_from_inherited_visibility(monkeypatch, tmp_path):
+    import _run_identity as ri
+
+    monkeypatch.setenv("OUT_DIR", str(tmp_path))
+    monkeypatch.setenv("ZL_BACKEND", "cuda")
+    monkeypatch.delenv("ZL_DEVICE", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,6")
+    monkeypatch.setenv("GEMS_VENDOR", "nvidia")
+    dsp._setup_at_import()
+    assert ri.load_identity(str(tmp_path))["device"] == "5"
+    monkeypatch.setenv("ZL_DEVICE", "3")
+    dsp._setup_at_import()
+    assert ri.load_identity(str(tmp_path))["device"] == "3"
