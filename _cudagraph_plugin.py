@@ -19,6 +19,10 @@ logs that). `install()` swaps do_bench for `graph_do_bench`, which for each call
    and re-raise; fatal -> re-raise, because a fallback latency would report a
    broken kernel as a measurement.
 
+Backward benchmarks (`is_backward`) get their whole `get_latency` on a side stream
+(`side_stream`), so the forward, and with it the backward autograd replays, is not
+on the legacy default stream that no capture may touch.
+
 Streams, events and graphs come from Triton's active device interface (torch.cuda
 on NVIDIA, torch_musa on MThreads), never from torch.cuda by name. On torch.cuda
 upstream `triton.testing.do_bench_cudagraph` is called verbatim so CUDA numbers do
@@ -374,6 +378,83 @@ def graph_do_bench(fn, warmup=25, rep=100, grad_to_none=None, quantiles=None,
         return _fallback(op, phase, reason, detail, *args)
 
 
+# --- backward benchmarks: forward on a side stream ------------------------------------------
+
+@contextlib.contextmanager
+def side_stream(di):
+    """Run the block on a fresh side stream ordered after, and joined back to, the ambient one.
+
+    Why: autograd runs each backward kernel on the stream its forward ran on. FlagGems'
+    backward benchmarks run the forward on the legacy default stream before timing,
+    so every capture of the backward hit "operation would make the legacy stream
+    depend on a capturing blocking stream" (H200, gelu_backward: all rows fell back
+    to direct timing, whose A/A noise was 20 %). With the forward on a side stream,
+    the backward's stream simply joins the capture. An interface without streams
+    runs the block as is.
+    """
+    make = getattr(di, "Stream", None)
+    enter = getattr(di, "stream", None)
+    current = getattr(di, "current_stream", None)
+    if make is None or enter is None or current is None:
+        yield None
+        return
+    ambient = current()
+    side = make()
+    if hasattr(side, "wait_stream"):
+        side.wait_stream(ambient)
+    try:
+        with enter(side):
+            yield side
+    finally:
+        if hasattr(ambient, "wait_stream"):
+            ambient.wait_stream(side)
+
+
+_patched_latency: list = []
+
+
+def _wrap_get_latency(cls: type) -> None:
+    original = cls.__dict__["get_latency"]
+
+    def get_latency(self, op, *args, **kwargs):
+        # Nested calls (a subclass calling super()) are already on the side stream.
+        if not getattr(self, "is_backward", False) or getattr(self, "_zl_side_stream", False):
+            return original(self, op, *args, **kwargs)
+        self._zl_side_stream = True
+        try:
+            with side_stream(device_interface()):
+                return original(self, op, *args, **kwargs)
+        finally:
+            self._zl_side_stream = False
+
+    get_latency.__wrapped__ = original
+    setattr(cls, "get_latency", get_latency)
+    _patched_latency.append((cls, original))
+
+
+def patch_backward_benchmarks() -> int:
+    """Wrap get_latency on every FlagGems Benchmark class (and subclass) that defines it."""
+    from providers.flaggems import find_benchmark_bases
+    done = {cls for cls, _ in _patched_latency}
+    count = 0
+    for base in find_benchmark_bases("get_latency"):
+        todo = [base]
+        while todo:
+            cls = todo.pop()
+            todo.extend(cls.__subclasses__())
+            if cls not in done and "get_latency" in cls.__dict__:
+                _wrap_get_latency(cls)
+                done.add(cls)
+                count += 1
+    return count
+
+
+def restore_backward_benchmarks() -> None:
+    while _patched_latency:
+        cls, original = _patched_latency.pop()
+        setattr(cls, "get_latency", original)
+
+
 # --- install / pytest hooks -----------------------------------------------------------------
 
 def install(backend, repeat: int = 1) -> None:
@@ -415,6 +496,17 @@ def pytest_runtest_logfinish(nodeid, location):
     _CURRENT["op"] = None
 
 
+def pytest_collection_finish(session):
+    """Benchmark classes exist once the test modules are imported: move backward forwards
+    onto a side stream so their backward can be captured (only while graph timing is on)."""
+    if is_installed():
+        n = patch_backward_benchmarks()
+        if n:
+            _log(f"backward benchmarks run their forward on a side stream "
+                 f"(get_latency hooked on {n} Benchmark class(es))")
+
+
 def pytest_unconfigure(config):
-    """Restore triton.testing.do_bench."""
+    """Restore triton.testing.do_bench and the Benchmark classes."""
+    restore_backward_benchmarks()
     uninstall()

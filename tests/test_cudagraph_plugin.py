@@ -439,3 +439,111 @@ def test_aborted_capture_never_flags_the_process_generator():
             raise RuntimeError("capture invalidated")  # no epilogue: the flag stays set
     assert gen.current is before and not before.capturing
     assert gen.get_state() == (123, 0)
+
+
+# --- backward benchmarks run on a side stream -------------------------------------------------
+
+class RecordingInterface:
+    """Streams that remember who waited on whom, and which stream was current when."""
+
+    def __init__(self):
+        self.ambient = FakeStream()
+        self.current = self.ambient
+        self.made = []
+
+    def Stream(self):
+        s = FakeStream()
+        s.joined = []
+        self.made.append(s)
+        return s
+
+    def current_stream(self, device=None):
+        return self.current
+
+    @contextlib.contextmanager
+    def stream(self, s):
+        prev, self.current = self.current, s
+        try:
+            yield s
+        finally:
+            self.current = prev
+
+
+def test_side_stream_orders_after_and_joins_back_to_the_ambient_stream():
+    di = RecordingInterface()
+    joined = []
+    di.ambient.wait_stream = joined.append
+    with cg.side_stream(di) as side:
+        assert di.current is side and side is not di.ambient
+        assert side.waited_on is di.ambient  # inputs written before are visible
+    assert di.current is di.ambient
+    assert joined == [side]  # later work on the ambient stream waits for the side's
+
+
+def test_side_stream_without_streams_runs_the_block_as_is():
+    with cg.side_stream(types.SimpleNamespace()) as side:
+        assert side is None
+
+
+def make_bench_classes(di, seen):
+    class Benchmark:
+        def __init__(self, is_backward):
+            self.is_backward = is_backward
+
+        def get_latency(self, op, *args, **kwargs):
+            seen.append(di.current)
+            return op(*args)
+
+    class Child(Benchmark):
+        def get_latency(self, op, *args, **kwargs):
+            seen.append(("child", di.current))
+            return super().get_latency(op, *args, **kwargs)
+
+    return Benchmark, Child
+
+
+def test_backward_get_latency_runs_on_a_side_stream_and_forward_does_not(monkeypatch):
+    di = RecordingInterface()
+    monkeypatch.setattr(cg, "device_interface", lambda: di)
+    seen = []
+    Benchmark, Child = make_bench_classes(di, seen)
+    mod = types.ModuleType("base")  # find_benchmark_bases looks for benchmark modules
+    mod.Benchmark = Benchmark
+    monkeypatch.setitem(sys.modules, "benchmark.base", mod)
+    try:
+        assert cg.patch_backward_benchmarks() == 2
+        assert cg.patch_backward_benchmarks() == 0  # idempotent
+        assert Benchmark(is_backward=False).get_latency(lambda x: x + 1, 1) == 2
+        assert seen == [di.ambient] and di.made == []
+        seen.clear()
+        assert Child(is_backward=True).get_latency(lambda x: x * 3, 2) == 6
+        # one side stream for the whole call, the nested super() call included
+        assert len(di.made) == 1
+        assert seen == [("child", di.made[0]), di.made[0]]
+        assert di.current is di.ambient
+    finally:
+        cg.restore_backward_benchmarks()
+    assert "__wrapped__" not in Benchmark.__dict__["get_latency"].__dict__
+    assert "__wrapped__" not in Child.__dict__["get_latency"].__dict__
+
+
+def test_side_stream_flag_is_cleared_when_get_latency_raises(monkeypatch):
+    di = RecordingInterface()
+    monkeypatch.setattr(cg, "device_interface", lambda: di)
+    Benchmark, _ = make_bench_classes(di, [])
+    mod = types.ModuleType("base")
+    mod.Benchmark = Benchmark
+    monkeypatch.setitem(sys.modules, "benchmark.base", mod)
+    try:
+        cg.patch_backward_benchmarks()
+        bench = Benchmark(is_backward=True)
+
+        def boom():
+            raise RuntimeError("shape failed")
+
+        with pytest.raises(RuntimeError):
+            bench.get_latency(boom)
+        assert di.current is di.ambient and bench._zl_side_stream is False
+        assert bench.get_latency(lambda: 5) == 5 and len(di.made) == 2
+    finally:
+        cg.restore_backward_benchmarks()

@@ -46,3 +46,20 @@ def test_direct_run_records_direct_and_repeat(zl_run):
     assert (ident["timer"], ident["graph_capture"], ident["direct_repeat"]) == (
         "direct", "disabled", 3)
     assert "median of 3 calls" in r.log_text
+
+
+def test_backward_benchmark_is_hooked_onto_a_side_stream_and_keeps_its_rows(zl_run):
+    r = zl_run(OP="gelu_backward", OP_FILE="gelu", ZL_BACKEND="cuda", SHAPE_MODE="upstream",
+               DTYPES="float32")
+    assert r.returncode == 0, r.explain()
+    assert re.search(r"\[cudagraph-plugin\] backward benchmarks run their forward on a side "
+                     r"stream \(get_latency hooked on \d+ Benchmark class", r.log_text), r.explain()
+    rows = ROW.findall(r.log_text)
+    assert rows and len(MARKER.findall(r.log_text)) == 2 * len(rows), r.explain()
+
+
+def test_direct_run_leaves_backward_benchmarks_alone(zl_run):
+    r = zl_run(OP="gelu_backward", OP_FILE="gelu", ZL_BACKEND="cuda", SHAPE_MODE="upstream",
+               DTYPES="float32", ZL_ENABLE_CUDAGRAPH="0")
+    assert r.returncode == 0, r.explain()
+    assert "side stream" not in r.log_text and ROW.findall(r.log_text), r.explain()
