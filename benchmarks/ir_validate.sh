@@ -13,6 +13,7 @@
 #   index_naming.txt  index.tsv + naming.md of softmax run 1 and mm tf32
 #   verdict.txt       fingerprints, compare exit codes, PASS/FAIL lines, converts JSON
 #   runs.log          the tail of every run's stdout/stderr
+#   softmax_1_identity.json  run_identity.json of softmax run 1
 # Exit 0 only when both checks pass. Budget: about 6 minutes on an H200.
 set -u
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -41,6 +42,8 @@ run mm_tf32 OP=mm OP_FILE=mm DTYPES=float32 ZL_ISOLATE_TUNER_CACHE=1 || fail=1
 run mm_ieee OP=mm OP_FILE=mm DTYPES=float32 ZL_ISOLATE_TUNER_CACHE=1 \
     REPLAY_FROM="$WORK/mm_tf32" TRITON_F32_DEFAULT=ieee || fail=1
 
+# The identity of one real run, to check the fields run_pytest.sh fills (device, commit, shapes).
+cp -f "$WORK/softmax_1/run_identity.json" "$OUT/softmax_1_identity.json" 2>/dev/null
 for r in softmax_1 softmax_2; do echo "## $r"; (cd "$WORK/$r" 2>/dev/null && find ttgir | LC_ALL=C sort); done >"$OUT/softmax_tree.txt"
 for r in mm_tf32 mm_ieee; do echo "## $r"; (cd "$WORK/$r" 2>/dev/null && find ttgir | LC_ALL=C sort); done >"$OUT/mm_tree.txt"
 for r in softmax_1 mm_tf32; do
