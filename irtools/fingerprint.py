@@ -16,6 +16,13 @@ The rule:
   softmax mm bmm replication_pad3d) that were otherwise byte-identical were judged
   "changed", i.e. the screen excluded nothing. Extra prefixes: `ZL_IR_STRIP_ATTRS`
   (comma separated attribute-name prefixes).
+- Absolute paths inside quoted strings are cut to their last component first
+  (`loc("/tmp/r1/.flaggems_cache/code_cache/pointwise_dynamic_<sha>_relu.py":61:0)`
+  -> `loc("pointwise_dynamic_<sha>_relu.py":61:0)`; the same for LLVM's DIFile and
+  PTX's .file). FlagGems generates pointwise kernels into its cache directory, which
+  the A/B drivers make private per run: on the H200 an A/A screen judged relu and abs
+  IR_CHANGED from the source locations alone. The file name keeps the generated
+  source's content hash, so a change of generated source still counts.
 - Zero `.ttgir` files is "no comparable IR", never "identical".
 
 CLI (exit codes are an interface):
@@ -89,6 +96,15 @@ def strip_switch_stamps(text: str, prefixes: Optional[Sequence[str]] = None) -> 
     return pattern.sub(repl, text)
 
 
+# A quoted absolute path: keep the last component only.
+_ABS_PATH_RE = re.compile(r'"/(?:[^"\n]*/)?([^"/\n]*)"')
+
+
+def normalize_paths(text: str) -> str:
+    """Cut quoted absolute paths (source locations, debug file names) to their basename."""
+    return _ABS_PATH_RE.sub(lambda m: f'"{m.group(1)}"', text)
+
+
 def ir_root(run_dir: os.PathLike) -> Path:
     run = Path(run_dir)
     if not run.is_dir():
@@ -116,7 +132,8 @@ def fingerprint(run_dir: os.PathLike, level: str = "ttgir", prefixes: Optional[S
     for path in files:
         digest.update(path.relative_to(root).as_posix().encode("utf-8") + b"\n")
         text = path.read_text(encoding="utf-8", errors="surrogateescape")
-        digest.update(strip_switch_stamps(text, prefixes).encode("utf-8", errors="surrogateescape"))
+        text = strip_switch_stamps(normalize_paths(text), prefixes)
+        digest.update(text.encode("utf-8", errors="surrogateescape"))
     return digest.hexdigest()
 
 

@@ -59,6 +59,33 @@ def test_fingerprint_ignores_stamps_but_not_code(tmp_path):
     assert fp.compare(a, c)["exit_code"] == fp.EXIT_DIFFERENT
 
 
+LOC = ('#loc = loc("%s/pointwise_dynamic_31b7_relu_forward_kernel_rank_1.py":61:0)\n'
+       '#loc3 = loc("%s/pointwise_dynamic_31b7_relu_forward_kernel_rank_1.py":74:25)\n')
+
+
+def test_private_cache_paths_in_source_locations_do_not_count(tmp_path):
+    # Seen on the H200: an A/A screen with per-run FlagGems caches called relu IR_CHANGED
+    # because every loc() carried /tmp/r1/.flaggems_cache/... vs /tmp/r2/.flaggems_cache/...
+    body = MODULE % ("", CVT)
+    a = make_run(tmp_path / "a", {"64x64/k/w4s3.ttgir": LOC % (("/tmp/r1/.flaggems_cache/code_cache",) * 2) + body})
+    b = make_run(tmp_path / "b", {"64x64/k/w4s3.ttgir": LOC % (("/tmp/r2/.flaggems_cache/code_cache",) * 2) + body})
+    assert fp.compare(a, b)["status"] == "same"
+    # A different generated source (its file name carries the content hash) still counts,
+    # and so does a different line of the same file.
+    c = make_run(tmp_path / "c", {"64x64/k/w4s3.ttgir": (LOC % ("/x", "/x")).replace("31b7", "99aa") + body})
+    d = make_run(tmp_path / "d", {"64x64/k/w4s3.ttgir": (LOC % ("/x", "/x")).replace(":74:25", ":75:25") + body})
+    assert fp.compare(a, c)["status"] == "different"
+    assert fp.compare(a, d)["status"] == "different"
+
+
+def test_normalize_paths_covers_llvm_and_ptx_file_names():
+    assert fp.normalize_paths('!DIFile(filename: "/a/b/x.py", directory: "/tmp/r1/code_cache")') \
+        == '!DIFile(filename: "x.py", directory: "code_cache")'
+    assert fp.normalize_paths('.file 1 "/tmp/r2/x.py"') == '.file 1 "x.py"'
+    # Relative names and non-path strings are left alone.
+    assert fp.normalize_paths('"ttg.target" = "cuda:90", "rel/x.py"') == '"ttg.target" = "cuda:90", "rel/x.py"'
+
+
 def test_fingerprint_depends_on_relative_paths_only_not_on_index(tmp_path):
     a = make_run(tmp_path / "a", {"1024/k/w4s3.ttgir": "x"}, [("1024", "k", "w4s3.ttgir", 5)])
     b = make_run(tmp_path / "b", {"1024/k/w4s3.ttgir": "x"}, [("1024", "k", "w4s3.ttgir", 999)])
