@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# H200 round 8 (one call, ~7 min), timing-sensitive, nothing else on the GPU (issue 6):
-# part 1, the A/A screen on softmax, relu, abs; part 4, a 4-round A/A on relu (the
-# false-verdict rate). float16 only.
+# H200 round 8 (one call, ~8 min), timing-sensitive stages first, nothing else on the GPU:
+# issue 6 part 1 (A/A screen on softmax, relu, abs, now with path-normalised fingerprints)
+# and part 4 (4-round A/A on relu: the false-verdict rate), float16 only; then issue 8's
+# mm tf32 vs ieee fingerprint check on two small shapes (functional).
 #   OUT=/some/dir bash benchmarks/device_round8.sh
 set -uo pipefail
 source benchmarks/device_env.sh || exit 1
 W="${OUT:?set OUT}/work"; mkdir -p "$W"
+# re-bundled after every stage: a call cut at its limit still returns what finished
 bundle() { tar -czf "$OUT/round8.tgz" -C "$W" --exclude='*.ttgir' --exclude='*.llir' --exclude='*.ptx' .; }
 export DTYPES="${DTYPES:-float16}"
 for p in 1 4; do
   echo "===== ab_validate part $p ($(date +%H:%M:%S))"
-  PARTS=$p OUT="$W/ab$p" timeout "${PART_S:-260}" bash benchmarks/ab_validate.sh > "$W/ab$p.out" 2>&1
+  PARTS=$p OUT="$W/ab$p" timeout "${PART_S:-230}" bash benchmarks/ab_validate.sh > "$W/ab$p.out" 2>&1
   echo "part $p rc=$?"; bundle
 done
+echo "===== ir_validate mm ($(date +%H:%M:%S))"
+CHECKS=mm OUT="$W/ir" timeout "${IR_S:-110}" bash benchmarks/ir_validate.sh > "$W/ir.out" 2>&1
+echo "ir rc=$?"; bundle
 ls -la "$OUT"
