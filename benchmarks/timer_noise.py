@@ -51,6 +51,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import atomicfile  # noqa: E402
+from runlog.parse import RunLogError, parse_run_log  # noqa: E402
 
 # FlagGems test function -> benchmark file stem (checked against the checkout at start).
 OP_FILES = {"softmax": "softmax", "gelu_backward": "gelu", "sum": "sum",
@@ -60,10 +61,6 @@ PROFILE_SHAPES = ((4096, 4096), (64, 512, 512), (1024, 1024, 1024), (64, 64))
 
 RUN_TIMEOUT_S = 240
 
-ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-TITLE_RE = re.compile(r"Operator:\s*(\S+).*?dtype=([^,)\s]+)")
-NUM = r"(?:-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|N/A)"
-ROW_RE = re.compile(rf"^\s*([A-Z_]+)\s+({NUM})\s+({NUM})\s+({NUM})((?:\s+{NUM})*)\s+(\S.*)$")
 DIRECT_MARKER = "BENCHMARK_DIRECT_NO_CUDAGRAPH"
 POISONED_MARKER = "BENCHMARK_CAPTURE_POISONED"
 
@@ -75,29 +72,18 @@ def say(msg: str) -> None:
 # --- parsing --------------------------------------------------------------------------------
 
 def parse_tables(text: str) -> List[Dict]:
-    """Rows of every FlagGems result table in a log: op, dtype, status, latencies, detail."""
-    rows, op, dtype, in_table = [], None, None, False
-    for raw in ANSI_RE.sub("", text).splitlines():
-        title = TITLE_RE.search(raw)
-        if title:
-            op, dtype, in_table = title.group(1), title.group(2), False
-            continue
-        if op and "Gems Latency" in raw:
-            in_table = True
-            continue
-        if not in_table:
-            continue
-        m = ROW_RE.match(raw)
-        if not m:  # dash rule, legend line, blank line, pytest chatter: not rows
-            continue
+    """Rows of every FlagGems result table in a log: op, dtype, status, latencies, detail.
 
-        def num(v):
-            return None if v == "N/A" else float(v)
-
-        rows.append({"op": op, "dtype": dtype, "status": m.group(1),
-                     "torch_ms": num(m.group(2)), "gems_ms": num(m.group(3)),
-                     "speedup": num(m.group(4)), "detail": m.group(6).strip()})
-    return rows
+    Through the project's one run.log parser (`runlog.parse`), so folded tables come back
+    with upstream's own Size Detail text; a log with no benchmark output has no rows.
+    """
+    try:
+        parsed = parse_run_log(text)
+    except RunLogError:
+        return []
+    return [{"op": r.op, "dtype": r.dtype, "status": r.row_status, "torch_ms": r.torch_lat,
+             "gems_ms": r.gems_lat, "speedup": r.speedup, "detail": r.size_detail}
+            for r in parsed.rows]
 
 
 def row_keys(rows: List[Dict]) -> List[Tuple]:

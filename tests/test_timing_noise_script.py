@@ -38,11 +38,16 @@ SUCCESS               0.005126           0.040000               0.128        1.5
 def test_parse_tables_reads_every_row_with_dtype_and_detail():
     rows = tn.parse_tables(LOG)
     assert [(r["dtype"], r["status"], r["gems_ms"], r["detail"]) for r in rows] == [
-        ("torch.float16", "SUCCESS", 0.01, "[torch.Size([4, 64])]"),
-        ("torch.float16", "SUCCESS", 0.02, "[torch.Size([8, 128])]"),
-        ("torch.float16", "FAILED", None, "[torch.Size([4, 200])]"),
+        # the folded table comes back with upstream's own (unfolded) Size Detail
+        ("torch.float16", "SUCCESS", 0.01, "[torch.Size([4, 64]), 1]"),
+        ("torch.float16", "SUCCESS", 0.02, "[torch.Size([8, 128]), 1]"),
+        ("torch.float16", "FAILED", None, "[torch.Size([4, 200]), 1]"),
         ("torch.bfloat16", "SUCCESS", 0.04, "[torch.Size([4, 64])]"),
     ]
+
+
+def test_parse_tables_of_a_log_without_benchmark_output_is_empty():
+    assert tn.parse_tables("ImportError: no module named flag_gems\n") == []
 
 
 def test_pair_stats_matches_rows_and_measures_abs_delta():
