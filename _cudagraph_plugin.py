@@ -434,19 +434,12 @@ def _wrap_get_latency(cls: type) -> None:
 
 def patch_backward_benchmarks() -> int:
     """Wrap get_latency on every FlagGems Benchmark class (and subclass) that defines it."""
-    from providers.flaggems import find_benchmark_bases
+    from providers.flaggems import classes_defining
     done = {cls for cls, _ in _patched_latency}
-    count = 0
-    for base in find_benchmark_bases("get_latency"):
-        todo = [base]
-        while todo:
-            cls = todo.pop()
-            todo.extend(cls.__subclasses__())
-            if cls not in done and "get_latency" in cls.__dict__:
-                _wrap_get_latency(cls)
-                done.add(cls)
-                count += 1
-    return count
+    todo = [cls for cls in classes_defining("get_latency") if cls not in done]
+    for cls in todo:
+        _wrap_get_latency(cls)
+    return len(todo)
 
 
 def restore_backward_benchmarks() -> None:

@@ -28,7 +28,7 @@ import yaml
 import atomicfile
 
 from _term_style import log
-from providers.flaggems import find_benchmark_bases
+from providers.flaggems import classes_defining
 
 TAG = "[shape-inject-plugin]"
 
@@ -153,25 +153,12 @@ def _wrap(cls: type) -> None:
     _patched.append((cls, original))
 
 
-def _all_subclasses(base: type) -> List[type]:
-    out, todo = [], [base]
-    while todo:
-        cls = todo.pop()
-        out.append(cls)
-        todo.extend(cls.__subclasses__())
-    return out
-
-
 def patch_benchmarks() -> int:
-    count = 0
     done = {cls for cls, _ in _patched}
-    for base in find_benchmark_bases("init_user_config", "set_shapes"):
-        for cls in _all_subclasses(base):
-            if cls not in done and "init_user_config" in cls.__dict__:
-                _wrap(cls)
-                done.add(cls)
-                count += 1
-    return count
+    todo = [cls for cls in classes_defining("init_user_config", "set_shapes") if cls not in done]
+    for cls in todo:
+        _wrap(cls)
+    return len(todo)
 
 
 def restore() -> None:

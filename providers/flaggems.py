@@ -82,6 +82,20 @@ def find_benchmark_bases(*required: str) -> List[type]:
     return found
 
 
+def classes_defining(method: str, *required: str) -> List[type]:
+    """Every class in the hierarchy of the FlagGems `Benchmark` bases (bases included) that
+    defines `method` itself: the classes a plugin must wrap so that overrides are covered."""
+    found: List[type] = []
+    for base in find_benchmark_bases(method, *required):
+        todo = [base]
+        while todo:
+            cls = todo.pop()
+            todo.extend(cls.__subclasses__())
+            if cls not in found and method in cls.__dict__:
+                found.append(cls)
+    return found
+
+
 def make_test_node(flaggems_dir: str, op_file: str, op: str) -> str:
     root = flaggems_dir.rstrip("/")
     return f"{root}/benchmark/test_{op_file}.py::test_{op}"
