@@ -44,6 +44,7 @@ from typing import Any, Dict
 import pytest
 
 from _term_style import log as _term_log, style
+from providers.flaggems import BenchmarkMethodPatch
 
 LOG_TAG = "[cudagraph-plugin]"
 DIRECT_MARKER = "BENCHMARK_DIRECT_NO_CUDAGRAPH"
@@ -410,12 +411,7 @@ def side_stream(di):
             ambient.wait_stream(side)
 
 
-_patched_latency: list = []
-
-
-def _wrap_get_latency(cls: type) -> None:
-    original = cls.__dict__["get_latency"]
-
+def _side_stream_get_latency(original):
     def get_latency(self, op, *args, **kwargs):
         # Nested calls (a subclass calling super()) are already on the side stream.
         if not getattr(self, "is_backward", False) or getattr(self, "_zl_side_stream", False):
@@ -426,26 +422,19 @@ def _wrap_get_latency(cls: type) -> None:
                 return original(self, op, *args, **kwargs)
         finally:
             self._zl_side_stream = False
+    return get_latency
 
-    get_latency.__wrapped__ = original
-    setattr(cls, "get_latency", get_latency)
-    _patched_latency.append((cls, original))
+
+_BACKWARD_PATCH = BenchmarkMethodPatch("get_latency", _side_stream_get_latency)
 
 
 def patch_backward_benchmarks() -> int:
     """Wrap get_latency on every FlagGems Benchmark class (and subclass) that defines it."""
-    from providers.flaggems import classes_defining
-    done = {cls for cls, _ in _patched_latency}
-    todo = [cls for cls in classes_defining("get_latency") if cls not in done]
-    for cls in todo:
-        _wrap_get_latency(cls)
-    return len(todo)
+    return _BACKWARD_PATCH.apply()
 
 
 def restore_backward_benchmarks() -> None:
-    while _patched_latency:
-        cls, original = _patched_latency.pop()
-        setattr(cls, "get_latency", original)
+    _BACKWARD_PATCH.restore()
 
 
 # --- install / pytest hooks -----------------------------------------------------------------

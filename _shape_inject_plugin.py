@@ -28,11 +28,10 @@ import yaml
 import atomicfile
 
 from _term_style import log
-from providers.flaggems import classes_defining
+from providers.flaggems import BenchmarkMethodPatch
 
 TAG = "[shape-inject-plugin]"
 
-_patched: List[Tuple[type, Any]] = []
 _effective: Dict[str, Dict[str, Any]] = {}
 _yaml_cache: Dict[str, Any] = {}
 
@@ -132,9 +131,7 @@ def apply_override(bench: Any) -> None:
     _record(bench, "yaml", key)
 
 
-def _wrap(cls: type) -> None:
-    original = cls.__dict__["init_user_config"]
-
+def _make_init_user_config(original):
     def init_user_config(self, *args, **kwargs):
         # Subclass overrides usually call super(); only the outermost call applies
         # the override, after every class in the chain has set its shapes.
@@ -147,24 +144,18 @@ def _wrap(cls: type) -> None:
         if depth == 0:
             apply_override(self)
         return result
+    return init_user_config
 
-    init_user_config.__wrapped__ = original
-    setattr(cls, "init_user_config", init_user_config)
-    _patched.append((cls, original))
+
+_PATCH = BenchmarkMethodPatch("init_user_config", _make_init_user_config, "set_shapes")
 
 
 def patch_benchmarks() -> int:
-    done = {cls for cls, _ in _patched}
-    todo = [cls for cls in classes_defining("init_user_config", "set_shapes") if cls not in done]
-    for cls in todo:
-        _wrap(cls)
-    return len(todo)
+    return _PATCH.apply()
 
 
 def restore() -> None:
-    while _patched:
-        cls, original = _patched.pop()
-        setattr(cls, "init_user_config", original)
+    _PATCH.restore()
 
 
 def pytest_collection_finish(session):

@@ -15,7 +15,7 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 _ROOT = Path(__file__).resolve().parent.parent
 if str(_ROOT) not in sys.path:
@@ -82,18 +82,45 @@ def find_benchmark_bases(*required: str) -> List[type]:
     return found
 
 
-def classes_defining(method: str, *required: str) -> List[type]:
-    """Every class in the hierarchy of the FlagGems `Benchmark` bases (bases included) that
-    defines `method` itself: the classes a plugin must wrap so that overrides are covered."""
-    found: List[type] = []
-    for base in find_benchmark_bases(method, *required):
-        todo = [base]
-        while todo:
-            cls = todo.pop()
-            todo.extend(cls.__subclasses__())
-            if cls not in found and method in cls.__dict__:
-                found.append(cls)
-    return found
+class BenchmarkMethodPatch:
+    """Wrap one method on every class of the FlagGems `Benchmark` hierarchy that defines it
+    itself (overrides included), once per class, and put the originals back on `restore`.
+
+    `make_wrapper(original)` returns the replacement; `required` names methods the base
+    class must also have. The shape-inject and graph-timing plugins share this so their
+    wrap/undo bookkeeping cannot drift apart.
+    """
+
+    def __init__(self, method: str, make_wrapper: Callable[[Callable], Callable], *required: str):
+        self.method = method
+        self.make_wrapper = make_wrapper
+        self.required = required
+        self.patched: List[Tuple[type, Callable]] = []
+
+    def apply(self) -> int:
+        """Wrap the classes not wrapped yet; returns how many were wrapped now."""
+        done = {cls for cls, _ in self.patched}
+        count = 0
+        for base in find_benchmark_bases(self.method, *self.required):
+            todo = [base]
+            while todo:
+                cls = todo.pop()
+                todo.extend(cls.__subclasses__())
+                if cls in done or self.method not in cls.__dict__:
+                    continue
+                original = cls.__dict__[self.method]
+                wrapper = self.make_wrapper(original)
+                wrapper.__wrapped__ = original
+                setattr(cls, self.method, wrapper)
+                self.patched.append((cls, original))
+                done.add(cls)
+                count += 1
+        return count
+
+    def restore(self) -> None:
+        while self.patched:
+            cls, original = self.patched.pop()
+            setattr(cls, self.method, original)
 
 
 def make_test_node(flaggems_dir: str, op_file: str, op: str) -> str:
