@@ -1,6 +1,6 @@
-# Shared prologue of the A/B drivers (ab_repeat.sh, ab_rlc_test.sh): interpreter,
+# Shared prologue of the A/B drivers (ab_repeat.sh, ab_rlc_test.sh, ab_fold_test.sh): interpreter,
 # run script, the one IR fingerprint rule and the IR level it judges. Sourced after the
-# driver sets ZL_ROOT; one copy so the two drivers cannot judge IR differently.
+# driver sets ZL_ROOT; one copy so the drivers cannot judge IR differently.
 PY="${ZL_PYTHON:-$(command -v python || command -v python3)}"
 export ZL_PYTHON="$PY"
 RUN_PYTEST="${ZL_RUN_PYTEST:-$ZL_ROOT/run_pytest.sh}"
@@ -24,6 +24,9 @@ fp_of() {   # the shared rule (irtools.fingerprint) at IR_LEVEL; exit 1 = no IR 
 }
 
 die2() { echo "!!! $*" >&2; exit 2; }
+# The drivers' variable checks, one wording: exit 2 with the variable's name and value.
+require_var_name() { [[ "$2" =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || die2 "$1 is not a variable name: '$2'"; }
+require_positive_int() { [[ "$2" =~ ^[1-9][0-9]*$ ]] || die2 "$1 must be a positive integer (got: $2)"; }
 
 # One OPS entry: OP | OP:OP_FILE | OP:OP_FILE:DTYPES (dtypes comma separated; empty = the
 # operator's own set, or $DTYPES). Sets op, op_file, dtypes; returns 1 (with a message) for a

@@ -23,17 +23,16 @@
 set -uo pipefail
 
 ZL_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-PY="${ZL_PYTHON:-$(command -v python || command -v python3)}"
-export ZL_PYTHON="$PY"
-RUN_PYTEST="${ZL_RUN_PYTEST:-$ZL_ROOT/run_pytest.sh}"
+# shellcheck source=_ab_common.sh
+source "$ZL_ROOT/_ab_common.sh"
 
 FOLD_SWITCH="${FOLD_SWITCH:-FLAGGEMS_MXFP4_FOLDSCALE}"
 OP="${OP:-fused_marlin_moe_mxfp4}"
 OP_FILE="${OP_FILE:-fused_marlin_moe}"
 FLAGGEMS_DIR="${FLAGGEMS_DIR:-/workspace/dev/FlagGems}"
 CELL_TIMEOUT="${CELL_TIMEOUT:-2400}"
-[[ "$FOLD_SWITCH" =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || { echo "!!! FOLD_SWITCH is not a variable name: '$FOLD_SWITCH'" >&2; exit 2; }
-[[ "$CELL_TIMEOUT" =~ ^[1-9][0-9]*$ ]] || { echo "!!! CELL_TIMEOUT must be a positive integer (got: $CELL_TIMEOUT)" >&2; exit 2; }
+require_var_name FOLD_SWITCH "$FOLD_SWITCH"
+require_positive_int CELL_TIMEOUT "$CELL_TIMEOUT"
 
 if [[ -n "${SHAPE_SETS:-}" ]]; then
   read -r -a SETS <<< "$SHAPE_SETS"
@@ -48,7 +47,7 @@ if (( ${#SETS[@]} == 0 )); then
   exit 2
 fi
 for s in "${SETS[@]}"; do
-  [[ -f "$s" ]] || { echo "!!! shape set not found: $s" >&2; exit 2; }
+  [[ -f "$s" ]] || die2 "shape set not found: $s"
 done
 
 if [[ ! -d "$FLAGGEMS_DIR/src" ]]; then
@@ -65,7 +64,7 @@ fi
 if [[ -t 1 && -z "${NO_COLOR:-}" ]]; then export FLAGGEMS_PERF_COLOR=always; fi
 BASE="${ZL_RUNS_ROOT:-$ZL_ROOT/runs}"
 ROOT="${AB_ROOT:-$BASE/ab_fold_$(date +%Y%m%d-%H%M%S)}"
-mkdir -p "$ROOT" || { echo "!!! cannot create $ROOT" >&2; exit 2; }
+mkdir -p "$ROOT" || die2 "cannot create $ROOT"
 ROOT="$(cd "$ROOT" && pwd)"
 LOG="$ROOT/summary.log"
 

@@ -47,10 +47,10 @@ CELL_TIMEOUT="${CELL_TIMEOUT:-2400}"
 SWITCH_ALLOW_NO_IR_DIFF="${SWITCH_ALLOW_NO_IR_DIFF:-0}"
 TELEMETRY_INTERVAL="${TELEMETRY_INTERVAL:-5}"
 [[ -n "$SWITCH" ]] || die2 "SWITCH is required (e.g. SWITCH=FLAGTREE_MUSA_RLC_ENHANCE)"
-[[ "$SWITCH" =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || die2 "SWITCH is not a variable name: '$SWITCH'"
+require_var_name SWITCH "$SWITCH"
 [[ -n "$OPS" ]] || die2 "OPS is required (e.g. OPS=\"topk masked_select\")"
-[[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || die2 "ROUNDS must be a positive integer (got: $ROUNDS)"
-[[ "$CELL_TIMEOUT" =~ ^[1-9][0-9]*$ ]] || die2 "CELL_TIMEOUT must be a positive integer (got: $CELL_TIMEOUT)"
+require_positive_int ROUNDS "$ROUNDS"
+require_positive_int CELL_TIMEOUT "$CELL_TIMEOUT"
 [[ "$TELEMETRY_INTERVAL" =~ ^[0-9]+([.][0-9]+)?$ ]] || die2 "TELEMETRY_INTERVAL must be a number of seconds (got: $TELEMETRY_INTERVAL)"
 
 if [[ -t 1 && -z "${NO_COLOR:-}" ]]; then export FLAGGEMS_PERF_COLOR=always; fi
