@@ -29,17 +29,11 @@ mkdir -p "$OUT"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/zl_autotune_validate.XXXXXX")"
 export ZL_PYTHON="${ZL_PYTHON:-python3}"
 
+# shellcheck source=_validate_run.sh
+source "$HERE/benchmarks/_validate_run.sh"
 run() {  # run NAME [VAR=VALUE ...]
   local name="$1"; shift
-  echo "=== $name: $*" >>"$OUT/runs.log"
-  local t0=$SECONDS
-  ( cd "$HERE" && env OUT_DIR="$WORK/$name" BENCH_LEVEL=core SHAPE_FILE=upstream \
-      DTYPES="$DTYPES" ZL_ISOLATE_TUNER_CACHE=1 "$@" timeout 150 bash run_pytest.sh ) \
-      >"$WORK/$name.out" 2>&1
-  local rc=$?
-  tail -n 40 "$WORK/$name.out" >>"$OUT/runs.log"
-  echo "=== $name rc=$rc elapsed=$((SECONDS - t0))s" >>"$OUT/runs.log"
-  return $rc
+  validate_run "$name" 150 SHAPE_FILE=upstream DTYPES="$DTYPES" ZL_ISOLATE_TUNER_CACHE=1 "$@"
 }
 
 fail=0

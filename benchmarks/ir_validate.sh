@@ -24,15 +24,11 @@ WORK="$(mktemp -d "${TMPDIR:-/tmp}/zl_ir_validate.XXXXXX")"
 source "$HERE/_ir_fingerprint.sh"
 export ZL_PYTHON="${ZL_PYTHON:-python3}"
 
+# shellcheck source=_validate_run.sh
+source "$HERE/benchmarks/_validate_run.sh"
 run() {  # run NAME [VAR=VALUE ...]
   local name="$1"; shift
-  echo "=== $name: $*" >>"$OUT/runs.log"
-  ( cd "$HERE" && env OUT_DIR="$WORK/$name" BENCH_LEVEL=core "$@" timeout 240 bash run_pytest.sh ) \
-      >"$WORK/$name.out" 2>&1
-  local rc=$?
-  tail -n 40 "$WORK/$name.out" >>"$OUT/runs.log"
-  echo "=== $name rc=$rc" >>"$OUT/runs.log"
-  return $rc
+  validate_run "$name" 240 "$@"
 }
 
 fail=0
