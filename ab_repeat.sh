@@ -138,11 +138,14 @@ run_cell() {   # round side op op_file dtypes out_dir [replay_from]
         elif [[ "$fa" == "$fb" ]]; then
           echo "!!! SWITCH_NO_IR_DIFF op=$op switch=$SWITCH"
           echo "!!! round 1 compiled byte-identical TTGIR on both sides: $SWITCH did not change"
-          echo "!!! $op's generated code, and $((ROUNDS - 1)) more rounds would measure noise and"
-          echo "!!! report it as 'no difference'. Check the switch name and where the source reads"
-          echo "!!! it; for a switch that acts at run time only, rerun with SWITCH_ALLOW_NO_IR_DIFF=1."
           if [[ "$SWITCH_ALLOW_NO_IR_DIFF" != "1" ]]; then
+            echo "!!! $op's generated code, and $((ROUNDS - 1)) more rounds would measure noise and"
+            echo "!!! report it as 'no difference'. Check the switch name and where the source reads"
+            echo "!!! it; for a switch that acts at run time only, rerun with SWITCH_ALLOW_NO_IR_DIFF=1."
             ok=0; reason="the switch did not change its generated code"
+          else
+            echo "!!! $op's generated code; continuing because SWITCH_ALLOW_NO_IR_DIFF=1 (a run-time"
+            echo "!!! switch, or an A/A check): any difference below comes from run time, not codegen."
           fi
         else
           echo ">>> $op: the switch changes generated code (A=${fa:0:12} B=${fb:0:12})"

@@ -142,6 +142,9 @@ def test_repeat_stops_when_the_switch_changes_no_ir(tmp_path):
     r = run_zl(tmp_path / "w2", script="ab_repeat.sh", **stub_env(
         OPS="relu", ROUNDS="2", AB_ROOT=tmp_path / "rep2", ZL_STUB_IR="same", SWITCH_ALLOW_NO_IR_DIFF="1"))
     assert "SWITCH_NO_IR_DIFF" in r.stdout and "[ab-rounds] relu: 2 rounds" in r.stdout
+    # allowed: says why it goes on, not the refusal's advice to rerun with the flag
+    assert "continuing because SWITCH_ALLOW_NO_IR_DIFF=1" in r.stdout
+    assert "rerun with SWITCH_ALLOW_NO_IR_DIFF=1" not in r.stdout
 
 
 def test_repeat_failed_cell_means_no_report(tmp_path):

@@ -1,0 +1,165 @@
+#!/usr/bin/env python
+"""Why is graph-timed gelu_backward noisy between runs? A probe with torch's own gelu.
+
+FlagGems times a backward benchmark as `torch.autograd.grad(out, x, dout, retain_graph=True)`
+and zl_bench's graph timer runs the forward on a side stream so autograd's backward can be
+captured (_cudagraph_plugin.side_stream). Between two runs the graph-timed latency of
+gelu_backward moved by 9.4 % (median, H200 round 7) while forward operators moved 0.2 %, in
+the torch column as much as in the FlagGems one, so the cause sits in how the backward is
+captured, not in a kernel. This probe times torch's gelu backward the way triton's
+do_bench_cudagraph does (5 eager calls estimate n_repeat = rep / estimate, n_repeat calls
+unrolled into one graph, 10 replays), but also reports what do_bench_cudagraph hides:
+n_repeat, capture seconds and how much memory the graph's pool took.
+
+Variants, each captured CAPTURES times in this process:
+    autograd_side   the production path: forward on a side stream, autograd.grad captured
+                    on the capture stream (the backward then runs on the forward's stream)
+    autograd_same   the forward on the capture stream's side stream, but every captured
+                    call runs with that stream current (joined to the capture stream), so
+                    the backward's allocations and frees stay on one stream
+    aten_direct     torch.ops.aten.gelu_backward(dout, x) with no autograd (control)
+Run it twice (two processes) to get the between-run spread the A/A screen sees:
+    python benchmarks/backward_graph_probe.py --out probe1.jsonl
+    python benchmarks/backward_graph_probe.py --out probe2.jsonl
+    python benchmarks/backward_graph_probe.py --compare probe1.jsonl probe2.jsonl
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import sys
+import time
+
+SHAPES = [(64, 64), (1048576,), (4096, 4096), (64, 512, 512)]
+VARIANTS = ("autograd_side", "autograd_same", "aten_direct")
+
+
+def _bench_graph(torch, fn, rep_ms: float, n_repeat_fixed: int = 0):
+    """do_bench_cudagraph's steps, returning what it measured and what it cost."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    cap = torch.cuda.Stream()
+    with torch.cuda.stream(cap):
+        fn()
+        start.record()
+        for _ in range(5):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        estimate = start.elapsed_time(end) / 5
+        n_repeat = n_repeat_fixed or (1000 if estimate == 0 else max(1, int(rep_ms / estimate)))
+        reserved0 = torch.cuda.memory_reserved()
+        graph = torch.cuda.CUDAGraph()
+        t0 = time.perf_counter()
+        gc.disable()
+        try:
+            with torch.cuda.graph(graph, stream=cap):
+                for _ in range(n_repeat):
+                    fn()
+        finally:
+            gc.enable()
+        capture_s = time.perf_counter() - t0
+        torch.cuda.synchronize()
+        pool_mb = (torch.cuda.memory_reserved() - reserved0) / 2**20
+        times = []
+        for _ in range(10):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            graph.replay()
+            e.record()
+            torch.cuda.synchronize()
+            times.append(s.elapsed_time(e) / n_repeat)
+    del graph
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    return {"estimate_ms": estimate, "n_repeat": n_repeat, "capture_s": round(capture_s, 3),
+            "pool_mb": round(pool_mb, 1), "ms_median": statistics.median(times),
+            "ms_spread_pct": 100.0 * (max(times) / min(times) - 1)}
+
+
+def _make_fn(torch, variant, x, dout):
+    if variant == "aten_direct":
+        return lambda: torch.ops.aten.gelu_backward(dout, x)
+    fwd = torch.cuda.Stream()
+    fwd.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(fwd):
+        out = torch.nn.functional.gelu(x)
+    torch.cuda.current_stream().wait_stream(fwd)
+    grad = lambda: torch.autograd.grad((out,), [x], grad_outputs=(dout,), retain_graph=True)
+    if variant == "autograd_side":
+        return grad
+
+    def on_forward_stream():
+        caller = torch.cuda.current_stream()
+        fwd.wait_stream(caller)
+        with torch.cuda.stream(fwd):
+            result = grad()
+        caller.wait_stream(fwd)
+        return result
+    return on_forward_stream
+
+
+def probe(args) -> int:
+    import torch
+    dev = torch.device("cuda")
+    rows = []
+    for shape in SHAPES:
+        x = torch.randn(shape, dtype=torch.float16, device=dev).requires_grad_()
+        dout = torch.randn(shape, dtype=torch.float16, device=dev)
+        for variant in VARIANTS:
+            fn = _make_fn(torch, variant, x, dout)
+            for k in range(args.captures):
+                r = _bench_graph(torch, fn, args.rep_ms, args.n_repeat)
+                r.update(shape="x".join(map(str, shape)), variant=variant, capture=k)
+                rows.append(r)
+                print(json.dumps(r), flush=True)
+            del fn
+            gc.collect()
+            torch.cuda.empty_cache()
+    with open(args.out, "w") as fh:
+        for r in rows:
+            fh.write(json.dumps(r) + "\n")
+    return 0
+
+
+def compare(paths) -> int:
+    """Per shape x variant: within-run capture spread and between-run delta of the medians."""
+    runs = [[json.loads(line) for line in open(p) if line.strip()] for p in paths]
+    keys = sorted({(r["shape"], r["variant"]) for r in runs[0]},
+                  key=lambda k: (k[1], k[0]))
+    print("| variant | shape | n_repeat | pool MB | capture s | us/call run1 | us/call run2 "
+          "| within-run spread % | between runs % |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for key in keys:
+        per_run = [[r for r in run if (r["shape"], r["variant"]) == key] for run in runs]
+        if any(not rs for rs in per_run):
+            continue
+        meds = [statistics.median(r["ms_median"] for r in rs) for rs in per_run]
+        within = max(100.0 * (max(r["ms_median"] for r in rs) / min(r["ms_median"] for r in rs) - 1)
+                     for rs in per_run)
+        between = 100.0 * (meds[1] / meds[0] - 1) if len(meds) > 1 else float("nan")
+        n_rep = "/".join(str(int(statistics.median(r["n_repeat"] for r in rs))) for rs in per_run)
+        pool = max(r["pool_mb"] for rs in per_run for r in rs)
+        cap_s = max(r["capture_s"] for rs in per_run for r in rs)
+        print(f"| {key[1]} | {key[0]} | {n_rep} | {pool:.0f} | {cap_s:.2f} | "
+              f"{1e3 * meds[0]:.2f} | {1e3 * meds[-1]:.2f} | {within:.2f} | {between:+.2f} |")
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="backward_graph_probe.jsonl")
+    ap.add_argument("--captures", type=int, default=3)
+    ap.add_argument("--rep-ms", type=float, default=100.0, help="FlagGems' default repetition")
+    ap.add_argument("--n-repeat", type=int, default=0, help="fixed unroll count (0: estimate)")
+    ap.add_argument("--compare", nargs="+", metavar="JSONL")
+    args = ap.parse_args(argv)
+    if args.compare:
+        return compare(args.compare)
+    return probe(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
