@@ -105,7 +105,7 @@ def probe(args) -> int:
     import torch
     dev = torch.device("cuda")
     rows = []
-    for shape in SHAPES:
+    for shape in [tuple(int(d) for d in s.split("x")) for s in args.shapes.split(",")]:
         x = torch.randn(shape, dtype=torch.float16, device=dev).requires_grad_()
         dout = torch.randn(shape, dtype=torch.float16, device=dev)
         for variant in VARIANTS:
@@ -154,6 +154,8 @@ def main(argv=None) -> int:
     ap.add_argument("--captures", type=int, default=3)
     ap.add_argument("--rep-ms", type=float, default=100.0, help="FlagGems' default repetition")
     ap.add_argument("--n-repeat", type=int, default=0, help="fixed unroll count (0: estimate)")
+    ap.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES),
+                    help="comma list of AxB shapes (default: FlagGems' first four core shapes)")
     ap.add_argument("--compare", nargs="+", metavar="JSONL")
     args = ap.parse_args(argv)
     if args.compare:

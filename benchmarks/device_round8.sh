@@ -2,7 +2,7 @@
 # H200 round 8 (one call, ~8 min), timing-sensitive stages first, nothing else on the GPU:
 # issue 6 part 1 (A/A screen on softmax, relu, abs, now with path-normalised fingerprints)
 # and part 4 (4-round A/A on relu: the false-verdict rate), float16 only; then issue 8's
-# mm tf32 vs ieee fingerprint check on two small shapes (functional).
+# mm tf32 vs ieee fingerprint check on small shapes (functional).
 #   OUT=/some/dir bash benchmarks/device_round8.sh
 set -uo pipefail
 source benchmarks/device_env.sh || exit 1
