@@ -14,20 +14,20 @@ source benchmarks/device_env.sh || exit 1
 W="${OUT:?set OUT}/work"; mkdir -p "$W"
 bundle() { tar -czf "$OUT/round9.tgz" -C "$W" --exclude='*.ttgir' --exclude='*.llir' --exclude='*.ptx' .; }
 echo "===== ir_validate mm ($(date +%H:%M:%S))"
-CHECKS=mm OUT="$W/ir" timeout "${IR_S:-150}" bash benchmarks/ir_validate.sh > "$W/ir.out" 2>&1
+CHECKS=mm OUT="$W/ir" timeout "${IR_S:-130}" bash benchmarks/ir_validate.sh > "$W/ir.out" 2>&1
 echo "ir rc=$?"; bundle
 echo "===== ab_validate part 3 ($(date +%H:%M:%S))"
-PARTS=3 DTYPES="${DTYPES:-float16}" OUT="$W/ab3" timeout "${PART_S:-250}" \
+PARTS=3 DTYPES="${DTYPES:-float16}" OUT="$W/ab3" timeout "${PART_S:-240}" \
   bash benchmarks/ab_validate.sh > "$W/ab3.out" 2>&1
 echo "part 3 rc=$?"; bundle
 echo "===== timer noise gelu_backward up_kernel ($(date +%H:%M:%S))"
-timeout "${TIMER_S:-90}" python3 benchmarks/timer_noise.py --flaggems-dir "$FLAGGEMS_DIR" \
+timeout "${TIMER_S:-120}" python3 benchmarks/timer_noise.py --flaggems-dir "$FLAGGEMS_DIR" \
   --ops gelu_backward --timers up_kernel --skip-profile --budget-s 30 \
   --out "$W/timer_gelu_backward" > "$W/timer_gelu_backward.out" 2>&1
 echo "timer rc=$?"; bundle
 echo "===== backward graph probe ($(date +%H:%M:%S))"
 for k in 1 2; do
-  timeout "${PROBE_S:-45}" python3 benchmarks/backward_graph_probe.py --captures 2 \
+  timeout "${PROBE_S:-40}" python3 benchmarks/backward_graph_probe.py --captures 2 \
     --shapes 64x64,4096x4096 --out "$W/probe$k.jsonl" > "$W/probe$k.out" 2>&1
   echo "probe $k rc=$?"
 done
