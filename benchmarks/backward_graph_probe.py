@@ -104,29 +104,28 @@ def _make_fn(torch, variant, x, dout):
 def probe(args) -> int:
     import torch
     dev = torch.device("cuda")
-    rows = []
-    for shape in [tuple(int(d) for d in s.split("x")) for s in args.shapes.split(",")]:
-        x = torch.randn(shape, dtype=torch.float16, device=dev).requires_grad_()
-        dout = torch.randn(shape, dtype=torch.float16, device=dev)
-        for variant in VARIANTS:
-            fn = _make_fn(torch, variant, x, dout)
-            for k in range(args.captures):
-                r = _bench_graph(torch, fn, args.rep_ms, args.n_repeat)
-                r.update(shape="x".join(map(str, shape)), variant=variant, capture=k)
-                rows.append(r)
-                print(json.dumps(r), flush=True)
-            del fn
-            gc.collect()
-            torch.cuda.empty_cache()
-    with open(args.out, "w") as fh:
-        for r in rows:
-            fh.write(json.dumps(r) + "\n")
+    # one line per capture as it finishes: a probe cut by a timeout keeps what it measured
+    with open(args.out, "w") as sink:
+        for shape in [tuple(int(d) for d in s.split("x")) for s in args.shapes.split(",")]:
+            x = torch.randn(shape, dtype=torch.float16, device=dev).requires_grad_()
+            dout = torch.randn(shape, dtype=torch.float16, device=dev)
+            for variant in VARIANTS:
+                fn = _make_fn(torch, variant, x, dout)
+                for k in range(args.captures):
+                    r = _bench_graph(torch, fn, args.rep_ms, args.n_repeat)
+                    r.update(shape="x".join(map(str, shape)), variant=variant, capture=k)
+                    print(json.dumps(r), flush=True)
+                    sink.write(json.dumps(r) + "\n")
+                    sink.flush()
+                del fn
+                gc.collect()
+                torch.cuda.empty_cache()
     return 0
 
 
 def compare(paths) -> int:
     """Per shape x variant: within-run capture spread and between-run delta of the medians."""
-    runs = [[json.loads(line) for line in open(p) if line.strip()] for p in paths]
+    runs = [[json.loads(line) for line in open(p) if line.startswith("{")] for p in paths]
     keys = sorted({(r["shape"], r["variant"]) for r in runs[0]},
                   key=lambda k: (k[1], k[0]))
     print("| variant | shape | n_repeat | pool MB | capture s | us/call run1 | us/call run2 "
