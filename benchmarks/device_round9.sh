@@ -23,7 +23,7 @@ echo "part 3 rc=$?"; bundle
 echo "===== timer noise gelu_backward up_kernel ($(date +%H:%M:%S))"
 timeout "${TIMER_S:-120}" python3 benchmarks/timer_noise.py --flaggems-dir "$FLAGGEMS_DIR" \
   --ops gelu_backward --timers up_kernel --skip-profile --budget-s 30 \
-  --out "$W/timer_gelu_backward" > "$W/timer_gelu_backward.out" 2>&1
+  --work-dir "$W/timer_runs" --out "$W/timer_gelu_backward" > "$W/timer_gelu_backward.out" 2>&1
 echo "timer rc=$?"; bundle
 echo "===== backward graph probe ($(date +%H:%M:%S))"
 for k in 1 2; do
