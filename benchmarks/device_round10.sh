@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# H200 round 10 (one short call): issue 8's mm fingerprint check with a switch that reaches
+# FlagGems' mm kernel (MM_SWITCH, default TRITON_DEBUG=1; round 9 showed TRITON_F32_DEFAULT
+# cannot: the kernels pin their dot precision).
+#   OUT=/some/dir bash benchmarks/device_round10.sh
+set -uo pipefail
+source benchmarks/device_env.sh || exit 1
+W="${OUT:?set OUT}/work"; mkdir -p "$W"
+echo "===== ir_validate mm ($(date +%H:%M:%S))"
+CHECKS=mm OUT="$W/ir" timeout "${IR_S:-150}" bash benchmarks/ir_validate.sh > "$W/ir.out" 2>&1
+echo "ir rc=$?"
+tar -czf "$OUT/round10.tgz" -C "$W" .
+cat "$W/ir/verdict.txt" | head -12
