@@ -21,7 +21,11 @@ logs that). `install()` swaps do_bench for `graph_do_bench`, which for each call
 
 Backward benchmarks (`is_backward`) get their whole `get_latency` on a side stream
 (`side_stream`), so the forward, and with it the backward autograd replays, is not
-on the legacy default stream that no capture may touch.
+on the legacy default stream that no capture may touch. Their graph is then captured
+on that same stream (`_graph_bench_port(stream=...)`, on torch.cuda too): captured from
+any other stream, every autograd.grad call adds a cross-stream fork and join to the
+graph, which on the H200 cost 5x the bare kernel on 64x64 and made gelu_backward's
+latency move 9 % between identical runs (docs/validation/timing.md).
 
 Streams, events and graphs come from Triton's active device interface (torch.cuda
 on NVIDIA, torch_musa on MThreads), never from torch.cuda by name. On torch.cuda
@@ -53,7 +57,8 @@ DETAIL_CHARS = 160
 # Replays timed per call, as upstream do_bench_cudagraph does.
 N_REPLAYS = 10
 
-_STATE: Dict[str, Any] = {"original": None, "backend": None, "repeat": 1}
+_STATE: Dict[str, Any] = {"original": None, "backend": None, "repeat": 1,
+                          "forward_stream": None}
 _CURRENT = {"op": None}  # operator of the pytest item now running
 
 
@@ -218,14 +223,15 @@ def warmup_before_capture(di, fn, warmup_ms: float, grad_to_none=None) -> int:
 
 
 @contextlib.contextmanager
-def _capturing(di, graph):
+def _capturing(di, graph, stream=None):
     # Garbage collection during capture can free tensors the graph still uses; upstream
     # (triton>=3.4 cuda_graph_without_gc) disables it for the same reason.
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         if hasattr(di, "graph"):
-            with di.graph(graph):
+            # The stream is named: torch.cuda.graph otherwise captures on a stream of its own.
+            with di.graph(graph, **({"stream": stream} if stream is not None else {})):
                 yield
         else:
             graph.capture_begin()
@@ -253,17 +259,22 @@ def _summarize(times, quantiles, return_mode):
                   "median": np.median}[return_mode](times))
 
 
-def _graph_bench_port(di, graph_cls, step, fn, rep, grad_to_none, quantiles, return_mode):
+def _graph_bench_port(di, graph_cls, step, fn, rep, grad_to_none, quantiles, return_mode,
+                      stream=None):
     """Upstream do_bench_cudagraph's steps through the device interface.
 
     Estimate one call, unroll enough calls into one graph to fill `rep` ms so host
     launch overhead drops out, then time N_REPLAYS replays. Replay times go to the
     summariser as a plain list of floats, as in upstream: a tensor there makes
     "mean" raise and quantile requests return tensors that do not serialise.
+    `stream`: capture on this stream (a backward benchmark's forward stream) instead
+    of a fresh one.
     """
-    side = di.Stream()
-    if hasattr(side, "wait_stream") and hasattr(di, "current_stream"):
-        side.wait_stream(di.current_stream())
+    side = stream
+    if side is None:
+        side = di.Stream()
+        if hasattr(side, "wait_stream") and hasattr(di, "current_stream"):
+            side.wait_stream(di.current_stream())
     with di.stream(side):
         fn()
         _reset_grads(grad_to_none)
@@ -276,7 +287,7 @@ def _graph_bench_port(di, graph_cls, step, fn, rep, grad_to_none, quantiles, ret
         estimate = start.elapsed_time(end) / 5
         n_repeat = 1000 if estimate == 0 else max(1, int(rep / estimate))
         graph = graph_cls()
-        with _capturing(di, graph):
+        with _capturing(di, graph, stream):
             for _ in range(n_repeat):
                 _reset_grads(grad_to_none)
                 fn()
@@ -295,8 +306,12 @@ def _graph_bench_port(di, graph_cls, step, fn, rep, grad_to_none, quantiles, ret
 
 def _time_with_graph(step, fn, warmup, rep, grad_to_none, quantiles, return_mode):
     di = device_interface()
+    forward_stream = _STATE["forward_stream"]
+    # upstream verbatim on torch.cuda, except for a backward benchmark (upstream's own
+    # cudagraph mode loses those rows entirely, so there is no upstream number to keep)
+    upstream = _is_torch_cuda(di) and forward_stream is None
     graph_cls = None
-    if not _is_torch_cuda(di):
+    if not upstream:
         # Known before anything runs; failing here spares the warmup budget.
         step["phase"] = "capture"
         graph_cls = graph_type(di)
@@ -306,12 +321,13 @@ def _time_with_graph(step, fn, warmup, rep, grad_to_none, quantiles, return_mode
     warmup_before_capture(di, fn, warmup, grad_to_none)
     step["phase"] = "capture"
     with scratch_rng(di):
-        if _is_torch_cuda(di):
+        if upstream:
             import triton.testing as tt
             # Upstream verbatim on CUDA; a replay failure inside it reports phase=capture.
             return tt.do_bench_cudagraph(fn, rep=rep, grad_to_none=grad_to_none,
                                          quantiles=quantiles, return_mode=return_mode)
-        return _graph_bench_port(di, graph_cls, step, fn, rep, grad_to_none, quantiles, return_mode)
+        return _graph_bench_port(di, graph_cls, step, fn, rep, grad_to_none, quantiles,
+                                 return_mode, stream=forward_stream)
 
 
 def _detail(exc: BaseException) -> str:
@@ -418,9 +434,12 @@ def _side_stream_get_latency(original):
             return original(self, op, *args, **kwargs)
         self._zl_side_stream = True
         try:
-            with side_stream(device_interface()):
+            with side_stream(device_interface()) as forward_stream:
+                # the timer captures on this stream too (see _graph_bench_port)
+                _STATE["forward_stream"] = forward_stream
                 return original(self, op, *args, **kwargs)
         finally:
+            _STATE["forward_stream"] = None
             self._zl_side_stream = False
     return get_latency
 

@@ -237,10 +237,7 @@ fi
 # ------------------------------------------------------------------ identity stub
 # Only when FLAGGEMS_DIR is itself a git checkout: an exported tree inside another
 # repository would otherwise report that repository's commit (or the word HEAD).
-FLAGGEMS_COMMIT=""
-if [[ "$(git -C "$FLAGGEMS_DIR" rev-parse --show-toplevel 2>/dev/null)" == "$(cd "$FLAGGEMS_DIR" && pwd -P)" ]]; then
-  FLAGGEMS_COMMIT="$(git -C "$FLAGGEMS_DIR" rev-parse --verify -q HEAD 2>/dev/null || true)"
-fi
+FLAGGEMS_COMMIT="$("$PY" "$SCRIPT_DIR/providers/flaggems.py" --commit-of "$FLAGGEMS_DIR")"
 "$PY" "$SCRIPT_DIR/_run_identity.py" "$OUT_DIR" \
   --set schema_version=1 --set provider=flaggems \
   --set "op=$OP" --set "op_file=$OP_FILE" --set "test_file=$TEST_FILE" \

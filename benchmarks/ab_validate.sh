@@ -33,7 +33,7 @@ export NO_COLOR=1 SHAPE_MODE=upstream ZL_ISOLATE_TUNER_CACHE=1 TELEMETRY_INTERVA
 
 {
   echo "# ab_validate $(date -u +%Y-%m-%dT%H:%M:%SZ) parts=$PARTS"
-  echo "# host=$(hostname) flaggems=$(git -C "$FLAGGEMS_DIR" rev-parse --short HEAD 2>/dev/null) dtypes=${DTYPES:-<all>}"
+  echo "# host=$(hostname) flaggems=$("$PY" "$HERE/providers/flaggems.py" --commit-of "$FLAGGEMS_DIR" --short) dtypes=${DTYPES:-<all>}"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader 2>&1 | head -2
 } > "$SUM"
 

@@ -51,6 +51,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import atomicfile  # noqa: E402
+from providers.flaggems import checkout_commit  # noqa: E402
 from runlog.parse import RunLogError, parse_run_log  # noqa: E402
 
 # FlagGems test function -> benchmark file stem (checked against the checkout at start).
@@ -279,7 +280,7 @@ def write_outputs(out: Path, meta: Dict, runs: List[Dict], pairs: List[Dict],
         ["\t".join(cols)] + ["\t".join(str(p.get(c, "")) for c in cols) for p in pairs]) + "\n")
 
     md = ["# Timer noise (A/A)", "",
-          f"FlagGems {meta.get('flaggems_commit', '?')} on {meta.get('device', '?')}; "
+          f"FlagGems {meta.get('flaggems_commit') or '(not a git checkout)'} on {meta.get('device', '?')}; "
           f"dtypes {meta['dtypes']}; level core; {meta['wall_s']:.0f} s total.", "",
           "| op | timer | rows run1/run2 | matched | median abs A/A % | p90 % | max % "
           "| fallback markers | rc |",
@@ -347,9 +348,7 @@ def main(argv=None) -> int:
     meta = {"ops": ops, "timers": timers, "dtypes": args.dtypes,
             "flaggems_dir": str(args.flaggems_dir), "work_dir": str(work)}
     try:
-        meta["flaggems_commit"] = subprocess.run(
-            ["git", "-C", str(args.flaggems_dir), "rev-parse", "--short", "HEAD"],
-            capture_output=True, text=True).stdout.strip()
+        meta["flaggems_commit"] = checkout_commit(str(args.flaggems_dir), short=True)
         meta["device"] = subprocess.run(
             ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader", "-i", "0"],
             capture_output=True, text=True).stdout.strip()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
@@ -212,8 +213,31 @@ def emit_run_env(test_node: str = "", op: str = "", op_file: str = "", flaggems_
     return env
 
 
+def checkout_commit(flaggems_dir: str, short: bool = False) -> str:
+    """HEAD of `flaggems_dir` when it is itself the top of a git checkout, else "".
+
+    An exported tree (`git archive`) inside another repository would otherwise report
+    that repository's commit: the H200 evidence of rounds 7-9 named zl_bench's own
+    commit as FlagGems'.
+    """
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", "-C", flaggems_dir, *args], capture_output=True,
+                                  text=True, timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    top = git("rev-parse", "--show-toplevel")
+    if not top or not os.path.isdir(flaggems_dir) or \
+            os.path.realpath(top) != os.path.realpath(flaggems_dir):
+        return ""
+    return git("rev-parse", *(["--short"] if short else []), "--verify", "-q", "HEAD")
+
+
 def main(argv: Optional[list] = None) -> int:
     p = argparse.ArgumentParser(description="resolve a FlagGems benchmark node for run_pytest.sh")
+    p.add_argument("--commit-of", metavar="DIR",
+                   help="print DIR's HEAD if DIR is a git checkout's top, else nothing")
+    p.add_argument("--short", action="store_true", help="with --commit-of: abbreviated")
     p.add_argument("--emit-shell", action="store_true", help="print KEY=value lines for eval")
     p.add_argument("--parse-node", default="")
     p.add_argument("--op", default="")
@@ -222,6 +246,9 @@ def main(argv: Optional[list] = None) -> int:
     p.add_argument("--shape-file", default="")
     p.add_argument("--shape-mode", default="")
     args = p.parse_args(argv)
+    if args.commit_of is not None:
+        print(checkout_commit(args.commit_of, short=args.short))
+        return 0
     try:
         env = emit_run_env(args.parse_node, args.op, args.op_file, args.flaggems_dir,
                            args.shape_file, args.shape_mode)

@@ -1,5 +1,6 @@
 """providers/flaggems.py: node parsing, root fallback, shape-mode resolution, vendor env."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -88,3 +89,26 @@ def test_cli_bad_node_exits_2_with_message():
                            "--parse-node", "not-a-node"], capture_output=True, text=True)
     assert proc.returncode == 2
     assert "TEST_NODE must look like" in proc.stderr
+
+
+def test_checkout_commit_only_for_the_top_of_a_git_checkout(tmp_path):
+    """An exported tree inside another repository must not report that repository's HEAD."""
+    def git(*args, cwd):
+        subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                       env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+                            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+    outer = tmp_path / "outer"
+    (outer / ".fg" / "src").mkdir(parents=True)
+    (outer / "f").write_text("x")
+    git("init", "-q", cwd=outer)
+    git("add", "f", cwd=outer)
+    git("commit", "-qm", "c", cwd=outer)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=outer, capture_output=True,
+                          text=True).stdout.strip()
+    assert fg.checkout_commit(str(outer)) == head
+    assert head.startswith(fg.checkout_commit(str(outer), short=True))
+    assert fg.checkout_commit(str(outer / ".fg")) == ""
+    assert fg.checkout_commit(str(tmp_path / "missing")) == ""
+    proc = subprocess.run([sys.executable, str(REPO / "providers" / "flaggems.py"),
+                           "--commit-of", str(outer / ".fg")], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout == "\n"
