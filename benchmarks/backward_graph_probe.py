@@ -14,9 +14,11 @@ n_repeat, capture seconds and how much memory the graph's pool took.
 Variants, each captured CAPTURES times in this process:
     autograd_side   the production path: forward on a side stream, autograd.grad captured
                     on the capture stream (the backward then runs on the forward's stream)
-    autograd_same   the forward on the capture stream's side stream, but every captured
-                    call runs with that stream current (joined to the capture stream), so
-                    the backward's allocations and frees stay on one stream
+    autograd_same   every captured call switches to the forward's stream around
+                    autograd.grad (joined to the capture stream before and after): still one
+                    fork/join per call, so on the H200 (round 9) it stayed as slow and noisy
+                    as autograd_side; the fix is to capture on the forward's stream itself
+                    (benchmarks/backward_capture_stream.py)
     aten_direct     torch.ops.aten.gelu_backward(dout, x) with no autograd (control)
 Run it twice (two processes) to get the between-run spread the A/A screen sees:
     python benchmarks/backward_graph_probe.py --out probe1.jsonl
