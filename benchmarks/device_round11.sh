@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# H200 round 11 (one call, ~3 min), issue 7's last open item, alone on the GPU: gelu_backward
+# graph-timed A/A through FlagGems with backward graphs captured on the forward's stream
+# (round 9 found the fresh-stream capture behind round 7's 9.4 % median A/A), then the same
+# for softmax as a check that forward operators did not move.
+#   OUT=/some/dir bash benchmarks/device_round11.sh
+set -uo pipefail
+source benchmarks/device_env.sh || exit 1
+W="${OUT:?set OUT}/work"; mkdir -p "$W"
+bundle() { tar -czf "$OUT/round11.tgz" -C "$W" --exclude='*.ttgir' --exclude='*.llir' --exclude='*.ptx' .; }
+for op in gelu_backward softmax; do
+  echo "===== timer noise $op zl_graph ($(date +%H:%M:%S))"
+  timeout "${TIMER_S:-200}" python3 benchmarks/timer_noise.py --flaggems-dir "$FLAGGEMS_DIR" \
+    --ops "$op" --timers zl_graph --skip-profile --budget-s 30 \
+    --work-dir "$W/timer_runs" --out "$W/timer_$op" > "$W/timer_$op.out" 2>&1
+  echo "$op rc=$?"; bundle
+done
+cat "$W"/timer_*/timer_noise.md
