@@ -503,8 +503,8 @@ def pytest_collection_finish(session):
     if is_installed():
         n = patch_backward_benchmarks()
         if n:
-            _log(f"backward benchmarks run their forward on a side stream "
-                 f"(get_latency hooked on {n} Benchmark class(es))")
+            _log(f"backward benchmarks run their forward on a side stream and are "
+                 f"graph-captured on it (get_latency hooked on {n} Benchmark class(es))")
 
 
 def pytest_unconfigure(config):

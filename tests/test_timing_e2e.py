@@ -53,7 +53,8 @@ def test_backward_benchmark_is_hooked_onto_a_side_stream_and_keeps_its_rows(zl_r
                DTYPES="float32")
     assert r.returncode == 0, r.explain()
     assert re.search(r"\[cudagraph-plugin\] backward benchmarks run their forward on a side "
-                     r"stream \(get_latency hooked on \d+ Benchmark class", r.log_text), r.explain()
+                     r"stream and are graph-captured on it \(get_latency hooked on \d+ Benchmark "
+                     r"class", r.log_text), r.explain()
     rows = ROW.findall(r.log_text)
     assert rows and len(MARKER.findall(r.log_text)) == 2 * len(rows), r.explain()
 
