@@ -38,10 +38,13 @@ SHAPES = [(64, 64), (1048576,), (4096, 4096), (64, 512, 512)]
 VARIANTS = ("autograd_side", "autograd_same", "aten_direct")
 
 
-def _bench_graph(torch, fn, rep_ms: float, n_repeat_fixed: int = 0):
-    """do_bench_cudagraph's steps, returning what it measured and what it cost."""
+def bench_graph(torch, fn, rep_ms: float, n_repeat_fixed: int = 0, cap=None):
+    """do_bench_cudagraph's steps, returning what it measured and what it cost.
+
+    `cap`: the capture stream (default a fresh one, as do_bench_cudagraph makes).
+    """
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    cap = torch.cuda.Stream()
+    cap = cap if cap is not None else torch.cuda.Stream()
     with torch.cuda.stream(cap):
         fn()
         start.record()
@@ -81,15 +84,21 @@ def _bench_graph(torch, fn, rep_ms: float, n_repeat_fixed: int = 0):
             "ms_spread_pct": 100.0 * (max(times) / min(times) - 1)}
 
 
-def _make_fn(torch, variant, x, dout):
-    if variant == "aten_direct":
-        return lambda: torch.ops.aten.gelu_backward(dout, x)
+def forward_on_side_stream(torch, x, dout):
+    """gelu's forward on a side stream, as _cudagraph_plugin.side_stream runs FlagGems'
+    backward benchmarks; returns (that stream, the FlagGems-style autograd.grad call)."""
     fwd = torch.cuda.Stream()
     fwd.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(fwd):
         out = torch.nn.functional.gelu(x)
     torch.cuda.current_stream().wait_stream(fwd)
-    grad = lambda: torch.autograd.grad((out,), [x], grad_outputs=(dout,), retain_graph=True)
+    return fwd, lambda: torch.autograd.grad((out,), [x], grad_outputs=(dout,), retain_graph=True)
+
+
+def _make_fn(torch, variant, x, dout):
+    if variant == "aten_direct":
+        return lambda: torch.ops.aten.gelu_backward(dout, x)
+    fwd, grad = forward_on_side_stream(torch, x, dout)
     if variant == "autograd_side":
         return grad
 
@@ -114,7 +123,7 @@ def probe(args) -> int:
             for variant in VARIANTS:
                 fn = _make_fn(torch, variant, x, dout)
                 for k in range(args.captures):
-                    r = _bench_graph(torch, fn, args.rep_ms, args.n_repeat)
+                    r = bench_graph(torch, fn, args.rep_ms, args.n_repeat)
                     r.update(shape="x".join(map(str, shape)), variant=variant, capture=k)
                     print(json.dumps(r), flush=True)
                     sink.write(json.dumps(r) + "\n")
