@@ -15,3 +15,12 @@ import sys, torch, triton
 print(f"python={sys.executable} torch={torch.__version__} triton={triton.__version__} "
       f"gpu={torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'}")
 PY
+
+# For benchmarks/device_round*.sh: `round_dir NAME` makes the work dir $W under $OUT;
+# `bundle` (re)writes $OUT/NAME.tgz from it, IR dumps left out, after every stage, so a
+# call cut at its limit still returns what finished.
+round_dir() {
+  W="${OUT:?set OUT}/work"; mkdir -p "$W"
+  ROUND_TGZ="$OUT/$1.tgz"
+}
+bundle() { tar -czf "${ROUND_TGZ:?call round_dir first}" -C "$W" --exclude='*.ttgir' --exclude='*.llir' --exclude='*.ptx' .; }

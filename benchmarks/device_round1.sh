@@ -5,7 +5,7 @@
 #   OUT=/some/dir bash benchmarks/device_round1.sh
 set -uo pipefail
 source benchmarks/device_env.sh || exit 1
-W="${OUT:?set OUT}/work"; mkdir -p "$W"
+round_dir round1
 step() { echo; echo "===== $* ($(date +%H:%M:%S))"; }
 
 step "issue 3: default inline softmax through run_pytest.sh"

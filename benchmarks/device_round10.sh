@@ -5,9 +5,9 @@
 #   OUT=/some/dir bash benchmarks/device_round10.sh
 set -uo pipefail
 source benchmarks/device_env.sh || exit 1
-W="${OUT:?set OUT}/work"; mkdir -p "$W"
+round_dir round10
 echo "===== ir_validate mm ($(date +%H:%M:%S))"
 CHECKS=mm OUT="$W/ir" timeout "${IR_S:-150}" bash benchmarks/ir_validate.sh > "$W/ir.out" 2>&1
 echo "ir rc=$?"
-tar -czf "$OUT/round10.tgz" -C "$W" .
+bundle
 cat "$W/ir/verdict.txt" | head -12

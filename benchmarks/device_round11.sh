@@ -6,8 +6,7 @@
 #   OUT=/some/dir bash benchmarks/device_round11.sh
 set -uo pipefail
 source benchmarks/device_env.sh || exit 1
-W="${OUT:?set OUT}/work"; mkdir -p "$W"
-bundle() { tar -czf "$OUT/round11.tgz" -C "$W" --exclude='*.ttgir' --exclude='*.llir' --exclude='*.ptx' .; }
+round_dir round11
 for op in gelu_backward softmax; do
   echo "===== timer noise $op zl_graph ($(date +%H:%M:%S))"
   timeout "${TIMER_S:-200}" python3 benchmarks/timer_noise.py --flaggems-dir "$FLAGGEMS_DIR" \

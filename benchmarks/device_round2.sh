@@ -4,7 +4,7 @@
 #   OUT=/some/dir bash benchmarks/device_round2.sh
 set -uo pipefail
 source benchmarks/device_env.sh || exit 1
-W="${OUT:?set OUT}/work"; mkdir -p "$W"
+round_dir round2
 echo "===== timer noise ($(date +%H:%M:%S))"
 python3 benchmarks/timer_noise.py --flaggems-dir "$FLAGGEMS_DIR" --ops softmax,gelu_backward \
   --budget-s "${TIMER_BUDGET_S:-330}" --out "$W/timer"; echo "rc=$?"

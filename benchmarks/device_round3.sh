@@ -6,7 +6,7 @@
 #   OUT=/some/dir bash benchmarks/device_round3.sh
 set -uo pipefail
 source benchmarks/device_env.sh || exit 1
-W="${OUT:?set OUT}/work"; mkdir -p "$W"
+round_dir round3
 echo "===== parallel functional checks ($(date +%H:%M:%S))"
 OUT="$W/autotune" timeout "${STAGE1_S:-390}" bash benchmarks/autotune_validate.sh > "$W/autotune.out" 2>&1 & p1=$!
 OUT="$W/ir" timeout "${STAGE1_S:-390}" bash benchmarks/ir_validate.sh > "$W/ir.out" 2>&1 & p2=$!
@@ -14,4 +14,4 @@ PARTS=2 OUT="$W/ab2" timeout "${STAGE1_S:-390}" bash benchmarks/ab_validate.sh >
 wait $p1; echo "autotune rc=$?"; wait $p2; echo "ir rc=$?"; wait $p3; echo "ab part 2 rc=$?"
 echo "===== A/A screen alone ($(date +%H:%M:%S))"
 PARTS=1 OUT="$W/ab1" timeout "${STAGE2_S:-150}" bash benchmarks/ab_validate.sh > "$W/ab1.out" 2>&1; echo "ab part 1 rc=$?"
-tar -czf "$OUT/round3.tgz" -C "$W" --exclude='*.ttgir' --exclude='*.llir' --exclude='*.ptx' . && ls -la "$OUT"
+bundle && ls -la "$OUT"

@@ -6,9 +6,7 @@
 #   OUT=/some/dir bash benchmarks/device_round7.sh
 set -uo pipefail
 source benchmarks/device_env.sh || exit 1
-W="${OUT:?set OUT}/work"; mkdir -p "$W"
-# re-bundled after every stage: a call cut at its limit still returns what finished
-bundle() { tar -czf "$OUT/round7.tgz" -C "$W" --exclude='*.ttgir' --exclude='*.llir' --exclude='*.ptx' .; }
+round_dir round7
 for op in gelu_backward sum; do
   echo "===== timer noise $op ($(date +%H:%M:%S))"
   python3 benchmarks/timer_noise.py --flaggems-dir "$FLAGGEMS_DIR" --ops "$op" \

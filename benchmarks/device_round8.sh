@@ -6,9 +6,7 @@
 #   OUT=/some/dir bash benchmarks/device_round8.sh
 set -uo pipefail
 source benchmarks/device_env.sh || exit 1
-W="${OUT:?set OUT}/work"; mkdir -p "$W"
-# re-bundled after every stage: a call cut at its limit still returns what finished
-bundle() { tar -czf "$OUT/round8.tgz" -C "$W" --exclude='*.ttgir' --exclude='*.llir' --exclude='*.ptx' .; }
+round_dir round8
 export DTYPES="${DTYPES:-float16}"
 for p in 1 4; do
   echo "===== ab_validate part $p ($(date +%H:%M:%S))"

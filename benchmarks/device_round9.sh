@@ -11,8 +11,7 @@
 #   OUT=/some/dir bash benchmarks/device_round9.sh
 set -uo pipefail
 source benchmarks/device_env.sh || exit 1
-W="${OUT:?set OUT}/work"; mkdir -p "$W"
-bundle() { tar -czf "$OUT/round9.tgz" -C "$W" --exclude='*.ttgir' --exclude='*.llir' --exclude='*.ptx' .; }
+round_dir round9
 echo "===== ir_validate mm ($(date +%H:%M:%S))"
 CHECKS=mm OUT="$W/ir" timeout "${IR_S:-130}" bash benchmarks/ir_validate.sh > "$W/ir.out" 2>&1
 echo "ir rc=$?"; bundle
