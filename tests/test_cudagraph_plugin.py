@@ -502,16 +502,27 @@ def make_bench_classes(di, seen):
     return Benchmark, Child
 
 
-def test_backward_get_latency_runs_on_a_side_stream_and_forward_does_not(monkeypatch):
+@contextlib.contextmanager
+def hooked_benchmarks(monkeypatch, seen):
+    """A recording interface and the two bench classes, importable as FlagGems'
+    `benchmark.base` (where find_benchmark_bases looks), get_latency hooked for the block.
+    Yields (interface, Benchmark, Child, number of classes hooked)."""
     di = RecordingInterface()
     monkeypatch.setattr(cg, "device_interface", lambda: di)
-    seen = []
     Benchmark, Child = make_bench_classes(di, seen)
-    mod = types.ModuleType("base")  # find_benchmark_bases looks for benchmark modules
+    mod = types.ModuleType("base")
     mod.Benchmark = Benchmark
     monkeypatch.setitem(sys.modules, "benchmark.base", mod)
     try:
-        assert cg.patch_backward_benchmarks() == 2
+        yield di, Benchmark, Child, cg.patch_backward_benchmarks()
+    finally:
+        cg.restore_backward_benchmarks()
+
+
+def test_backward_get_latency_runs_on_a_side_stream_and_forward_does_not(monkeypatch):
+    seen = []
+    with hooked_benchmarks(monkeypatch, seen) as (di, Benchmark, Child, hooked):
+        assert hooked == 2
         assert cg.patch_backward_benchmarks() == 0  # idempotent
         assert Benchmark(is_backward=False).get_latency(lambda x: x + 1, 1) == 2
         assert seen == [di.ambient] and di.made == []
@@ -521,21 +532,12 @@ def test_backward_get_latency_runs_on_a_side_stream_and_forward_does_not(monkeyp
         assert len(di.made) == 1
         assert seen == [("child", di.made[0]), di.made[0]]
         assert di.current is di.ambient
-    finally:
-        cg.restore_backward_benchmarks()
     assert "__wrapped__" not in Benchmark.__dict__["get_latency"].__dict__
     assert "__wrapped__" not in Child.__dict__["get_latency"].__dict__
 
 
 def test_side_stream_flag_is_cleared_when_get_latency_raises(monkeypatch):
-    di = RecordingInterface()
-    monkeypatch.setattr(cg, "device_interface", lambda: di)
-    Benchmark, _ = make_bench_classes(di, [])
-    mod = types.ModuleType("base")
-    mod.Benchmark = Benchmark
-    monkeypatch.setitem(sys.modules, "benchmark.base", mod)
-    try:
-        cg.patch_backward_benchmarks()
+    with hooked_benchmarks(monkeypatch, []) as (di, Benchmark, _, _hooked):
         bench = Benchmark(is_backward=True)
 
         def boom():
@@ -545,22 +547,13 @@ def test_side_stream_flag_is_cleared_when_get_latency_raises(monkeypatch):
             bench.get_latency(boom)
         assert di.current is di.ambient and bench._zl_side_stream is False
         assert bench.get_latency(lambda: 5) == 5 and len(di.made) == 2
-    finally:
-        cg.restore_backward_benchmarks()
 
 
 # --- backward benchmarks are captured on their forward stream ---------------------------------
 
 def test_backward_get_latency_exposes_its_forward_stream_to_the_timer(monkeypatch):
-    di = RecordingInterface()
-    monkeypatch.setattr(cg, "device_interface", lambda: di)
     seen = []
-    Benchmark, _ = make_bench_classes(di, [])
-    mod = types.ModuleType("base")
-    mod.Benchmark = Benchmark
-    monkeypatch.setitem(sys.modules, "benchmark.base", mod)
-    try:
-        cg.patch_backward_benchmarks()
+    with hooked_benchmarks(monkeypatch, []) as (di, Benchmark, _, _hooked):
         Benchmark(is_backward=True).get_latency(lambda: seen.append(cg._STATE["forward_stream"]))
         assert seen == [di.made[0]] and cg._STATE["forward_stream"] is None
         Benchmark(is_backward=False).get_latency(lambda: seen.append(cg._STATE["forward_stream"]))
@@ -572,8 +565,6 @@ def test_backward_get_latency_exposes_its_forward_stream_to_the_timer(monkeypatc
         with pytest.raises(RuntimeError):
             Benchmark(is_backward=True).get_latency(boom)
         assert cg._STATE["forward_stream"] is None
-    finally:
-        cg.restore_backward_benchmarks()
 
 
 def test_backward_capture_uses_the_port_on_the_forward_stream_even_on_torch_cuda(timer, monkeypatch):
