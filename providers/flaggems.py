@@ -227,8 +227,8 @@ def checkout_commit(flaggems_dir: str, short: bool = False) -> str:
         except (OSError, subprocess.SubprocessError):
             return ""
     top = git("rev-parse", "--show-toplevel")
-    if not top or not os.path.isdir(flaggems_dir) or \
-            os.path.realpath(top) != os.path.realpath(flaggems_dir):
+    # (git -C on a missing directory fails, so top is empty there too)
+    if not top or os.path.realpath(top) != os.path.realpath(flaggems_dir):
         return ""
     return git("rev-parse", *(["--short"] if short else []), "--verify", "-q", "HEAD")
 
