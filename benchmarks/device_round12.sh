@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# H200 round 12 (one call, ~4 min), alone on the GPU: a second gelu_backward graph-timed A/A
+# H200 round 12 (one call, ~5 min), alone on the GPU: a second gelu_backward graph-timed A/A
 # pair (is round 11's 0.82 % repeatable?) and softmax zl_graph beside upstream --mode cudagraph
-# in the same session, so the "A/A <= upstream cudagraph" comparison is not made across rounds.
+# and zl_direct (ZL_DIRECT_REPEAT=5) in the same session, so the "A/A <= upstream cudagraph"
+# and direct-path comparisons are not made across rounds.
 #   OUT=/some/dir bash benchmarks/device_round12.sh
 set -uo pipefail
 source benchmarks/device_env.sh || exit 1
 round_dir round12
-for spec in gelu_backward:zl_graph softmax:zl_graph,up_cudagraph; do
+for spec in gelu_backward:zl_graph softmax:zl_graph,up_cudagraph,zl_direct; do
   op=${spec%%:*}; timers=${spec#*:}
   echo "===== timer noise $op $timers ($(date +%H:%M:%S))"
-  timeout "${TIMER_S:-240}" python3 benchmarks/timer_noise.py --flaggems-dir "$FLAGGEMS_DIR" \
-    --ops "$op" --timers "$timers" --skip-profile --budget-s 200 \
+  timeout "${TIMER_S:-400}" python3 benchmarks/timer_noise.py --flaggems-dir "$FLAGGEMS_DIR" \
+    --ops "$op" --timers "$timers" --skip-profile --budget-s 300 \
     --work-dir "$W/timer_runs" --out "$W/timer_$op" > "$W/timer_$op.out" 2>&1
   echo "$op rc=$?"; bundle
 done
