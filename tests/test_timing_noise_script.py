@@ -93,3 +93,50 @@ def test_unknown_op_exits_2(tmp_path):
                            "--out", str(tmp_path / "o")],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "test_softmax.py not found" in proc.stderr
+
+
+def _profile_entry(shape, warm_ms, ratios):
+    return {"shape": shape, "profiler_warm_ms": warm_ms, "profiler_cold_ms": warm_ms,
+            "ratio_to_profiler": ratios}
+
+
+def test_profile_medians_over_all_shapes_and_over_kernels_of_10us_or_more():
+    profile = [
+        _profile_entry("[4096, 4096]", 0.0229, {"zl_graph": 1.015, "up_kernel": 1.472}),
+        _profile_entry("[64, 512, 512]", 0.0257, {"zl_graph": 0.980, "up_kernel": 3.249}),
+        _profile_entry("[1024, 1024, 1024]", 1.0924, {"zl_graph": 1.008, "up_kernel": 0.988}),
+        _profile_entry("[64, 64]", 0.0012, {"zl_graph": 1.545, "up_kernel": None}),
+    ]
+    med = tn.profile_medians(profile)
+    assert med["zl_graph"]["all"] == pytest.approx((1.008 + 1.015) / 2)
+    assert med["zl_graph"]["ge_10us"] == pytest.approx(1.008)  # the 1.2 us shape is left out
+    assert med["up_kernel"]["all"] == pytest.approx(1.472)  # a timer without a figure is skipped
+    assert med["zl_direct"] == {"all": None, "ge_10us": None}
+
+
+def test_render_rewrites_tables_from_an_earlier_json_without_running(tmp_path):
+    runs = [{"op": "softmax", "timer": "zl_graph", "run": k, "rc": 0, "rows": [
+        {"dtype": "torch.float16", "status": "SUCCESS", "torch_ms": 0.01, "gems_ms": g,
+         "detail": "[torch.Size([4, 64])]"}]} for k, g in ((1, 0.020), (2, 0.021))]
+    pairs = [{"op": "softmax", "timer": "zl_graph", "rows_a": 1, "rows_b": 1, "matched": 1,
+              "median_pct": 5.0, "p90_pct": 5.0, "max_pct": 5.0, "direct_markers": "0/0",
+              "poisoned_markers": 0, "rc": "0/0"}]
+    profile = [_profile_entry("[4096, 4096]", 0.0229, {"zl_graph": 1.015})]
+    src = tmp_path / "old" / "timer_noise.json"
+    tn.write_outputs(src.parent, {"dtypes": "float16", "wall_s": 12.0}, runs, pairs, profile)
+    out = tmp_path / "new"
+    assert tn.main(["--render", str(src), "--out", str(out)]) == 0
+    md = (out / "timer_noise.md").read_text()
+    assert "| softmax | zl_graph | 1/1 | 1 | 5.00 |" in md
+    assert "| median, kernel >= 10 us | | | 1.015 |" in md
+    assert (out / "timer_noise_rows.tsv").read_text() == (src.parent / "timer_noise_rows.tsv").read_text()
+
+
+def test_render_of_a_file_that_is_not_a_timer_noise_json_exits_2(tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text('{"meta": {}}')
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "timer_noise.py"),
+                           "--render", str(bad), "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "not a timer_noise.json" in proc.stderr and "Traceback" not in proc.stderr
