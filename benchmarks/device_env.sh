@@ -24,3 +24,14 @@ round_dir() {
   ROUND_TGZ="$OUT/$1.tgz"
 }
 bundle() { tar -czf "${ROUND_TGZ:?call round_dir first}" -C "$W" --exclude='*.ttgir' --exclude='*.llir' --exclude='*.ptx' .; }
+# `timer_stage OP TIMERS BUDGET_S LIMIT_S`: one timer_noise.py A/A call without the profiler
+# (pairs start until BUDGET_S, the call is killed at LIMIT_S), run dirs kept under
+# $W/timer_runs, tables in $W/timer_OP, console in $W/timer_OP.out; then bundle.
+timer_stage() {
+  local op="$1" timers="$2" budget="$3" limit="$4"
+  echo "===== timer noise $op $timers ($(date +%H:%M:%S))"
+  timeout "$limit" python3 benchmarks/timer_noise.py --flaggems-dir "$FLAGGEMS_DIR" \
+    --ops "$op" --timers "$timers" --skip-profile --budget-s "$budget" \
+    --work-dir "$W/timer_runs" --out "$W/timer_$op" > "$W/timer_$op.out" 2>&1
+  echo "$op $timers rc=$?"; bundle
+}

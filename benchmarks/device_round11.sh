@@ -7,11 +7,5 @@
 set -uo pipefail
 source benchmarks/device_env.sh || exit 1
 round_dir round11
-for op in gelu_backward softmax; do
-  echo "===== timer noise $op zl_graph ($(date +%H:%M:%S))"
-  timeout "${TIMER_S:-200}" python3 benchmarks/timer_noise.py --flaggems-dir "$FLAGGEMS_DIR" \
-    --ops "$op" --timers zl_graph --skip-profile --budget-s 30 \
-    --work-dir "$W/timer_runs" --out "$W/timer_$op" > "$W/timer_$op.out" 2>&1
-  echo "$op rc=$?"; bundle
-done
+for op in gelu_backward softmax; do timer_stage "$op" zl_graph 30 "${TIMER_S:-200}"; done
 cat "$W"/timer_*/timer_noise.md

@@ -7,12 +7,6 @@
 set -uo pipefail
 source benchmarks/device_env.sh || exit 1
 round_dir round12
-for spec in gelu_backward:zl_graph softmax:zl_graph,up_cudagraph,zl_direct; do
-  op=${spec%%:*}; timers=${spec#*:}
-  echo "===== timer noise $op $timers ($(date +%H:%M:%S))"
-  timeout "${TIMER_S:-400}" python3 benchmarks/timer_noise.py --flaggems-dir "$FLAGGEMS_DIR" \
-    --ops "$op" --timers "$timers" --skip-profile --budget-s 300 \
-    --work-dir "$W/timer_runs" --out "$W/timer_$op" > "$W/timer_$op.out" 2>&1
-  echo "$op rc=$?"; bundle
-done
+timer_stage gelu_backward zl_graph 300 "${TIMER_S:-400}"
+timer_stage softmax zl_graph,up_cudagraph,zl_direct 300 "${TIMER_S:-400}"
 cat "$W"/timer_*/timer_noise.md

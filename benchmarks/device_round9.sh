@@ -19,11 +19,7 @@ echo "===== ab_validate part 3 ($(date +%H:%M:%S))"
 PARTS=3 DTYPES="${DTYPES:-float16}" OUT="$W/ab3" timeout "${PART_S:-240}" \
   bash benchmarks/ab_validate.sh > "$W/ab3.out" 2>&1
 echo "part 3 rc=$?"; bundle
-echo "===== timer noise gelu_backward up_kernel ($(date +%H:%M:%S))"
-timeout "${TIMER_S:-120}" python3 benchmarks/timer_noise.py --flaggems-dir "$FLAGGEMS_DIR" \
-  --ops gelu_backward --timers up_kernel --skip-profile --budget-s 30 \
-  --work-dir "$W/timer_runs" --out "$W/timer_gelu_backward" > "$W/timer_gelu_backward.out" 2>&1
-echo "timer rc=$?"; bundle
+timer_stage gelu_backward up_kernel 30 "${TIMER_S:-120}"
 echo "===== backward graph probe ($(date +%H:%M:%S))"
 for k in 1 2; do
   timeout "${PROBE_S:-40}" python3 benchmarks/backward_graph_probe.py --captures 2 \
