@@ -32,8 +32,8 @@ Every outcome lands in run_identity.json `autotune_mode`.
 
 from __future__ import annotations
 
-import atomicfile
-from _term_style import log as _term_log
+from zl import atomic
+from zl.term import log as _term_log
 import atexit
 import inspect
 import json
@@ -71,7 +71,7 @@ def record_path(record_dir: str, op: Optional[str] = None) -> Path:
 
 def _backend_name() -> str:
     try:
-        from backends import get_backend
+        from zl.backends import get_backend
         return get_backend().name
     except Exception:
         return os.environ.get("ZL_BACKEND", "").strip() or "cuda"
@@ -79,7 +79,7 @@ def _backend_name() -> str:
 
 def _update_identity(**fields: Any) -> None:
     try:
-        from _run_identity import update_identity
+        from zl.identity import update_identity
     except Exception as exc:  # the tree without _run_identity: still run, say so
         _log(f"run identity not updated ({type(exc).__name__}: {exc})")
         return
@@ -283,7 +283,7 @@ class _State:
             merged.setdefault(k, {}).update(v)
         path = record_path(self.record_dir, self.op)
         try:
-            atomicfile.write_json(path, merged)
+            atomic.write_json(path, merged)
             write_meta(self.record_dir, self.op)
         except Exception as exc:
             _log(f"writing {path} failed: {type(exc).__name__}: {exc}")
@@ -304,13 +304,13 @@ class _State:
             return
         path = Path(out) / "autotune_records" / f"{self.op}.used.json"
         try:
-            atomicfile.write_json(path, self.records)
+            atomic.write_json(path, self.records)
         except Exception as exc:
             _log(f"writing {path} failed: {type(exc).__name__}: {exc}")
 
 
 def write_meta(record_dir: str, op: str) -> None:
-    atomicfile.write_json(Path(record_dir) / "meta.json", {
+    atomic.write_json(Path(record_dir) / "meta.json", {
         "schema_version": META_SCHEMA,
         "provider": os.environ.get("ZL_PROVIDER", "flaggems") or "flaggems",
         "backend": _backend_name(),

@@ -47,8 +47,8 @@ from typing import Any, Dict
 
 import pytest
 
-from _term_style import log as _term_log, style
-from providers.flaggems import BenchmarkMethodPatch
+from zl.term import log as _term_log, style
+from zl.flaggems import BenchmarkMethodPatch
 
 LOG_TAG = "[cudagraph-plugin]"
 DIRECT_MARKER = "BENCHMARK_DIRECT_NO_CUDAGRAPH"

@@ -20,10 +20,10 @@ import os
 import sys
 from typing import Iterable, List, Optional
 
-from _run_identity import load_identity, update_identity
-from _term_style import log
-from backends import get_backend
-from providers.flaggems import apply_vendor_env, configured_vendor
+from zl.identity import load_identity, update_identity
+from zl.term import log
+from zl.backends import get_backend
+from zl.flaggems import apply_vendor_env, configured_vendor
 
 TAG = "[device-setup-plugin]"
 # Packages whose vendor implementations live under <pkg>.runtime.backend._<vendor>.

@@ -43,11 +43,11 @@ _ROOT = os.path.dirname(os.path.abspath(__file__))
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
-from _term_style import log as _term_log  # noqa: E402
-from irtools import dump as _dump  # noqa: E402
-from plugin_plan import env_enabled  # noqa: E402
-from providers.flaggems import find_benchmark_bases  # noqa: E402
-from irtools.variants import variant_record  # noqa: E402
+from zl.term import log as _term_log  # noqa: E402
+from zl.ir import dump as _dump  # noqa: E402
+from zl.switches import env_switch  # noqa: E402
+from zl.flaggems import find_benchmark_bases  # noqa: E402
+from zl.ir.variants import variant_record  # noqa: E402
 
 TAG = "[ir-meta-plugin]"
 DUMP_DIR_ENV = "FLAGGEMS_PERF_TTGIR_DUMP_DIR"
@@ -365,7 +365,7 @@ _state: Dict[str, Any] = {"collector": None, "installer": None}
 
 
 def _enabled() -> bool:
-    return env_enabled(ENABLE_ENV)
+    return env_switch(ENABLE_ENV, True)
 
 
 def _atexit_dump() -> None:

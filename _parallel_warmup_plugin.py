@@ -30,8 +30,8 @@ record dir / autotune plugin to hand the merge to. Unset or < 2: silent no-op.
 
 from __future__ import annotations
 
-import atomicfile
-from _term_style import log as _term_log
+from zl import atomic
+from zl.term import log as _term_log
 import ast
 import os
 import shutil
@@ -59,7 +59,7 @@ def _log(msg: str) -> None:
 
 def _identity(**fields: Any) -> None:
     try:
-        from _run_identity import update_identity
+        from zl.identity import update_identity
         update_identity(**fields)
     except Exception as exc:
         _log(f"run identity not updated ({type(exc).__name__}: {exc})")
@@ -91,7 +91,7 @@ def requested_gpus(environ=os.environ) -> int:
 def visible_devices() -> List[str]:
     explicit = os.environ.get(DEVICES_ENV, "").strip() or None
     try:
-        from backends import get_backend
+        from zl.backends import get_backend
         return list(get_backend().enumerate_devices(explicit))
     except Exception as exc:
         _log(f"device enumeration failed ({type(exc).__name__}: {exc})")
@@ -100,7 +100,7 @@ def visible_devices() -> List[str]:
 
 def pin_env(env: Dict[str, str], device: str) -> Dict[str, str]:
     try:
-        from backends import get_backend
+        from zl.backends import get_backend
         return get_backend().apply_visibility(env, device)
     except Exception:
         out = dict(env)
@@ -444,7 +444,7 @@ def pytest_configure(config):
             _identity(autotune_sweep="serial", autotune_sweep_reason="no_records")
             return
         record_dir = os.environ["FLAGGEMS_PERF_AUTOTUNE_RECORD_DIR"]
-        atomicfile.write_json(rec.record_path(record_dir, op), merged)
+        atomic.write_json(rec.record_path(record_dir, op), merged)
         rec.write_meta(record_dir, op)
         os.environ[rec.PRESWEPT_ENV] = "1"
         keep = False

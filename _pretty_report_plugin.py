@@ -17,8 +17,8 @@ import re
 import sys
 from typing import Any, List, Optional, Tuple
 
-from _term_style import log, style
-from runlog.sizefold import fold, legend_line
+from zl.term import log, style
+from zl.runlog.sizefold import fold, legend_line
 
 TAG = "[pretty-report-plugin]"
 _STATUS_RE = re.compile(r"^(SUCCESS|FAILED)(?= )", re.MULTILINE)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import random
 
-from _term_style import log
+from zl.term import log
 
 TAG = "[seed-plugin]"
 DEFAULT_SEED = 0

@@ -25,10 +25,10 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
-import atomicfile
+from zl import atomic
 
-from _term_style import log
-from providers.flaggems import BenchmarkMethodPatch
+from zl.term import log
+from zl.flaggems import BenchmarkMethodPatch
 
 TAG = "[shape-inject-plugin]"
 
@@ -88,7 +88,7 @@ def _record(bench: Any, source: str, key: Optional[str]) -> None:
     if target.exists() and not source_copy.exists():
         os.replace(target, source_copy)
     header = "# shapes each benchmark really used (written by _shape_inject_plugin)\n"
-    atomicfile.write_text(target, header + yaml.safe_dump(_effective, default_flow_style=None,
+    atomic.write_text(target, header + yaml.safe_dump(_effective, default_flow_style=None,
                                                           sort_keys=True))
 
 

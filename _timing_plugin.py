@@ -35,7 +35,7 @@ from typing import Callable, Optional, Tuple
 
 import numpy as np
 
-from _term_style import log as _term_log
+from zl.term import log as _term_log
 
 LOG_TAG = "[timing-plugin]"
 
@@ -156,7 +156,7 @@ def pytest_configure(config):
     import pytest
 
     try:
-        from backends import get_backend
+        from zl.backends import get_backend
         backend = get_backend()
         request = parse_graph_request(os.environ.get(ENV_GRAPH))
     except (TimerConfigError, ValueError) as exc:  # UnknownBackendError is a ValueError
@@ -189,7 +189,7 @@ def pytest_configure(config):
              f"(graph_capture={capture}; upstream do_bench"
              + (f", median of {repeat} calls)" if repeat > 1 else ")"))
 
-    from _run_identity import update_identity
+    from zl.identity import update_identity
     update_identity(timer=timer, graph_capture=capture, direct_repeat=repeat)
 
 

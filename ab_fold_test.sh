@@ -23,8 +23,8 @@
 set -uo pipefail
 
 ZL_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=_ab_common.sh
-source "$ZL_ROOT/_ab_common.sh"
+# shellcheck source=zl/sh/ab_common.sh
+source "$ZL_ROOT/zl/sh/ab_common.sh"
 
 FOLD_SWITCH="${FOLD_SWITCH:-FLAGGEMS_MXFP4_FOLDSCALE}"
 OP="${OP:-fused_marlin_moe_mxfp4}"

@@ -37,8 +37,8 @@
 set -uo pipefail
 
 ZL_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=_ab_common.sh
-source "$ZL_ROOT/_ab_common.sh"
+# shellcheck source=zl/sh/ab_common.sh
+source "$ZL_ROOT/zl/sh/ab_common.sh"
 
 SWITCH="${SWITCH:-}"
 OPS="${OPS:-}"

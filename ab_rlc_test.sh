@@ -27,7 +27,7 @@
 # (ANSI stripped), <root>/screen.tsv with one row per operator:
 #   op op_file dtypes rows_before rows_after kernels_before kernels_after cvt_before cvt_after
 #   elapsed_before elapsed_after rc_before rc_after verdict <caliber fields of side A>
-# Verdicts (the shared IR fingerprint, irtools.fingerprint):
+# Verdicts (the shared IR fingerprint, zl.ir.fingerprint):
 #   IR_CHANGED  the two sides compiled different TTGIR            -> worth a multi-round A/B
 #   NO_IR_DIFF  identical TTGIR with configs pinned                -> its range is the noise floor
 #   NO_TRITON   rows measured but no .ttgir compiled on a side     -> the switch has nothing to act on
@@ -38,8 +38,8 @@
 set -uo pipefail
 
 ZL_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=_ab_common.sh
-source "$ZL_ROOT/_ab_common.sh"
+# shellcheck source=zl/sh/ab_common.sh
+source "$ZL_ROOT/zl/sh/ab_common.sh"
 
 VENDOR="${VENDOR:-MUSA}"
 SWITCH="${SWITCH:-FLAGTREE_${VENDOR}_RLC_ENHANCE}"

@@ -38,10 +38,10 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-import atomicfile
-from runlog import caliber as cal
-from runlog.parse import RunLogError, read_run_log, resolve_log
-from runlog.stats import analyse_rounds, key_text, load_rounds, pair_logs
+from zl import atomic
+from zl.runlog import caliber as cal
+from zl.runlog.parse import RunLogError, read_run_log, resolve_log
+from zl.runlog.stats import analyse_rounds, key_text, load_rounds, pair_logs
 
 EXIT_OK, EXIT_USAGE, EXIT_CALIBER = 0, 2, 4
 
@@ -160,7 +160,7 @@ def report_ab(before: Path, after: Path, label: str, allow: bool) -> Dict:
 def report_ab_rounds(root: Path, label: str, allow: bool) -> Dict:
     if not root.is_dir():
         raise BadInput(f"no such directory: {root}")
-    from runlog.stats import find_cells
+    from zl.runlog.stats import find_cells
     cells = find_cells(root)
     name = label or root.name
     if not cells:
@@ -294,7 +294,7 @@ def summarize(batch: Path, out_path: Optional[Path] = None) -> Tuple[Path, int]:
     w.writeheader()
     for r in rows:
         w.writerow({k: r.get(k, "") for k in SUMMARY_FIELDS})
-    atomicfile.write_text(out_path, buf.getvalue())
+    atomic.write_text(out_path, buf.getvalue())
     return out_path, len(rows)
 
 
@@ -363,7 +363,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         else:
             result = report_ab_rounds(args.ab_rounds, args.label, args.allow_caliber_mismatch)
         if args.json is not None:
-            atomicfile.write_text(args.json, json.dumps(result, indent=2, default=str) + "\n")
+            atomic.write_text(args.json, json.dumps(result, indent=2, default=str) + "\n")
         return EXIT_OK
     except Refused:
         return EXIT_CALIBER

@@ -63,15 +63,15 @@ fi
 
 export PYTHONPATH="$SCRIPT_DIR${PYTHONPATH:+:$PYTHONPATH}"
 
-# Resolve node / op / shapes in one place (providers/flaggems.py) so every driver agrees.
-resolved="$("$PY" "$SCRIPT_DIR/providers/flaggems.py" --emit-shell \
+# Resolve node / op / shapes in one place (zl/flaggems.py) so every driver agrees.
+resolved="$("$PY" -m zl.flaggems --emit-shell \
   --parse-node "$TEST_NODE" --op "$OP" --op-file "$OP_FILE" \
   --flaggems-dir "$FLAGGEMS_DIR" --shape-file "$SHAPE_FILE" --shape-mode "$SHAPE_MODE")" || exit 2
 eval "$resolved"
 
 # Backend and plugin plan; an unknown backend name fails closed here (exit 2).
 # One probe gives the canonical name, FlagGems vendor and visibility variable.
-backend_facts="$("$PY" -c 'import sys; from backends import get_backend, UnknownBackendError
+backend_facts="$("$PY" -c 'import sys; from zl.backends import get_backend, UnknownBackendError
 try:
     b = get_backend(sys.argv[1])
 except UnknownBackendError as exc:
@@ -237,8 +237,8 @@ fi
 # ------------------------------------------------------------------ identity stub
 # Only when FLAGGEMS_DIR is itself a git checkout: an exported tree inside another
 # repository would otherwise report that repository's commit (or the word HEAD).
-FLAGGEMS_COMMIT="$("$PY" "$SCRIPT_DIR/providers/flaggems.py" --commit-of "$FLAGGEMS_DIR")"
-"$PY" "$SCRIPT_DIR/_run_identity.py" "$OUT_DIR" \
+FLAGGEMS_COMMIT="$("$PY" -m zl.flaggems --commit-of "$FLAGGEMS_DIR")"
+"$PY" -m zl.identity "$OUT_DIR" \
   --set schema_version=1 --set provider=flaggems \
   --set "op=$OP" --set "op_file=$OP_FILE" --set "test_file=$TEST_FILE" \
   --set "flaggems_dir=$FLAGGEMS_DIR" --set "flaggems_commit=$FLAGGEMS_COMMIT" \
@@ -290,6 +290,6 @@ run_node() {
   return "$rc"
 }
 
-run_node 2>&1 | "$PY" -u "$SCRIPT_DIR/_term_style.py" --tee "$OUT_DIR/run.log"
+run_node 2>&1 | "$PY" -u -m zl.term --tee "$OUT_DIR/run.log"
 status=${PIPESTATUS[0]}
 exit "$status"

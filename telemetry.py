@@ -41,11 +41,11 @@ from typing import Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import atomicfile  # noqa: E402
-from backends import TELEMETRY_FIELDS, UnknownBackendError, get_backend  # noqa: E402
+from zl import atomic  # noqa: E402
+from zl.backends import TELEMETRY_FIELDS, UnknownBackendError, get_backend  # noqa: E402
 
 try:
-    from _term_style import tag as _tag
+    from zl.term import tag as _tag
 except Exception:  # pragma: no cover - the styling module is optional for this tool
     def _tag(label: str) -> str:
         return label
@@ -173,7 +173,7 @@ def run(backend, out: Path, device: str, interval: float, count: Optional[int] =
 
     def unavailable(reason: str) -> int:
         log(f"no telemetry this run: {reason}")
-        atomicfile.write_text(err, f"backend={backend.name} device={device or 'all'}: {reason}\n")
+        atomic.write_text(err, f"backend={backend.name} device={device or 'all'}: {reason}\n")
         return EXIT_OK
 
     argv = backend.telemetry_command(device)

@@ -33,7 +33,7 @@ export NO_COLOR=1 SHAPE_MODE=upstream ZL_ISOLATE_TUNER_CACHE=1 TELEMETRY_INTERVA
 
 {
   echo "# ab_validate $(date -u +%Y-%m-%dT%H:%M:%SZ) parts=$PARTS"
-  echo "# host=$(hostname) flaggems=$("$PY" "$HERE/providers/flaggems.py" --commit-of "$FLAGGEMS_DIR" --short) dtypes=${DTYPES:-<all>}"
+  echo "# host=$(hostname) flaggems=$(PYTHONPATH="$HERE" "$PY" -m zl.flaggems --commit-of "$FLAGGEMS_DIR" --short) dtypes=${DTYPES:-<all>}"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader 2>&1 | head -2
 } > "$SUM"
 
@@ -57,7 +57,7 @@ if part 2; then
   # the same pair judged at the TTGIR level, for the record
   for side in before after; do
     printf 'ttgir fingerprint %s: %s\n' "$side" \
-      "$(PYTHONPATH="$HERE" "$PY" -m irtools.fingerprint "$WORK/p2/softmax_$side" 2>&1)" >> "$SUM"
+      "$(PYTHONPATH="$HERE" "$PY" -m zl.ir.fingerprint "$WORK/p2/softmax_$side" 2>&1)" >> "$SUM"
   done
 fi
 

@@ -40,7 +40,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 import _ir_meta_plugin as plugin  # noqa: E402
-from irtools.variants import serialise_payload  # noqa: E402
+from zl.ir.variants import serialise_payload  # noqa: E402
 
 events = []
 

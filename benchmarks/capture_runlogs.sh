@@ -19,7 +19,7 @@ mkdir -p "$OUT"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/zl_capture.XXXXXX")/runlogs"
 mkdir -p "$WORK"
 MAN="$WORK/MANIFEST.txt"
-echo "# captured $(date -u +%FT%TZ) flaggems=$("$PY" "$HERE/providers/flaggems.py" --commit-of "$FLAGGEMS_DIR" --short)" > "$MAN"
+echo "# captured $(date -u +%FT%TZ) flaggems=$(PYTHONPATH="$HERE" "$PY" -m zl.flaggems --commit-of "$FLAGGEMS_DIR" --short)" > "$MAN"
 
 plain() {   # name node args... : upstream's own pytest, output as-is (no zl_bench plugins)
   local name="$1" node="$2"; shift 2

@@ -25,7 +25,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${OUT:-$HERE/runs/ir_validate_out}"
 mkdir -p "$OUT"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/zl_ir_validate.XXXXXX")"
-source "$HERE/_ir_fingerprint.sh"
+source "$HERE/zl/sh/ir_fingerprint.sh"
 export ZL_PYTHON="${ZL_PYTHON:-python3}"
 
 # shellcheck source=_validate_run.sh

@@ -52,9 +52,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import atomicfile  # noqa: E402
-from providers.flaggems import checkout_commit  # noqa: E402
-from runlog.parse import RunLogError, parse_run_log  # noqa: E402
+from zl import atomic  # noqa: E402
+from zl.flaggems import checkout_commit  # noqa: E402
+from zl.runlog.parse import RunLogError, parse_run_log  # noqa: E402
 
 # FlagGems test function -> benchmark file stem (checked against the checkout at start).
 OP_FILES = {"softmax": "softmax", "gelu_backward": "gelu", "sum": "sum",
@@ -77,7 +77,7 @@ def say(msg: str) -> None:
 def parse_tables(text: str) -> List[Dict]:
     """Rows of every FlagGems result table in a log: op, dtype, status, latencies, detail.
 
-    Through the project's one run.log parser (`runlog.parse`), so folded tables come back
+    Through the project's one run.log parser (`zl.runlog.parse`), so folded tables come back
     with upstream's own Size Detail text; a log with no benchmark output has no rows.
     """
     try:
@@ -189,7 +189,7 @@ def profile_main(args) -> int:
     import _cudagraph_plugin as cg
     import _timing_plugin as tp
     import flag_gems
-    from backends import get_backend
+    from zl.backends import get_backend
 
     upstream_do_bench, upstream_graph = tt.do_bench, tt.do_bench_cudagraph
     cache = torch.empty(int(256e6 // 4), dtype=torch.int, device="cuda")
@@ -282,10 +282,10 @@ def write_outputs(out: Path, meta: Dict, runs: List[Dict], pairs: List[Dict],
                   profile: Optional[List[Dict]]) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
-    def atomic(name: str, text: str) -> None:
-        atomicfile.write_text(out / name, text)
+    def write(name: str, text: str) -> None:
+        atomic.write_text(out / name, text)
 
-    atomic("timer_noise.json", json.dumps({"meta": meta, "pairs": pairs, "runs": runs,
+    write("timer_noise.json", json.dumps({"meta": meta, "pairs": pairs, "runs": runs,
                                            "profile": profile}, indent=2, default=str))
     lines = ["op\ttimer\trun\trc\tdtype\tstatus\ttorch_ms\tgems_ms\tdetail"]
     for r in runs:
@@ -293,10 +293,10 @@ def write_outputs(out: Path, meta: Dict, runs: List[Dict], pairs: List[Dict],
             lines.append("\t".join(str(x) for x in (
                 r["op"], r["timer"], r["run"], r["rc"], row["dtype"], row["status"],
                 row["torch_ms"], row["gems_ms"], row["detail"])))
-    atomic("timer_noise_rows.tsv", "\n".join(lines) + "\n")
+    write("timer_noise_rows.tsv", "\n".join(lines) + "\n")
     cols = ("op", "timer", "rows_a", "rows_b", "matched", "median_pct", "p90_pct", "max_pct",
             "direct_markers", "poisoned_markers", "rc")
-    atomic("timer_noise_pairs.tsv", "\n".join(
+    write("timer_noise_pairs.tsv", "\n".join(
         ["\t".join(cols)] + ["\t".join(str(p.get(c, "")) for c in cols) for p in pairs]) + "\n")
 
     md = ["# Timer noise (A/A)", "",
@@ -324,7 +324,7 @@ def write_outputs(out: Path, meta: Dict, runs: List[Dict], pairs: List[Dict],
         for key, label in (("all", "median, all shapes"), ("ge_10us", "median, kernel >= 10 us")):
             md.append(f"| {label} | | | " + " | ".join(fmt(med[t][key], ".3f") for t in TIMERS)
                       + " |")
-    atomic("timer_noise.md", "\n".join(md) + "\n")
+    write("timer_noise.md", "\n".join(md) + "\n")
 
 
 def main(argv=None) -> int:

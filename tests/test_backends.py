@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import backends  # noqa: E402
-from backends import (  # noqa: E402
+from zl import backends  # noqa: E402
+from zl.backends import (  # noqa: E402
     ALIASES,
     ALL_VISIBILITY_KEYS,
     CAPTURE_VERDICTS,

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import batch_summary as bs
-from runlog.caliber import CALIBER_FIELDS
-from runlog.stats import analyse_rounds, load_rounds, min_mwu_p, verdict
+from zl.runlog.caliber import CALIBER_FIELDS
+from zl.runlog.stats import analyse_rounds, load_rounds, min_mwu_p, verdict
 
 REPO = Path(__file__).resolve().parents[1]
 FIX = Path(__file__).resolve().parent / "fixtures" / "runlogs"

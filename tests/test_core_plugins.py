@@ -10,7 +10,7 @@ import _device_setup_plugin as dsp
 import _pretty_report_plugin as prp
 import _seed_plugin as sp
 import _shape_inject_plugin as sip
-from runlog.sizefold import parse_legend_line, unfold
+from zl.runlog.sizefold import parse_legend_line, unfold
 
 
 # ---------------------------------------------------------------- shape injection
@@ -162,7 +162,7 @@ def test_foreign_vendor_modules_by_segment_not_prefix():
 
 
 def test_device_recorded_from_inherited_visibility(monkeypatch, tmp_path):
-    import _run_identity as ri
+    from zl import identity as ri
 
     monkeypatch.setenv("OUT_DIR", str(tmp_path))
     monkeypatch.setenv("ZL_BACKEND", "cuda")

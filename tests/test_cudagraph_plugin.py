@@ -23,7 +23,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import _cudagraph_plugin as cg  # noqa: E402
-from backends import get_backend  # noqa: E402
+from zl.backends import get_backend  # noqa: E402
 
 DSA_FOOTER = ("\nCUDA kernel errors might be asynchronously reported at some other API call, so "
               "the stacktrace below might be incorrect.\nFor debugging consider passing "

@@ -1,4 +1,4 @@
-"""irtools.fingerprint: the one IR rule every A/B tool uses (and its shell wrapper)."""
+"""zl.ir.fingerprint: the one IR rule every A/B tool uses (and its shell wrapper)."""
 import json
 import subprocess
 import sys
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from irtools import fingerprint as fp
+from zl.ir import fingerprint as fp
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ir"
@@ -151,7 +151,7 @@ def test_convert_count_flags_unindexed_and_missing_index(tmp_path):
 
 
 def _cli(*args, cwd=REPO):
-    return subprocess.run([sys.executable, "-m", "irtools.fingerprint", *map(str, args)],
+    return subprocess.run([sys.executable, "-m", "zl.ir.fingerprint", *map(str, args)],
                           cwd=cwd, capture_output=True, text=True, timeout=60)
 
 
@@ -177,7 +177,7 @@ def test_shell_wrapper_uses_the_same_rule(tmp_path):
     a = make_run(tmp_path / "a", {"s/k/w4s3.ttgir": MODULE % ("", "")})
     b = make_run(tmp_path / "b", {"s/k/w4s3.ttgir": MODULE % ('"ttg.rlc-enhance" = 1 : i32, ', CVT)})
     empty = make_run(tmp_path / "e", {})
-    script = (f'source "{REPO}/_ir_fingerprint.sh"; '
+    script = (f'source "{REPO}/zl/sh/ir_fingerprint.sh"; '
               f'fa=$(ir_fingerprint "{a}"); echo "fa=$fa"; '
               f'ir_fingerprint "{empty}" >/dev/null 2>&1; echo "empty=$?"; '
               f'ir_compare "{a}" "{b}" >/dev/null; echo "cmp=$?"; '

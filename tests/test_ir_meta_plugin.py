@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 import _ir_meta_plugin as plugin
-from irtools import fingerprint as fp
-from irtools import naming
-from irtools.variants import replay_kwargs, variant_record
+from zl.ir import fingerprint as fp
+from zl.ir import naming
+from zl.ir.variants import replay_kwargs, variant_record
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ir"
 HANDBUILT = FIXTURES / "payloads_handbuilt.json"

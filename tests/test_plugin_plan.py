@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-import plugin_plan as pp
+from zl import plan as pp
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -41,7 +41,7 @@ def test_extra_plugins_appended_once(monkeypatch):
 
 
 def test_backend_without_triton_hooks_gets_no_hook_plugins(monkeypatch):
-    import backends
+    from zl import backends
 
     backend = backends.get_backend("rocm")
     monkeypatch.setattr(type(backend), "supports_triton_hooks", False)

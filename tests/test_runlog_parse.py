@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from runlog.parse import RunLogError, parse_run_log, read_run_log
-from runlog.stats import index_rows, pair_logs
+from zl.runlog.parse import RunLogError, parse_run_log, read_run_log
+from zl.runlog.stats import index_rows, pair_logs
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "runlogs"
 REPO = Path(__file__).resolve().parents[1]

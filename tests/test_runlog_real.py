@@ -4,7 +4,7 @@ no row, and zl_bench's folded tables."""
 
 from pathlib import Path
 
-from runlog.parse import read_run_log
+from zl.runlog.parse import read_run_log
 
 H200 = Path(__file__).parent / "fixtures" / "runlogs" / "h200"
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from runlog.sizefold import fold, legend_line, parse_legend_line, split_top_level, unfold
+from zl.runlog.sizefold import fold, legend_line, parse_legend_line, split_top_level, unfold
 
 
 def test_split_respects_nesting_and_quotes():

@@ -18,7 +18,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import telemetry  # noqa: E402
-from backends import ALL_VISIBILITY_KEYS, TELEMETRY_FIELDS, get_backend  # noqa: E402
+from zl.backends import ALL_VISIBILITY_KEYS, TELEMETRY_FIELDS, get_backend  # noqa: E402
 
 NVSMI_CSV = "0, 1980, 3201, 41, 122.35, 63\n1, 1755, 3201, 38, [N/A], 0\n"
 MTGMI_JSON = ('{"Attached GPUs": "1", "GPU": [{"Index": "7",'

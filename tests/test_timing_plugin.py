@@ -25,7 +25,7 @@ if str(ROOT) not in sys.path:
 
 import _cudagraph_plugin as cg  # noqa: E402
 import _timing_plugin as tp  # noqa: E402
-from backends import get_backend  # noqa: E402
+from zl.backends import get_backend  # noqa: E402
 
 
 # --- ZL_ENABLE_CUDAGRAPH / ZL_DIRECT_REPEAT parsing -----------------------------------------

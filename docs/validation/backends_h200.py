@@ -65,7 +65,7 @@ sys.path.insert(0, {root!r})
 import torch
 import triton
 import triton.language as tl
-from backends import get_backend
+from zl.backends import get_backend
 
 
 @triton.jit
@@ -121,7 +121,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     problems = []
 
-    from backends import get_backend
+    from zl.backends import get_backend
     cuda = get_backend("cuda")
     ident = {"identity": cuda.device_identity(), "enumerate_devices": cuda.enumerate_devices(),
              "probe_device_count": cuda.probe_device_count()}

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import _run_identity as ri
+from zl import identity as ri
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -44,14 +44,14 @@ def test_concurrent_writers_lose_nothing(tmp_path):
 
 
 def test_cli_types_integers_and_get(tmp_path):
-    subprocess.run([sys.executable, str(REPO / "_run_identity.py"), str(tmp_path),
+    subprocess.run([sys.executable, "-m", "zl.identity", str(tmp_path),
                     "--set", "direct_repeat=5", "--set", "tuner_cache=shared(/x)"], check=True)
     data = ri.load_identity(str(tmp_path))
     assert data["direct_repeat"] == 5 and data["tuner_cache"] == "shared(/x)"
-    got = subprocess.run([sys.executable, str(REPO / "_run_identity.py"), str(tmp_path), "--get", "direct_repeat"],
+    got = subprocess.run([sys.executable, "-m", "zl.identity", str(tmp_path), "--get", "direct_repeat"],
                          capture_output=True, text=True)
     assert got.stdout.strip() == "5"
-    missing = subprocess.run([sys.executable, str(REPO / "_run_identity.py"), str(tmp_path), "--get", "nope"])
+    missing = subprocess.run([sys.executable, "-m", "zl.identity", str(tmp_path), "--get", "nope"])
     assert missing.returncode == 1
 
 

@@ -4,8 +4,8 @@
 PY="${ZL_PYTHON:-$(command -v python || command -v python3)}"
 export ZL_PYTHON="$PY"
 RUN_PYTEST="${ZL_RUN_PYTEST:-$ZL_ROOT/run_pytest.sh}"
-# shellcheck source=_ir_fingerprint.sh
-source "$ZL_ROOT/_ir_fingerprint.sh"
+# shellcheck source=ir_fingerprint.sh
+source "$ZL_ROOT/zl/sh/ir_fingerprint.sh"
 
 # IR_LEVEL: which dumped IR the verdict fingerprints (default ttgir). A switch that acts
 # below TTGIR (DISABLE_LLVM_OPT changes LLVM's optimisation, not the TTGIR) needs llir or
@@ -15,11 +15,11 @@ IR_LEVEL="${IR_LEVEL:-ttgir}"
 if [[ "$IR_LEVEL" != ttgir && ",${ZL_IR_LEVELS:-}," != *",$IR_LEVEL,"* ]]; then
   export ZL_IR_LEVELS="${ZL_IR_LEVELS:+$ZL_IR_LEVELS,}$IR_LEVEL"
 fi
-fp_of() {   # the shared rule (irtools.fingerprint) at IR_LEVEL; exit 1 = no IR of that level
+fp_of() {   # the shared rule (zl.ir.fingerprint) at IR_LEVEL; exit 1 = no IR of that level
   if [[ "$IR_LEVEL" == ttgir ]]; then
     ir_fingerprint "$1"
   else
-    PYTHONPATH="$ZL_ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m irtools.fingerprint --level "$IR_LEVEL" "$1"
+    PYTHONPATH="$ZL_ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m zl.ir.fingerprint --level "$IR_LEVEL" "$1"
   fi
 }
 

@@ -18,7 +18,7 @@ What a run.log holds (upstream benchmark/consts.py `BenchmarkResult.__str__`):
   the metric tokens are therefore read greedily (numbers or `N/A`) and the rest
   of the line is the size detail.
 - The pretty-report plugin may fold the constant inputs into a legend line
-  `  [same for all rows] {...}` under the rule; `runlog.sizefold.unfold` rebuilds
+  `  [same for all rows] {...}` under the rule; `zl.runlog.sizefold.unfold` rebuilds
   upstream's exact Size Detail, so folded and unfolded tables pair.
 - A shape whose measurement raises never becomes a FAILED row: upstream calls
   `pytest.fail` before printing the table. The failure only exists in pytest's
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from runlog.sizefold import parse_legend_line, unfold
+from zl.runlog.sizefold import parse_legend_line, unfold
 
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 TITLE_RE = re.compile(

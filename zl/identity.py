@@ -11,8 +11,8 @@ the parallel warmup workers and the parent may merge at the same time. Without
 OUT_DIR (ad-hoc pytest, unit tests) every call is a silent no-op.
 
 CLI (used by the shell stub):
-    python _run_identity.py OUT_DIR --set key=value [--set key=value ...]
-    python _run_identity.py OUT_DIR --get key
+    python -m zl.identity OUT_DIR --set key=value [--set key=value ...]
+    python -m zl.identity OUT_DIR --get key
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional
 
-import atomicfile
+from zl import atomic
 
 IDENTITY_NAME = "run_identity.json"
 SCHEMA_VERSION = 1
@@ -79,7 +79,7 @@ def update_identity(out_dir: Optional[str] = None, **fields: Any) -> Dict[str, A
     with _locked(path):
         current = _read(path)
         current.update(clean)
-        atomicfile.write_json(path, current)
+        atomic.write_json(path, current)
     return current
 
 

@@ -22,8 +22,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-import atomicfile
-from irtools import naming
+from zl import atomic
+from zl.ir import naming
 
 INDEX_COLUMNS = (
     "shape", "kernel", "file", "launches", "sweep_launches", "num_warps", "num_stages",
@@ -77,7 +77,7 @@ def write_tree(
 ) -> Dict[str, Any]:
     """Write the tree; return a summary {'files', 'rows', 'shapes', 'missing'}.
 
-    variants: hash -> variant record (irtools.variants.variant_record).
+    variants: hash -> variant record (zl.ir.variants.variant_record).
     counts: (shape label, hash) -> (launches, sweep_launches).
     unknown_names: hash-like key -> kernel name, for launches of variants never seen compiling.
     """
@@ -113,12 +113,12 @@ def write_tree(
                 file = PH_UNREADABLE
             else:
                 file = f"{names[h]}.ttgir"
-                atomicfile.write_text(directory / file, text)
+                atomic.write_text(directory / file, text)
                 files += 1
                 for level in levels[1:]:
                     extra = _read_ir(v, level)
                     if extra is not None:
-                        atomicfile.write_text(directory / f"{names[h]}.{level}", extra)
+                        atomic.write_text(directory / f"{names[h]}.{level}", extra)
             rows.append(_row(naming.safe(shape), naming.safe(kernel), file, n, sweep, v, h))
 
     for (shape, h), (n, sweep) in sorted(counts.items()):
@@ -134,8 +134,8 @@ def write_tree(
             rows.append(_row(NEVER_LAUNCHED_SHAPE, naming.safe(v["kernel"]), PH_NEVER_LAUNCHED, 0, 0, v, h))
 
     rows.sort(key=lambda r: (r[0], r[1], r[2].startswith("("), r[2], r[10]))
-    atomicfile.write_text(root / "index.tsv", "\n".join("\t".join(r) for r in [list(INDEX_COLUMNS)] + rows) + "\n")
-    atomicfile.write_text(root / "naming.md", naming_markdown(by_kernel, abbr_by_kernel, levels))
+    atomic.write_text(root / "index.tsv", "\n".join("\t".join(r) for r in [list(INDEX_COLUMNS)] + rows) + "\n")
+    atomic.write_text(root / "naming.md", naming_markdown(by_kernel, abbr_by_kernel, levels))
     return {"files": files, "rows": len(rows), "shapes": len({r[0] for r in rows}), "missing": missing}
 
 

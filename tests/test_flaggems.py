@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from providers import flaggems as fg
+from zl import flaggems as fg
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -85,7 +85,7 @@ def test_vendor_env_respects_user_choice(monkeypatch):
 
 
 def test_cli_bad_node_exits_2_with_message():
-    proc = subprocess.run([sys.executable, str(REPO / "providers" / "flaggems.py"), "--emit-shell",
+    proc = subprocess.run([sys.executable, "-m", "zl.flaggems", "--emit-shell",
                            "--parse-node", "not-a-node"], capture_output=True, text=True)
     assert proc.returncode == 2
     assert "TEST_NODE must look like" in proc.stderr
@@ -109,6 +109,6 @@ def test_checkout_commit_only_for_the_top_of_a_git_checkout(tmp_path):
     assert head.startswith(fg.checkout_commit(str(outer), short=True))
     assert fg.checkout_commit(str(outer / ".fg")) == ""
     assert fg.checkout_commit(str(tmp_path / "missing")) == ""
-    proc = subprocess.run([sys.executable, str(REPO / "providers" / "flaggems.py"),
+    proc = subprocess.run([sys.executable, "-m", "zl.flaggems",
                            "--commit-of", str(outer / ".fg")], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout == "\n"

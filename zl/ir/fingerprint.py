@@ -26,10 +26,10 @@ The rule:
 - Zero `.ttgir` files is "no comparable IR", never "identical".
 
 CLI (exit codes are an interface):
-    python -m irtools.fingerprint RUN_DIR              print the hash; 0, or 1 = no IR
-    python -m irtools.fingerprint compare RUN_A RUN_B  0 same, 10 different,
+    python -m zl.ir.fingerprint RUN_DIR              print the hash; 0, or 1 = no IR
+    python -m zl.ir.fingerprint compare RUN_A RUN_B  0 same, 10 different,
                                                        1 no IR on either side
-    python -m irtools.fingerprint --converts RUN_DIR [--launch-floor N]
+    python -m zl.ir.fingerprint --converts RUN_DIR [--launch-floor N]
                                                        JSON on stdout; 0, or 1 = no IR
     2 = usage error (bad arguments, RUN_DIR does not exist).
     `--level llir` (or ptx, ...) fingerprints another dumped IR level instead.
@@ -252,7 +252,7 @@ def convert_count(run_dir: os.PathLike, launch_floor: int = DEFAULT_LAUNCH_FLOOR
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m irtools.fingerprint",
+        prog="python -m zl.ir.fingerprint",
         description="fingerprint a run's dumped IR (exit 0 ok, 1 no IR, 2 usage, "
         "10 different for `compare`)",
     )

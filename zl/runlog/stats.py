@@ -39,7 +39,7 @@ from pathlib import Path
 from statistics import median
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from runlog.parse import ParsedLog, Row, read_run_log
+from zl.runlog.parse import ParsedLog, Row, read_run_log
 
 ALPHA = 0.05
 MIN_ROUNDS_FOR_TEST = 3

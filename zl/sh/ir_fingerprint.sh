@@ -8,14 +8,14 @@
 #   ir_converts RUN_DIR [FLOOR]   prints convert_layout counts (JSON), scoped to variants
 #                                 launched more than FLOOR (default 1) times
 #
-# All three call `python -m irtools.fingerprint`: the screen and the A/B step must use
+# All three call `python -m zl.ir.fingerprint`: the screen and the A/B step must use
 # one rule, or an operator let through by one is stopped by the other. Nothing is
 # re-implemented here. ZL_PYTHON picks the interpreter (default python3).
 
-_ZL_IR_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+_ZL_IR_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 
 _zl_ir_py() {
-  PYTHONPATH="$_ZL_IR_ROOT${PYTHONPATH:+:$PYTHONPATH}" "${ZL_PYTHON:-python3}" -m irtools.fingerprint "$@"
+  PYTHONPATH="$_ZL_IR_ROOT${PYTHONPATH:+:$PYTHONPATH}" "${ZL_PYTHON:-python3}" -m zl.ir.fingerprint "$@"
 }
 
 ir_fingerprint() {

@@ -1,1 +1,0 @@
-"""Benchmark providers: how a suite's test nodes map onto zl_bench runs. Only FlagGems today."""

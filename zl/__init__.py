@@ -1,0 +1,20 @@
+"""zl_bench's code. The top level of the repository holds only entry points: the `-p`
+plugins (`_*_plugin.py`, thin pytest hook modules), the drivers (`*.sh`) and the CLIs.
+
+Shared kit (every plugin and tool uses these, nothing re-implements them):
+- `zl.identity`  run_identity.json: the run's caliber, merged atomically.
+- `zl.term`      terminal colour, plugin log lines, the ANSI-stripping tee for run.log.
+- `zl.atomic`    atomic file writes.
+- `zl.switches`  the one reading of on/off values.
+- `zl.markers`   the grep-able marker vocabulary.
+- `zl.patching`  one patch/undo stack for what plugins change in the process.
+- `zl.options`   the `zl_bench` pytest option group (environment variables as defaults).
+- `zl.plan`      which `-p` plugins a run loads (plugin_plan.py is its CLI).
+- `zl.backends`  device adapters (cuda, musa, rocm, ascend); resolves ZL_BACKEND once.
+- `zl.flaggems`  FlagGems facts: node parsing, Benchmark classes, vendor env, commit.
+
+Rooms behind the plugins and tools:
+- `zl.runlog`    run.log parsing, size folding, caliber fields, A/B statistics.
+- `zl.ir`        IR dumping, naming and the one fingerprint rule.
+- `zl/sh/`       shell libraries the drivers source (A/B prologue, IR fingerprint wrappers).
+"""

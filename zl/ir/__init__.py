@@ -1,0 +1,11 @@
+"""IR tooling shared by the IR plugin and every A/B driver.
+
+- `zl.ir.fingerprint`: the one rule that says whether two runs generated the
+  same code (and the convert_layout counting scoped to measured kernels).
+  `_ir_fingerprint.sh` wraps its CLI so shell drivers use the same rule.
+- `zl.ir.variants`: turns Triton compilation-listener payloads into plain,
+  JSON-serialisable variant records.
+- `zl.ir.naming`: readable, collision-free file names for the variants of one
+  (shape, kernel) group, plus the abbreviation legend.
+- `zl.ir.dump`: writes the `ttgir/` tree, `index.tsv` and `naming.md`.
+"""

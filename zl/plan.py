@@ -1,0 +1,116 @@
+"""Decide the `-p` plugin list of a zl_bench run: one definition, used by every driver.
+
+The seed records why this is code and not a list each driver copies: a campaign
+worker hand-copied the plugin list, drifted, and every sealed measurement of that
+campaign silently lost graph timing.
+
+Policy is read off the backend's capability flags, never off its name:
+- `_cudagraph_plugin` is never listed; `_timing_plugin` loads it only when the
+  backend declares `supports_cuda_graph`.
+- autotune record/replay and IR collection need Triton's hooks
+  (`supports_triton_hooks`) and can be switched off with ZL_ENABLE_AUTOTUNE=0 /
+  ZL_ENABLE_IR=0.
+- ZL_EXTRA_PLUGINS (space separated) is appended, without duplicates.
+
+CLI: `python plugin_plan.py [--backend B] [--pytest-args | --one-per-line]` (the top-level
+entry point) or `python -m zl.plan`; exit 2 with a message for an unknown backend, an
+on/off variable that is neither, or a plugin module that is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+from zl.backends import UnknownBackendError, get_backend
+from zl.switches import SwitchError, env_switch
+
+_ROOT = Path(__file__).resolve().parent.parent
+
+# Order matters: device setup must import first so GEMS_VENDOR is set before any
+# benchmark module imports flag_gems; the sweep plugin runs its shards before the
+# measurement plugins patch anything in this process.
+CORE_PLUGINS = (
+    "_device_setup_plugin",
+    "_parallel_warmup_plugin",
+    "_seed_plugin",
+    "_shape_inject_plugin",
+)
+TIMING_PLUGIN = "_timing_plugin"
+REPORT_PLUGIN = "_pretty_report_plugin"
+AUTOTUNE_PLUGIN = "_autotune_record_plugin"
+IR_PLUGIN = "_ir_meta_plugin"
+# The seed's Hopper fp16 mm cluster workaround; opt-in, and only where the backend says it
+# applies. This tree does not ship it, so asking for it fails the plan (exit 2) by name
+# instead of silently running without the workaround.
+MM_CLUSTER_PLUGIN = "_mm_cluster_fix_plugin"
+
+
+class PlanError(RuntimeError):
+    """The requested plan cannot be loaded (missing module)."""
+
+
+def plan_plugins(backend_name: Optional[str] = None, extra: Optional[Sequence[str]] = None) -> List[str]:
+    backend = get_backend(backend_name)
+    plugins: List[str] = list(getattr(backend, "compat_plugins", ()) or ()) + list(CORE_PLUGINS)
+    hooks = bool(getattr(backend, "supports_triton_hooks", True))
+    if hooks and env_switch("ZL_ENABLE_AUTOTUNE", True):
+        plugins.append(AUTOTUNE_PLUGIN)
+    plugins.append(TIMING_PLUGIN)
+    plugins.append(REPORT_PLUGIN)
+    if hooks and env_switch("ZL_ENABLE_IR", True):
+        plugins.append(IR_PLUGIN)
+    if env_switch("ZL_ENABLE_MM_CLUSTER", False) and getattr(backend, "supports_mm_cluster_fix", False):
+        plugins.append(MM_CLUSTER_PLUGIN)
+    extras = extra if extra is not None else os.environ.get("ZL_EXTRA_PLUGINS", "").split()
+    for name in extras:
+        if name and name not in plugins:
+            plugins.append(name)
+    return plugins
+
+
+def missing_modules(plugins: Sequence[str]) -> List[str]:
+    missing = []
+    for name in plugins:
+        try:
+            if importlib.util.find_spec(name) is None:
+                missing.append(name)
+        except (ImportError, ValueError):
+            missing.append(name)
+    return missing
+
+
+def pytest_args(plugins: Sequence[str]) -> List[str]:
+    args: List[str] = []
+    for name in plugins:
+        args += ["-p", name]
+    return args
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(description="print the zl_bench pytest -p list")
+    p.add_argument("--backend", default=None)
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--pytest-args", action="store_true", help="print `-p name` tokens on one line")
+    fmt.add_argument("--one-per-line", action="store_true")
+    args = p.parse_args(argv)
+    try:
+        names = plan_plugins(args.backend)
+    except (UnknownBackendError, SwitchError) as exc:
+        print(f"!!! {exc}", file=sys.stderr)
+        return 2
+    missing = missing_modules(names)
+    if missing:
+        print(f"!!! plugin module(s) not importable: {' '.join(missing)} "
+              f"(PYTHONPATH must contain {_ROOT}; check ZL_EXTRA_PLUGINS spelling)", file=sys.stderr)
+        return 2
+    print("\n".join(names) if args.one_per_line else " ".join(pytest_args(names)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
