@@ -1,6 +1,8 @@
 """atomicfile: whole-file replacement, temp cleanup on failure, JSON defaults."""
 
 import json
+import os
+import stat
 
 import pytest
 
@@ -23,3 +25,36 @@ def test_failed_write_keeps_old_content_and_removes_temp(tmp_path):
         atomic.write_json(target, {"x": object()})
     assert json.loads(target.read_text(encoding="utf-8")) == {"a": "é", "b": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o002])
+def test_new_file_mode_follows_umask_like_open(tmp_path, umask):
+    old = os.umask(umask)
+    try:
+        atomic.write_text(tmp_path / "a.txt", "x")
+        with open(tmp_path / "b.txt", "w") as fh:
+            fh.write("x")
+        assert atomic.current_umask() == umask
+    finally:
+        os.umask(old)
+    mode_a = stat.S_IMODE((tmp_path / "a.txt").stat().st_mode)
+    assert mode_a == stat.S_IMODE((tmp_path / "b.txt").stat().st_mode) == 0o666 & ~umask
+
+
+def test_replacing_keeps_the_existing_mode(tmp_path):
+    target = tmp_path / "a.txt"
+    atomic.write_text(target, "one")
+    os.chmod(target, 0o640)
+    atomic.write_text(target, "two")
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640 and target.read_text() == "two"
+
+
+def test_stale_temps_finds_only_this_targets_temps(tmp_path):
+    target = tmp_path / "run_identity.json"
+    mine = tmp_path / ".run_identity.json.k3j2.tmp"
+    other = tmp_path / ".run_identity.json.lock"
+    foreign = tmp_path / ".shapes.yaml.x.tmp"
+    for p in (mine, other, foreign):
+        p.write_text("")
+    assert atomic.stale_temps(target) == [mine]
+    assert atomic.stale_temps(target, older_than=mine.stat().st_mtime - 10) == []

@@ -2,9 +2,13 @@
 
 import json
 import multiprocessing
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 from zl import identity as ri
 
@@ -55,7 +59,54 @@ def test_cli_types_integers_and_get(tmp_path):
     assert missing.returncode == 1
 
 
-def test_corrupt_file_is_replaced_not_crashing(tmp_path):
-    (tmp_path / ri.IDENTITY_NAME).write_text("{not json")
+@pytest.mark.parametrize("content", ["{not json", "[1, 2]", "\udcff"])
+def test_corrupt_file_is_kept_aside_and_reported(tmp_path, capsys, content):
+    path = tmp_path / ri.IDENTITY_NAME
+    if content == "\udcff":
+        path.write_bytes(b"\xff\xfe{")
+    else:
+        path.write_text(content)
+    original = path.read_bytes()
     ri.update_identity(str(tmp_path), op="x")
     assert ri.load_identity(str(tmp_path)) == {"op": "x"}
+    aside = list(tmp_path.glob(ri.IDENTITY_NAME + ".corrupt-*"))
+    assert len(aside) == 1 and aside[0].read_bytes() == original
+    err = capsys.readouterr().err
+    assert "!!! [identity]" in err and aside[0].name in err
+    # a second corruption in the same second gets its own name, nothing is overwritten
+    path.write_text("{again")
+    ri.update_identity(str(tmp_path), op="y")
+    assert len(list(tmp_path.glob(ri.IDENTITY_NAME + ".corrupt-*"))) == 2
+
+
+def test_valid_file_is_not_set_aside(tmp_path, capsys):
+    ri.update_identity(str(tmp_path), op="x")
+    ri.update_identity(str(tmp_path), timer="direct")
+    assert not list(tmp_path.glob("*.corrupt-*")) and capsys.readouterr().err == ""
+
+
+def _killed_writer(out_dir):
+    """Dies by SIGKILL between the temp file and the rename, like a killed plugin."""
+    import signal
+
+    def die(*_a, **_k):
+        os.kill(os.getpid(), signal.SIGKILL)
+    os.replace = die
+    ri.update_identity(out_dir, op="never")
+
+
+def test_sigkilled_writer_temp_is_removed_by_next_write(tmp_path):
+    ri.update_identity(str(tmp_path), backend="cuda")
+    proc = multiprocessing.get_context("fork").Process(target=_killed_writer, args=(str(tmp_path),))
+    proc.start()
+    proc.join(30)
+    assert proc.exitcode == -9
+    temps = [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    assert len(temps) == 1, list(tmp_path.iterdir())
+    # an unrelated file's temp is not ours to remove
+    other = tmp_path / ".shapes.yaml.abc.tmp"
+    other.write_text("x")
+    time.sleep(0.05)
+    ri.update_identity(str(tmp_path), timer="direct")
+    assert not temps[0].exists() and other.exists()
+    assert ri.load_identity(str(tmp_path)) == {"backend": "cuda", "timer": "direct"}

@@ -10,6 +10,11 @@ Writes are atomic (tmp + os.replace) and serialised with an fcntl lock, because
 the parallel warmup workers and the parent may merge at the same time. Without
 OUT_DIR (ad-hoc pytest, unit tests) every call is a silent no-op.
 
+A file that is not a JSON object is never silently replaced by the next merge (that
+would turn a broken caliber into a clean-looking partial one): the writer moves it
+aside as `run_identity.json.corrupt-<timestamp>` and says so on stderr. Temp files
+left by a SIGKILLed writer are removed by the next writer, under the lock.
+
 CLI (used by the shell stub):
     python -m zl.identity OUT_DIR --set key=value [--set key=value ...]
     python -m zl.identity OUT_DIR --get key
@@ -22,6 +27,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional
 
@@ -38,14 +44,57 @@ def identity_path(out_dir: Optional[str] = None) -> Optional[Path]:
     return Path(root) / IDENTITY_NAME
 
 
-def _read(path: Path) -> Dict[str, Any]:
-    if not path.is_file():
-        return {}
+class CorruptIdentity(ValueError):
+    """run_identity.json exists but is not a readable JSON object."""
+
+
+def _read_strict(path: Path) -> Dict[str, Any]:
+    """{} when absent; CorruptIdentity when present but unreadable or not an object."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
         return {}
-    return data if isinstance(data, dict) else {}
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CorruptIdentity(f"cannot read {path}: {exc}") from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise CorruptIdentity(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise CorruptIdentity(f"{path} holds a JSON {type(data).__name__}, not an object")
+    return data
+
+
+def _read(path: Path) -> Dict[str, Any]:
+    try:
+        return _read_strict(path)
+    except CorruptIdentity:
+        return {}
+
+
+def _set_aside(path: Path, why: str) -> Path:
+    """Move a corrupt identity file out of the way, keeping it as evidence."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    aside = path.with_name(f"{path.name}.corrupt-{stamp}")
+    n = 2
+    while aside.exists():
+        aside = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
+        n += 1
+    os.replace(path, aside)
+    print(f"!!! [identity] {why}; kept it as {aside.name} and started a new {path.name} "
+          "(fields written before the corruption are lost: this run's caliber is incomplete)",
+          file=sys.stderr, flush=True)
+    return aside
+
+
+def _remove_stale_temps(path: Path, lock_taken: float) -> None:
+    # We hold the exclusive lock, so no live writer owns a temp file of this target:
+    # anything older than our lock is a SIGKILLed writer's leftover.
+    for stale in atomic.stale_temps(path, older_than=lock_taken):
+        try:
+            stale.unlink()
+        except OSError:
+            pass
 
 
 def load_identity(out_dir: Optional[str] = None) -> Dict[str, Any]:
@@ -77,7 +126,12 @@ def update_identity(out_dir: Optional[str] = None, **fields: Any) -> Dict[str, A
         return clean
     path.parent.mkdir(parents=True, exist_ok=True)
     with _locked(path):
-        current = _read(path)
+        _remove_stale_temps(path, time.time())
+        try:
+            current = _read_strict(path)
+        except CorruptIdentity as exc:
+            _set_aside(path, str(exc))
+            current = {}
         current.update(clean)
         atomic.write_json(path, current)
     return current
