@@ -21,29 +21,42 @@
         without a readable run.log prints zeros with failed=1.
 
 Before any latency is read, --ab / --ab-rounds compare every run's run_identity.json
-(runlog/caliber.py CALIBER_FIELDS); a mismatch, a missing identity, or every run in
-record mode prints `!!! [caliber] ...` and refuses. --allow-caliber-mismatch lets the
-report through and still prints every problem.
+(zl/runlog/caliber.py CALIBER_FIELDS, autotune pinning); a mismatch, a missing identity,
+no replaying side, a replay that could not use its record (replay_fallback), or cells of
+mixed campaigns print `!!! [caliber] ...` and refuse. --allow-caliber-mismatch lets a
+caliber or pinning problem through and still prints every problem. --ab-rounds counts
+the cells of one campaign (campaign_id in each cell's identity; --campaign picks one,
+else the newest) and names the cells it used and ignored.
 
-Exit codes: 0 ok; 2 usage error or unreadable input (missing run.log / directory,
-not a benchmark log); 4 caliber refusal.
+--json FILE works with every mode and is checked for writability before anything runs.
+The reports themselves live in zl/report/ (ab.py, rounds.py, guard.py).
+
+Exit codes: 0 ok; 2 usage error or unusable input (missing / malformed run.log, a run
+compared with itself, unwritable --json, scipy missing for --ab-rounds); 4 refusal (not
+comparable); 5 no report (zero paired rows, fewer than 2 complete rounds, no shape
+measured in every round).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from zl import atomic
+from zl.report.ab import report_ab
+from zl.report.guard import (EXIT_CALIBER, EXIT_NO_REPORT, EXIT_OK, EXIT_USAGE, BadInput,
+                             NoReport, Refused, check_json_target)
+from zl.report.rounds import report_ab_rounds
 from zl.runlog import caliber as cal
-from zl.runlog.parse import RunLogError, read_run_log, resolve_log
-from zl.runlog.stats import analyse_rounds, key_text, load_rounds, pair_logs
+from zl.runlog.parse import RunLogError, read_run_log
 
-EXIT_OK, EXIT_USAGE, EXIT_CALIBER = 0, 2, 4
+__all__ = ["main", "report_ab", "report_ab_rounds", "summarize", "cell_stats", "Refused",
+           "BadInput", "NoReport", "SUMMARY_FIELDS"]
 
 SUMMARY_FIELDS = [
     "repo", "op", "backend", "device", "timer",
@@ -51,186 +64,7 @@ SUMMARY_FIELDS = [
     "torch_lat", "gems_lat", "speedup", "extra_metrics", "size_detail",
     "op_status", "notes", "failures",
 ]
-MARKER_LABELS = {"no_cudagraph": "BENCHMARK_DIRECT_NO_CUDAGRAPH",
-                 "replay_fallback": "AUTOTUNE_REPLAY_FALLBACK",
-                 "capture_poisoned": "BENCHMARK_CAPTURE_POISONED"}
-
-
-class Refused(Exception):
-    """Caliber refusal (exit 4)."""
-
-
-class BadInput(Exception):
-    """Unreadable input (exit 2)."""
-
-
-# ---------------------------------------------------------------- caliber
-
-def check_caliber(runs: Sequence[Tuple[str, Path]], label: str, allow: bool) -> List[str]:
-    """Print hazards and complaints; raise Refused unless allowed. Returns the problems."""
-    for h in cal.hazards(runs):
-        print(f"warning [caliber] {label}: {h}")
-    problems = cal.complaints(runs)
-    head = "!!! [caliber]" if not allow else "warning [caliber]"
-    for p in problems:
-        print(f"{head} {label}: {p}")
-    if problems and not allow:
-        print(f"!!! [caliber] {label}: no report. If the runs really are comparable, "
-              "rerun with --allow-caliber-mismatch")
-        raise Refused()
-    return problems
-
-
-# ---------------------------------------------------------------- --ab
-
-def _fmt_pct(v: Optional[float]) -> str:
-    return "n/a" if v is None else f"{v:+.2f}%"
-
-
-def _marker_note(before: Dict[str, int], after: Dict[str, int]) -> List[str]:
-    notes = []
-    for key in ("no_cudagraph", "replay_fallback", "capture_poisoned"):
-        b, a = before.get(key, 0), after.get(key, 0)
-        if b or a:
-            notes.append(f"{MARKER_LABELS[key]} before={b} after={a}")
-    return notes
-
-
-def _identity_op(run_dir: Path) -> str:
-    try:
-        return str(json.loads((run_dir / cal.IDENTITY_NAME).read_text(encoding="utf-8")).get("op") or "")
-    except (OSError, ValueError, AttributeError):
-        return ""
-
-
-def report_ab(before: Path, after: Path, label: str, allow: bool) -> Dict:
-    try:
-        blog, alog = resolve_log(before), resolve_log(after)
-    except RunLogError as exc:
-        raise BadInput(str(exc)) from None
-    name = label or _identity_op(blog.parent) or blog.parent.name
-    problems = check_caliber([("before", blog.parent), ("after", alog.parent)], name, allow)
-    try:
-        rep = pair_logs(read_run_log(blog), read_run_log(alog))
-    except RunLogError as exc:
-        raise BadInput(str(exc)) from None
-    print(f"[ab] {name}: gems latency (ms) before -> after, speedup = before/after - 1")
-    for p in rep.paired:
-        _, dtype, detail, occ = p["key"]
-        print(f"  {dtype:<16} {p['before_lat']:>12.6f} -> {p['after_lat']:<12.6f} "
-              f"{p['speedup_pct']:+8.2f}%  {detail}{f' #{occ + 1}' if occ else ''}")
-    for u in rep.unpaired:
-        print(f"  UNPAIRED {key_text(u['key'])}: {u['reason']}")
-    for side, n, text in (("before", rep.before_failed, rep.before_failures),
-                          ("after", rep.after_failed, rep.after_failures)):
-        if n:
-            print(f"  FAILED {side}: {n} failed test(s): {text}")
-    s = rep.summary()
-    line = (f"[ab] {name}: {s['paired']} paired rows, range {_fmt_pct(s['min_pct'])} ~ "
-            f"{_fmt_pct(s['max_pct'])}, median {_fmt_pct(s['median_pct'])}, "
-            f"geomean {_fmt_pct(s['geomean_pct'])}")
-    if not s["complete"]:
-        line += (f"  INCOMPLETE: {s['unpaired']} unpaired row(s), failed tests "
-                 f"before={rep.before_failed} after={rep.after_failed}")
-    if not s["paired"]:
-        line += "  NO PAIRED ROWS"
-    print(line)
-    notes = _marker_note(rep.before_markers, rep.after_markers)
-    if notes:
-        print(f"[ab] {name}: timing regime annotations: {'; '.join(notes)} "
-              "(fallback rows were timed differently from captured ones)")
-    return {
-        "mode": "ab", "label": name, "before": str(blog), "after": str(alog),
-        "caliber_problems": problems, "caliber_hazards": cal.hazards(
-            [("before", blog.parent), ("after", alog.parent)]),
-        "summary": s, "markers": {"before": rep.before_markers, "after": rep.after_markers},
-        "failed_tests": {"before": rep.before_failed, "after": rep.after_failed},
-        "failure_text": {"before": rep.before_failures, "after": rep.after_failures},
-        "paired": [{"op": p["key"][0], "dtype": p["key"][1], "size_detail": p["key"][2],
-                    "occurrence": p["key"][3], "before_lat": p["before_lat"],
-                    "after_lat": p["after_lat"], "speedup_pct": p["speedup_pct"]}
-                   for p in rep.paired],
-        "unpaired": [{"op": u["key"][0], "dtype": u["key"][1], "size_detail": u["key"][2],
-                      "occurrence": u["key"][3], "reason": u["reason"]} for u in rep.unpaired],
-    }
-
-
-# ---------------------------------------------------------------- --ab-rounds
-
-def report_ab_rounds(root: Path, label: str, allow: bool) -> Dict:
-    if not root.is_dir():
-        raise BadInput(f"no such directory: {root}")
-    from zl.runlog.stats import find_cells
-    cells = find_cells(root)
-    name = label or root.name
-    if not cells:
-        raise BadInput(f"{root}: no r<k>_<A|B>/run.log cells")
-    problems = check_caliber([(d.name, d) for _, d in sorted(cells.items())], name, allow)
-    try:
-        data = load_rounds(root)
-    except RunLogError as exc:
-        raise BadInput(str(exc)) from None
-    for msg in data.incomplete:
-        print(f"!!! [ab-rounds] {name}: {msg} (excluded)")
-    res = analyse_rounds(data)
-    n = res["rounds"]
-    out = {"mode": "ab-rounds", "label": name, "root": str(root), "caliber_problems": problems,
-           **{k: v for k, v in res.items() if k not in ("shapes", "unpaired")}}
-    out["shapes"] = [{
-        "op": s["key"][0], "dtype": s["key"][1], "size_detail": s["key"][2],
-        "occurrence": s["key"][3], **{k: v for k, v in s.items() if k != "key"}}
-        for s in res["shapes"]]
-    out["unpaired"] = [{"op": u["key"][0], "dtype": u["key"][1], "size_detail": u["key"][2],
-                        "occurrence": u["key"][3], "reason": u["reason"]} for u in res["unpaired"]]
-    markers = {f"r{k}_{s}": p.markers for (k, s), p in sorted(data.logs.items())}
-    out["markers"] = markers
-    if n < 2:
-        print(f"[ab-rounds] {name}: need at least 2 complete rounds of r<k>_<A|B>/run.log "
-              f"(found {n})")
-        out["status"] = "too_few_rounds"
-        return out
-    if not res["shapes"]:
-        print(f"[ab-rounds] {name}: {n} rounds, but no shape succeeded in every round on both sides")
-    print(f"[ab-rounds] {name}: per shape: median speedup [per-round min~max] "
-          "A median -> B median (ms), side spreads A/B, verdict (p)")
-    for s in res["shapes"]:
-        _, dtype, detail, occ = s["key"]
-        p = "" if s["p_value"] is None else f" (p={s['p_value']:.3f})"
-        flag = "" if s["sign_stable"] else "  SIGN-UNSTABLE"
-        print(f"  {dtype:<16} {s['speedup_pct']:+7.2f}%  [{s['delta_min']:+.2f}%~{s['delta_max']:+.2f}%]"
-              f"  {s['a_median']:.6f} -> {s['b_median']:.6f}  spread {s['a_spread_pct']:.2f}%/"
-              f"{s['b_spread_pct']:.2f}%  {s['verdict']}{p}  {detail}"
-              f"{f' #{occ + 1}' if occ else ''}{flag}")
-    for u in res["unpaired"]:
-        print(f"  UNPAIRED {key_text(u['key'])}: {u['reason']}")
-    if not res["shapes"]:
-        out["status"] = "no_shapes"
-        return out
-    pr = res["per_round_median_pct"]
-    print(f"[ab-rounds] {name}: {n} rounds x {len(res['shapes'])} shapes, median speedup "
-          f"{_fmt_pct(res['median_speedup_pct'])}, per-round medians "
-          f"{' '.join(f'{x:+.2f}%' for x in pr)} (range {min(pr):+.2f}% ~ {max(pr):+.2f}%), "
-          f"median side noise {res['median_side_noise_pct']:.2f}%")
-    ci = res["geomean_ci95_pct"]
-    print(f"[ab-rounds] {name}: geomean speedup {_fmt_pct(res['geomean_speedup_pct'])}"
-          + (f", 95% bootstrap CI over rounds [{ci[0]:+.2f}%, {ci[1]:+.2f}%]" if ci else ""))
-    counts = ", ".join(f"{k}={v}" for k, v in sorted(res["verdict_counts"].items()))
-    print(f"[ab-rounds] {name}: verdicts: {counts}")
-    if not res["verdicts_possible"]:
-        print(f"[ab-rounds] {name}: {n} rounds cannot reach alpha 0.05 (smallest attainable "
-              f"Mann-Whitney p {res['min_attainable_p']:.3f}); per-shape verdicts need >= 4 rounds")
-    if res["sign_unstable"]:
-        print(f"[ab-rounds] {name}: {res['sign_unstable']}/{len(res['shapes'])} shape(s) changed "
-              "the sign of their delta between rounds: their direction is not a conclusion")
-    if res["unpaired"] or res["incomplete_rounds"]:
-        print(f"[ab-rounds] {name}: INCOMPLETE: {len(res['unpaired'])} shape(s) not measured in "
-              f"every round, {len(res['incomplete_rounds'])} incomplete round(s)")
-    tot = {k: sum(m.get(k, 0) for m in markers.values()) for k in MARKER_LABELS}
-    notes = [f"{MARKER_LABELS[k]}={v}" for k, v in tot.items() if v]
-    if notes:
-        print(f"[ab-rounds] {name}: timing regime annotations over all cells: {', '.join(notes)}")
-    out["status"] = "ok"
-    return out
+CELL_STATS_FIELDS = ("success", "failed", "replay_fallback", "no_cudagraph", "capture_poisoned")
 
 
 # ---------------------------------------------------------------- batch summary.csv
@@ -252,48 +86,51 @@ def _read_ops_status(batch: Path) -> Dict[str, Dict[str, str]]:
     return out
 
 
-def summarize(batch: Path, out_path: Optional[Path] = None) -> Tuple[Path, int]:
+def _op_rows(log: Path, status: Dict[str, Dict[str, str]]) -> List[Dict[str, str]]:
+    """summary.csv rows of one <repo>/<op>/run.log (one row even when nothing was measured)."""
+    op_dir = log.parent
+    repo = op_dir.parent.name
+    srow = status.get(f"{repo}/{op_dir.name}", {})
+    ident = cal.caliber_of(op_dir) or {}
+    base = {
+        "repo": repo, "op": srow.get("op") or op_dir.name,
+        "backend": ident.get("backend") or srow.get("backend", ""),
+        "device": ident.get("device") or srow.get("device") or srow.get("gpu", ""),
+        "timer": ident.get("timer") or srow.get("timer", ""),
+        "op_status": srow.get("status", ""), "notes": srow.get("notes", ""),
+    }
+    try:
+        parsed = read_run_log(log)
+    except RunLogError as exc:
+        return [{**base, "failures": f"unreadable: {exc}"}]
+    fail = parsed.failure_text() if parsed.n_failed else ""
+    if not parsed.rows:
+        return [{**base, "failures": fail}]
+    rows, counter = [], {}
+    for r in parsed.rows:
+        i = counter.get((r.op, r.dtype), 0)
+        counter[(r.op, r.dtype)] = i + 1
+        rows.append({**base, **r.as_dict(), "case_id": f"case_{i:03d}", "failures": fail})
+    return rows
+
+
+def summary_rows(batch: Path) -> List[Dict[str, str]]:
     if not batch.is_dir():
         raise BadInput(f"no such batch directory: {batch}")
     logs = sorted(batch.glob("*/*/run.log"))
     if not logs:
         raise BadInput(f"{batch}: no <repo>/<op>/run.log found (is this a run_batch.py batch?)")
     status = _read_ops_status(batch)
-    rows: List[Dict[str, str]] = []
-    for log in logs:
-        op_dir = log.parent
-        repo = op_dir.parent.name
-        srow = status.get(f"{repo}/{op_dir.name}", {})
-        ident = cal.caliber_of(op_dir) or {}
-        base = {
-            "repo": repo, "op": srow.get("op") or op_dir.name,
-            "backend": ident.get("backend") or srow.get("backend", ""),
-            "device": ident.get("device") or srow.get("device") or srow.get("gpu", ""),
-            "timer": ident.get("timer") or srow.get("timer", ""),
-            "op_status": srow.get("status", ""), "notes": srow.get("notes", ""),
-        }
-        try:
-            parsed = read_run_log(log)
-        except RunLogError as exc:
-            rows.append({**base, "failures": f"unreadable: {exc}"})
-            continue
-        fail = parsed.failure_text() if parsed.n_failed else ""
-        if not parsed.rows:
-            rows.append({**base, "failures": fail})
-            continue
-        counter: Dict[Tuple[str, str], int] = {}
-        for r in parsed.rows:
-            k = (r.op, r.dtype)
-            i = counter.get(k, 0)
-            counter[k] = i + 1
-            rows.append({**base, **r.as_dict(), "case_id": f"case_{i:03d}", "failures": fail})
+    return [{k: r.get(k, "") for k in SUMMARY_FIELDS} for log in logs for r in _op_rows(log, status)]
+
+
+def summarize(batch: Path, out_path: Optional[Path] = None) -> Tuple[Path, int]:
+    rows = summary_rows(batch)
     out_path = out_path or batch / "summary.csv"
-    import io
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=SUMMARY_FIELDS, extrasaction="ignore", lineterminator="\n")
+    w = csv.DictWriter(buf, fieldnames=SUMMARY_FIELDS, lineterminator="\n")
     w.writeheader()
-    for r in rows:
-        w.writerow({k: r.get(k, "") for k in SUMMARY_FIELDS})
+    w.writerows(rows)
     atomic.write_text(out_path, buf.getvalue())
     return out_path, len(rows)
 
@@ -311,18 +148,24 @@ def cell_stats(run_dir: Path) -> Tuple[int, int, int, int, int]:
 
 # ---------------------------------------------------------------- CLI
 
+EPILOG = ("exit codes: 0 ok, 2 usage/unusable input, 4 refusal (not comparable), "
+          "5 no report (nothing paired / too few rounds / no usable shape)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="batch_summary.py", description=__doc__.splitlines()[0],
-                                epilog="exit codes: 0 ok, 2 usage/unreadable input, 4 caliber refusal")
+                                epilog=EPILOG)
     p.add_argument("batch_dir", type=Path, nargs="?", help="run_batch.py batch directory")
     p.add_argument("-o", "--output", type=Path, default=None, help="summary CSV (default <batch>/summary.csv)")
     p.add_argument("--ab", nargs=2, type=Path, metavar=("BEFORE", "AFTER"),
                    help="two run.log paths or run directories to pair by shape")
     p.add_argument("--ab-rounds", type=Path, default=None, metavar="ROOT",
                    help="multi-round A/B root holding r<k>_A/run.log and r<k>_B/run.log")
+    p.add_argument("--campaign", default=None, metavar="ID",
+                   help="--ab-rounds: use this campaign_id's cells (default: the newest campaign)")
     p.add_argument("--label", default="", help="operator name shown in the report")
     p.add_argument("--json", type=Path, default=None, metavar="FILE",
-                   help="also write everything the report shows as JSON")
+                   help="also write everything the mode shows as JSON (any mode)")
     p.add_argument("--allow-caliber-mismatch", action="store_true",
                    help="report even when the runs' calibers differ (problems are still printed)")
     p.add_argument("--caliber", type=Path, default=None, metavar="RUN_DIR",
@@ -334,43 +177,60 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _tsv_mode(args) -> Dict:
+    """--caliber-header, --caliber, --cell-stats: one TSV line on stdout."""
+    if args.caliber_header:
+        print("\t".join(cal.CALIBER_FIELDS))
+        return {"mode": "caliber-header", "fields": list(cal.CALIBER_FIELDS)}
+    if args.cell_stats is not None:
+        stats = cell_stats(args.cell_stats)
+        print("\t".join(str(v) for v in stats))
+        return {"mode": "cell-stats", "run": str(args.cell_stats),
+                **dict(zip(CELL_STATS_FIELDS, stats))}
+    if not args.caliber.is_dir():
+        raise BadInput(f"no such run directory: {args.caliber}")
+    print(cal.caliber_row(args.caliber))
+    return {"mode": "caliber", "run": str(args.caliber), "caliber": cal.caliber_of(args.caliber)}
+
+
+def _run_mode(args) -> Dict:
+    if args.caliber_header or args.cell_stats is not None or args.caliber is not None:
+        return _tsv_mode(args)
+    if args.batch_dir is not None:
+        path, n = summarize(args.batch_dir, args.output)
+        print(f"[batch-summary] {n} row(s) -> {path}")
+        return {"mode": "batch", "batch": str(args.batch_dir), "csv": str(path),
+                "rows": summary_rows(args.batch_dir)}
+    if args.ab:
+        return report_ab(args.ab[0], args.ab[1], args.label, args.allow_caliber_mismatch)
+    return report_ab_rounds(args.ab_rounds, args.label, args.allow_caliber_mismatch,
+                            args.campaign)
+
+
+def _write_json(path: Optional[Path], result: Dict) -> None:
+    if path is not None and result:
+        atomic.write_text(path, json.dumps(result, indent=2, default=str) + "\n")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     modes = [bool(args.ab), args.ab_rounds is not None, args.caliber is not None,
              args.caliber_header, args.batch_dir is not None, args.cell_stats is not None]
     if sum(modes) != 1:
         print("batch_summary.py: give exactly one of BATCH_DIR, --ab, --ab-rounds, --caliber, "
-              "--caliber-header (see --help)", file=sys.stderr)
+              "--caliber-header, --cell-stats (see --help)", file=sys.stderr)
         return EXIT_USAGE
     try:
-        if args.caliber_header:
-            print("\t".join(cal.CALIBER_FIELDS))
-            return EXIT_OK
-        if args.cell_stats is not None:
-            print("\t".join(str(v) for v in cell_stats(args.cell_stats)))
-            return EXIT_OK
-        if args.caliber is not None:
-            if not args.caliber.is_dir():
-                raise BadInput(f"no such run directory: {args.caliber}")
-            print(cal.caliber_row(args.caliber))
-            return EXIT_OK
-        if args.batch_dir is not None:
-            path, n = summarize(args.batch_dir, args.output)
-            print(f"[batch-summary] {n} row(s) -> {path}")
-            return EXIT_OK
-        if args.ab:
-            result = report_ab(args.ab[0], args.ab[1], args.label, args.allow_caliber_mismatch)
-        else:
-            result = report_ab_rounds(args.ab_rounds, args.label, args.allow_caliber_mismatch)
-        if args.json is not None:
-            atomic.write_text(args.json, json.dumps(result, indent=2, default=str) + "\n")
+        check_json_target(args.json)
+        _write_json(args.json, _run_mode(args))
         return EXIT_OK
     except Refused:
         return EXIT_CALIBER
-    except BadInput as exc:
-        print(f"!!! [batch-summary] {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except OSError as exc:
+    except NoReport as exc:
+        print(f"!!! [no report] {exc} (exit {EXIT_NO_REPORT})")
+        _write_json(args.json, exc.result)
+        return EXIT_NO_REPORT
+    except (BadInput, OSError) as exc:
         print(f"!!! [batch-summary] {exc}", file=sys.stderr)
         return EXIT_USAGE
 

@@ -17,7 +17,8 @@ REPO = Path(__file__).resolve().parents[1]
 FIX = Path(__file__).resolve().parent / "fixtures" / "runlogs"
 
 IDENT = {"backend": "cuda", "device": "0", "timer": "cuda_graph", "bench_level": "core",
-         "shape_mode": "inline", "tuner_cache": "isolated", "direct_repeat": 1}
+         "shape_mode": "inline", "tuner_cache": "isolated", "direct_repeat": 1,
+         "use_flagtune": 0, "seed": 0}
 SHAPES = ["[torch.Size([1024])]", "[torch.Size([64, 64])]", "[torch.Size([16, 256])]"]
 HEADER = (f"{'Status':<10} {'Torch Latency (ms)':>20} {'Gems Latency (ms)':>20} "
           f"{'Gems Speedup':>20} {'Size Detail':>20}")
@@ -39,6 +40,10 @@ def make_run(d: Path, tables, mode="replay", extra="", **ident):
                                + "\n====== 1 passed in 1.00s ======\n")
     (d / "run_identity.json").write_text(json.dumps({**IDENT, "autotune_mode": mode, **ident}))
     return d
+
+
+ONE_ROW = [table("relu", "torch.float16", [("SUCCESS", 0.01, SHAPES[0])])]
+ONE_ROW_B = [table("relu", "torch.float16", [("SUCCESS", 0.009, SHAPES[0])])]
 
 
 class _Result:
@@ -82,11 +87,12 @@ def test_every_caliber_field_alone_refuses(tmp_path, field, cli):
 
 
 def test_missing_identity_and_record_vs_record_refuse(tmp_path, cli):
-    rows = [table("relu", "torch.float16", [("SUCCESS", 0.01, SHAPES[0])])]
-    a = make_run(tmp_path / "a", rows, mode="record")
-    b = make_run(tmp_path / "b", rows, mode="record")
+    a = make_run(tmp_path / "a", [table("relu", "torch.float16", [("SUCCESS", 0.01, SHAPES[0])])],
+                 mode="record")
+    b = make_run(tmp_path / "b", [table("relu", "torch.float16", [("SUCCESS", 0.02, SHAPES[0])])],
+                 mode="record")
     r = cli("--ab", a, b)
-    assert r.returncode == 4 and "every run recorded its own autotune configs" in r.stdout
+    assert r.returncode == 4 and "no run replayed recorded autotune configs" in r.stdout
     (b / "run_identity.json").unlink()
     r = cli("--ab", a / "run.log", b / "run.log")
     assert r.returncode == 4 and "no readable run_identity.json for after" in r.stdout
@@ -106,6 +112,128 @@ def test_caliber_tsv_row_and_header(tmp_path, cli):
     assert cli("--caliber-header").stdout.strip().split("\t") == list(CALIBER_FIELDS)
     assert cli("--caliber", a).stdout.rstrip("\n").split("\t") == [str(IDENT[k]) for k in CALIBER_FIELDS]
     assert cli("--caliber", tmp_path / "nope").returncode == 2
+
+
+@pytest.mark.parametrize("modes", [("record", None), (None, None), ("record", "record")])
+def test_no_replaying_side_refuses(tmp_path, cli, modes):
+    a = make_run(tmp_path / "a", ONE_ROW, mode=modes[0])
+    b = make_run(tmp_path / "b", ONE_ROW_B, mode=modes[1])
+    if modes[0] is None:
+        for d in (a, b):
+            ident = json.loads((d / "run_identity.json").read_text())
+            del ident["autotune_mode"]
+            (d / "run_identity.json").write_text(json.dumps(ident))
+    r = cli("--ab", a, b)
+    assert r.returncode == 4 and "no run replayed recorded autotune configs" in r.stdout
+
+
+@pytest.mark.parametrize("reason", ["unreadable_record", "backend_mismatch"])
+def test_replay_that_could_not_use_its_record_refuses(tmp_path, cli, reason):
+    a = make_run(tmp_path / "a", ONE_ROW, mode="record")
+    b = make_run(tmp_path / "b", ONE_ROW_B, mode="replay_fallback",
+                 extra=f"AUTOTUNE_REPLAY_FALLBACK op=relu kernel=* key=* reason={reason}\n")
+    r = cli("--ab", a, b, "--label", "relu")
+    assert r.returncode == 4, r.stdout
+    assert "!!! [caliber] relu: after could not use the recorded autotune configs" in r.stdout
+    assert "paired rows" not in r.stdout
+    r = cli("--ab", a, b, "--label", "relu", "--allow-caliber-mismatch")
+    assert r.returncode == 0 and "warning [caliber] relu: after could not use" in r.stdout
+    assert f"REPLAY_FALLBACK after: kernel=* key=* reason={reason}" in r.stdout
+
+
+def test_partial_replay_fallback_is_listed_per_key_not_refused(tmp_path, cli):
+    a = make_run(tmp_path / "a", ONE_ROW, mode="record")
+    b = make_run(tmp_path / "b", ONE_ROW_B, mode="replay", replay_fallback_keys=1,
+                 extra="AUTOTUNE_REPLAY_FALLBACK op=relu kernel=relu_k key=(1024, 'fp16') "
+                       "reason=key_missing\n")
+    out = tmp_path / "ab.json"
+    r = cli("--ab", a, b, "--label", "relu", "--json", out)
+    assert r.returncode == 0, r.stdout
+    assert "REPLAY_FALLBACK after: kernel=relu_k key=(1024, 'fp16') reason=key_missing" in r.stdout
+    assert "[ab] relu: after: identity replay_fallback_keys=1" in r.stdout
+    fb = json.loads(out.read_text())["replay_fallbacks"]
+    assert fb["after"]["events"] == [{"op": "relu", "kernel": "relu_k", "key": "(1024, 'fp16')",
+                                      "reason": "key_missing"}]
+    assert fb["before"]["events"] == []
+
+
+@pytest.mark.parametrize("field,a_val,b_val", [("use_flagtune", 0, 1), ("seed", 0, 7),
+                                               ("use_flagtune", None, 0), ("seed", 3, None)])
+def test_use_flagtune_and_seed_are_caliber_fields(tmp_path, cli, field, a_val, b_val):
+    """Different values, or present on one side only: refused."""
+    a = make_run(tmp_path / "a", ONE_ROW, mode="record", **{field: a_val})
+    b = make_run(tmp_path / "b", ONE_ROW_B, **{field: b_val})
+    for d, v in ((a, a_val), (b, b_val)):
+        if v is None:
+            ident = json.loads((d / "run_identity.json").read_text())
+            del ident[field]
+            (d / "run_identity.json").write_text(json.dumps(ident))
+    r = cli("--ab", a, b, "--label", "relu")
+    assert r.returncode == 4 and f"!!! [caliber] relu: {field} differs" in r.stdout
+    if None in (a_val, b_val):
+        assert "<missing>" in r.stdout
+
+
+def test_fields_missing_on_both_sides_and_switch_spellings_match(tmp_path, cli):
+    a = make_run(tmp_path / "a", ONE_ROW, mode="record", use_flagtune=" 1")
+    b = make_run(tmp_path / "b", ONE_ROW_B, use_flagtune="on")
+    for d in (a, b):
+        ident = json.loads((d / "run_identity.json").read_text())
+        del ident["seed"]
+        (d / "run_identity.json").write_text(json.dumps(ident))
+    r = cli("--ab", a, b)
+    assert r.returncode == 0, r.stdout
+
+
+@pytest.mark.parametrize("how", ["same_dir", "dir_and_log", "copy"])
+def test_a_run_compared_with_itself_is_refused(tmp_path, cli, how):
+    a = make_run(tmp_path / "a", ONE_ROW, mode="record")
+    other = {"same_dir": a, "dir_and_log": a / "run.log"}.get(how)
+    if other is None:
+        import shutil
+        other = tmp_path / "copy"
+        shutil.copytree(a, other)
+    r = cli("--ab", a, other)
+    assert r.returncode == 2 and "are the same run" in r.stderr
+    assert "+0.00%" not in r.stdout and "Traceback" not in r.stderr
+
+
+def test_malformed_legend_exit_2_names_file_and_line(tmp_path, cli):
+    a = make_run(tmp_path / "a", ONE_ROW, mode="record")
+    b = make_run(tmp_path / "b", ONE_ROW_B)
+    lines = (b / "run.log").read_text().splitlines()
+    rule = next(i for i, ln in enumerate(lines) if ln.startswith("-----"))
+    lines.insert(rule + 1, '  [same for all rows] {"n": 2, "fixed": {"1": ')
+    (b / "run.log").write_text("\n".join(lines) + "\n")
+    r = cli("--ab", a, b)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert f"{b / 'run.log'}: line {rule + 2}: malformed legend line" in r.stderr
+
+
+@pytest.mark.parametrize("mode", ["ab", "rounds", "caliber"])
+def test_unwritable_json_fails_before_the_report(tmp_path, cli, mode):
+    a = make_run(tmp_path / "a", ONE_ROW, mode="record")
+    b = make_run(tmp_path / "b", ONE_ROW_B)
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    args = {"ab": ["--ab", a, b], "rounds": ["--ab-rounds", tmp_path],
+            "caliber": ["--caliber", a]}[mode]
+    for target in (blocker / "out.json", tmp_path):       # under a file; a directory
+        r = cli(*args, "--json", target)
+        assert r.returncode == 2 and "--json" in r.stderr, r.stdout + r.stderr
+        assert r.stdout == "" and "Traceback" not in r.stderr
+
+
+def test_json_for_every_mode(tmp_path, cli):
+    a = make_run(tmp_path / "a", ONE_ROW, mode="record")
+    out = tmp_path / "o.json"
+    assert cli("--caliber", a, "--json", out).returncode == 0
+    data = json.loads(out.read_text())
+    assert data["mode"] == "caliber" and data["caliber"]["timer"] == "cuda_graph"
+    assert cli("--caliber-header", "--json", out).returncode == 0
+    assert json.loads(out.read_text())["fields"] == list(CALIBER_FIELDS)
+    assert cli("--cell-stats", a, "--json", out).returncode == 0
+    assert json.loads(out.read_text())["success"] == 1
 
 
 # ---------------------------------------------------------------- --ab
@@ -146,7 +274,8 @@ def test_ab_reports_pytest_failures_of_a_side_without_rows(tmp_path, cli):
     (after / "run.log").write_text((FIX / "gelu_backward_cudagraph_failed.log").read_text())
     (after / "run_identity.json").write_text(json.dumps({**IDENT, "autotune_mode": "replay"}))
     r = cli("--ab", before, after, "--label", "gelu_backward")
-    assert r.returncode == 0
+    assert r.returncode == 5       # diagnostics printed, but no report: never exit 0
+    assert "!!! [no report] gelu_backward: no row succeeded on both sides" in r.stdout
     assert "FAILED after: 1 failed test(s)" in r.stdout and "previous error during capture" in r.stdout
     assert "0 paired rows" in r.stdout and "NO PAIRED ROWS" in r.stdout
 
@@ -301,3 +430,110 @@ def test_real_cli_exit_codes_without_traceback(tmp_path):
     assert r.returncode == 4 and "!!! [caliber]" in r.stdout and "Traceback" not in r.stderr
     r = cli_subprocess("--ab", tmp_path / "missing", b)
     assert r.returncode == 2 and "no run.log" in r.stderr and "Traceback" not in r.stderr
+
+
+# ---------------------------------------------------------------- campaigns / no report
+
+def _set_campaign(root: Path, cells, cid):
+    for name in cells:
+        path = root / name / "run_identity.json"
+        ident = json.loads(path.read_text())
+        if cid is None:
+            ident.pop("campaign_id", None)
+        else:
+            ident["campaign_id"] = cid
+        path.write_text(json.dumps(ident))
+
+
+def test_ab_rounds_counts_only_the_newest_campaign_and_says_so(tmp_path, cli):
+    """A second campaign (2 rounds) in the root of an older one (3 rounds, +10 %)."""
+    import os
+    make_rounds(tmp_path, 3, 0.10, 0.001, seed=7)
+    old = [f"r{k}_{s}" for k in (1, 2, 3) for s in "AB"]
+    _set_campaign(tmp_path, old, "old-campaign")
+    for name in old:                       # the old campaign finished an hour ago
+        os.utime(tmp_path / name / "run.log", (1e9, 1e9))
+    make_rounds(tmp_path, 2, 0.0, 0.001, seed=8)      # overwrites r1, r2
+    _set_campaign(tmp_path, [f"r{k}_{s}" for k in (1, 2) for s in "AB"], "new-campaign")
+    out = tmp_path / "o.json"
+    r = cli("--ab-rounds", tmp_path, "--label", "relu", "--json", out)
+    assert r.returncode == 0, r.stdout
+    assert "campaign new-campaign; cells used: r1_A r1_B r2_A r2_B" in r.stdout
+    assert "IGNORED cells of campaign old-campaign: r3_A r3_B" in r.stdout
+    assert "2 rounds x 3 shapes" in r.stdout
+    data = json.loads(out.read_text())
+    assert data["campaign_id"] == "new-campaign" and data["cells_ignored"] == {
+        "r3_A": "old-campaign", "r3_B": "old-campaign"}
+    # the old campaign on request: its one remaining round is not a report
+    r = cli("--ab-rounds", tmp_path, "--campaign", "old-campaign")
+    assert r.returncode == 5 and "need at least 2 complete rounds" in r.stdout
+    assert cli("--ab-rounds", tmp_path, "--campaign", "nope").returncode == 2
+
+
+def test_ab_rounds_refuses_cells_without_id_next_to_a_campaign(tmp_path, cli):
+    make_rounds(tmp_path, 3, 0.0, 0.001, seed=9)
+    _set_campaign(tmp_path, ["r1_A", "r1_B", "r2_A", "r2_B"], "c1")
+    r = cli("--ab-rounds", tmp_path, "--label", "relu")
+    assert r.returncode == 4
+    assert "!!! [caliber] relu: cells r3_A r3_B have no campaign_id" in r.stdout
+    assert "per shape" not in r.stdout
+
+
+def test_ab_rounds_without_any_campaign_id_uses_all_and_says_so(tmp_path, cli):
+    make_rounds(tmp_path, 2, 0.0, 0.001, seed=10)
+    r = cli("--ab-rounds", tmp_path, "--label", "relu")
+    assert r.returncode == 0 and "no campaign_id in any cell" in r.stdout
+
+
+def test_ab_rounds_one_round_or_no_shape_is_no_report(tmp_path, cli):
+    make_rounds(tmp_path / "one", 1, 0.0, 0.001, seed=11)
+    out = tmp_path / "one.json"
+    r = cli("--ab-rounds", tmp_path / "one", "--label", "relu", "--json", out)
+    assert r.returncode == 5 and "need at least 2 complete rounds" in r.stdout
+    assert json.loads(out.read_text())["status"] == "too_few_rounds"
+    root = tmp_path / "none"
+    for k in (1, 2):
+        make_run(root / f"r{k}_A", [table("relu", "torch.float16", [("SUCCESS", 0.01, SHAPES[k - 1])])],
+                 mode="record" if k == 1 else "replay")
+        make_run(root / f"r{k}_B", [table("relu", "torch.float16", [("FAILED", None, SHAPES[k - 1])])])
+    r = cli("--ab-rounds", root, "--label", "relu")
+    assert r.returncode == 5 and "no shape succeeded in every round" in r.stdout
+    assert "geomean" not in r.stdout
+
+
+def test_ab_rounds_replay_fallback_cell_refuses(tmp_path, cli):
+    make_rounds(tmp_path, 2, 0.0, 0.001, seed=12)
+    ident = json.loads((tmp_path / "r2_B" / "run_identity.json").read_text())
+    (tmp_path / "r2_B" / "run_identity.json").write_text(
+        json.dumps({**ident, "autotune_mode": "replay_fallback"}))
+    r = cli("--ab-rounds", tmp_path, "--label", "relu")
+    assert r.returncode == 4 and "r2_B could not use the recorded autotune configs" in r.stdout
+
+
+def test_ab_rounds_without_scipy_exit_2_with_install_command(tmp_path, cli, monkeypatch):
+    make_rounds(tmp_path, 2, 0.0, 0.001, seed=13)
+    monkeypatch.setitem(sys.modules, "scipy", None)       # `import scipy...` -> ImportError
+    monkeypatch.setitem(sys.modules, "scipy.stats", None)
+    r = cli("--ab-rounds", tmp_path, "--label", "relu")
+    assert r.returncode == 2 and "pip install scipy" in r.stderr and "Traceback" not in r.stderr
+    assert r.stdout == ""
+
+
+@pytest.mark.parametrize("script", ["batch_summary.py", "telemetry.py"])
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_prints_usage_and_starts_nothing(tmp_path, script, flag):
+    """Also with a mode's arguments before it: nothing is read, written or sampled."""
+    import os
+    marker = tmp_path / "sampler_ran"
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text(f"#!/bin/sh\ntouch {marker}\n")
+    (fake / "nvidia-smi").chmod(0o755)
+    args = {"batch_summary.py": ["--ab-rounds", str(tmp_path / "root"), "--json",
+                                 str(tmp_path / "o.json")],
+            "telemetry.py": [str(tmp_path / "t.tsv"), "--interval", "0.01"]}[script]
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"}
+    r = subprocess.run([sys.executable, str(REPO / script), *args, flag], capture_output=True,
+                       text=True, cwd=str(tmp_path), env=env, timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith("usage:"), r.stdout + r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin"]

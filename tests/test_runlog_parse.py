@@ -138,3 +138,40 @@ def test_fixtures_match_the_generator():
     assert mod.mm_log() == (FIX / "mm_tflops_duplicates.log").read_text()
     folded, plain = mod.moe_folded_log()
     assert folded == (FIX / "fused_moe_folded.log").read_text()
+
+
+LEGEND_TABLE = """Operator: fused_moe  Performance Test (dtype=torch.float16, mode=kernel,level=core)
+Status       Torch Latency (ms)    Gems Latency (ms)         Gems Speedup          Size Detail
+-----------------------------------------------------------------------------------------------
+  [same for all rows] {legend}
+SUCCESS               0.010000            0.020000               0.500          [8]
+"""
+
+
+@pytest.mark.parametrize("legend", ['{"n": 2, "fixed": {"1": "x"', '{"n": "two", "fixed": {}}',
+                                    '{"n": 2, "fixed": []}', '{"n": 2, "fixed": {"5": "x"}}',
+                                    '[1, 2]'])
+def test_malformed_legend_line_names_file_and_line(tmp_path, legend):
+    log = tmp_path / "run.log"
+    log.write_text("collected 1 item\n" + LEGEND_TABLE.replace("{legend}", legend))
+    with pytest.raises(RunLogError) as exc:
+        read_run_log(log)
+    assert str(log) in str(exc.value) and "line 5" in str(exc.value)
+    assert "malformed legend line" in str(exc.value)
+
+
+def test_valid_legend_unfolds():
+    text = LEGEND_TABLE.replace("{legend}", '{"n": 2, "fixed": {"1": "torch.float16"}}')
+    assert parse_run_log(text).rows[0].size_detail == "[8, torch.float16]"
+
+
+def test_replay_fallback_events_keep_key_with_spaces():
+    p = parse_run_log("AUTOTUNE_REPLAY_FALLBACK op=mm kernel=mm_kernel key=(64, 'torch.float16') "
+                      "reason=key_missing\n"
+                      "AUTOTUNE_REPLAY_FALLBACK op=mm kernel=* key=* reason=backend_mismatch "
+                      "recorded=musa current=cuda\n"
+                      "[autotune] markers: AUTOTUNE_REPLAY_FALLBACK per key\n")
+    assert p.markers["replay_fallback"] == 2
+    assert p.replay_fallbacks == [
+        {"op": "mm", "kernel": "mm_kernel", "key": "(64, 'torch.float16')", "reason": "key_missing"},
+        {"op": "mm", "kernel": "*", "key": "*", "reason": "backend_mismatch"}]

@@ -13,6 +13,19 @@ because changing it alone moved a measured result (seed, S5000 / H200):
   shape_mode       inline / file / upstream shape sets are different sets
   tuner_cache      a shared libtuner store made mm look like 945 -> 33 variants
   direct_repeat    median over N direct calls vs one call is a different statistic
+  use_flagtune     FlagGems' widened tuning space: a different set of candidate configs
+  seed             data-dependent operators (sort, topk, nonzero) see different inputs
+
+A field absent on one side only is a mismatch (one run cannot show it matched); absent
+on every side is accepted, so runs written before a field existed still compare.
+
+Autotune pinning (refused unless allowed): an A/B is only about the switch when side B
+replays side A's autotune picks. Refused: no side replays (every autotune_mode is record
+or missing), or a replay side could not use its record as a whole (autotune_mode
+`replay_fallback`: unreadable record, backend mismatch, no autotune_records/), which
+tuned live and is record vs record in disguise. A partial fallback (some keys missing,
+identity `replay_fallback_keys` or per-key AUTOTUNE_REPLAY_FALLBACK markers) is not a
+refusal; the reports list every key that was tuned live.
 """
 
 from __future__ import annotations
@@ -21,11 +34,15 @@ import json
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from zl.switches import SwitchError, parse_switch
+
 CALIBER_FIELDS = (
     "backend", "device", "timer", "bench_level", "shape_mode",
-    "tuner_cache", "direct_repeat",
+    "tuner_cache", "direct_repeat", "use_flagtune", "seed",
 )
 IDENTITY_NAME = "run_identity.json"
+# Fields holding an on/off word: " 1", "on" and "1" are one value (zl.switches decides).
+SWITCH_FIELDS = ("use_flagtune",)
 
 
 def run_dir_of(path: Path) -> Path:
@@ -34,24 +51,42 @@ def run_dir_of(path: Path) -> Path:
     return path if path.is_dir() else path.parent
 
 
-def caliber_of(run_dir: Path) -> Optional[Dict[str, str]]:
-    """Caliber fields plus autotune_mode, as strings; None when the identity is missing/unreadable."""
-    ident_path = Path(run_dir) / IDENTITY_NAME
+def read_identity(run_dir: Path) -> Optional[Dict]:
+    """The run's identity dict; None when missing, unreadable or not a JSON object."""
     try:
-        data = json.loads(ident_path.read_text(encoding="utf-8"))
+        data = json.loads((Path(run_dir) / IDENTITY_NAME).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if not isinstance(data, dict):
+    return data if isinstance(data, dict) else None
+
+
+def _field_text(name: str, value) -> Optional[str]:
+    if value is None:
         return None
-    cal = {k: "" if data.get(k) is None else str(data.get(k)) for k in CALIBER_FIELDS}
+    text = str(value)
+    if name in SWITCH_FIELDS:
+        try:
+            return "1" if parse_switch(text, False, name=name) else "0"
+        except SwitchError:
+            return text
+    return text
+
+
+def caliber_of(run_dir: Path) -> Optional[Dict[str, Optional[str]]]:
+    """Caliber fields (None = absent) plus autotune_mode, as strings; None when the identity
+    is missing/unreadable."""
+    data = read_identity(run_dir)
+    if data is None:
+        return None
+    cal = {k: _field_text(k, data.get(k)) for k in CALIBER_FIELDS}
     cal["autotune_mode"] = str(data.get("autotune_mode") or "")
     return cal
 
 
 def caliber_row(run_dir: Path) -> str:
-    """One TSV row of CALIBER_FIELDS (empty cells when the identity is missing)."""
+    """One TSV row of CALIBER_FIELDS (empty cells when the identity or a field is missing)."""
     cal = caliber_of(run_dir) or {}
-    return "\t".join(cal.get(k, "") for k in CALIBER_FIELDS)
+    return "\t".join(cal.get(k) or "" for k in CALIBER_FIELDS)
 
 
 def complaints(runs: Sequence[Tuple[str, Path]]) -> List[str]:
@@ -66,15 +101,33 @@ def complaints(runs: Sequence[Tuple[str, Path]]) -> List[str]:
         return out
     for fld in CALIBER_FIELDS:
         if len({c[fld] for _, c in known}) > 1:
-            vals = ", ".join(f"{n}={c[fld] or '<empty>'}" for n, c in known)
+            vals = ", ".join(f"{n}={_shown(c[fld])}" for n, c in known)
             out.append(f"{fld} differs: {vals}")
+    return out + autotune_complaints(known)
+
+
+def _shown(value: Optional[str]) -> str:
+    return "<missing>" if value is None else (value or "<empty>")
+
+
+def autotune_complaints(known: Sequence[Tuple[str, Dict]]) -> List[str]:
+    """Refusals about autotune pinning (see the module docstring)."""
+    out: List[str] = []
     # One side pins the configs the other replays. Two record runs each sweep on their
     # own and may pick different winners: an unpinned config moved router_gemm by 8pp,
     # and a record-vs-record router_gemm figure was once published from exactly this.
-    if all(c["autotune_mode"].startswith("record") for _, c in known):
-        out.append("every run recorded its own autotune configs (autotune_mode=record): nothing "
-                   "is pinned, so each side may have picked a different winner; replay side B "
-                   "with REPLAY_FROM=<side A>")
+    modes = [c["autotune_mode"] for _, c in known]
+    if all(m.startswith("record") or not m for m in modes):
+        shown = ", ".join(f"{n}={c['autotune_mode'] or '<missing>'}" for n, c in known)
+        out.append(f"no run replayed recorded autotune configs ({shown}): nothing is pinned, "
+                   "so each side may have picked a different winner; replay side B with "
+                   "REPLAY_FROM=<side A>")
+    fell_back = [n for n, c in known if c["autotune_mode"] == "replay_fallback"]
+    if fell_back:
+        out.append(f"{', '.join(fell_back)} could not use the recorded autotune configs "
+                   "(autotune_mode=replay_fallback: unreadable record, backend mismatch or no "
+                   "autotune_records/) and tuned live: this is record vs record; see the "
+                   "AUTOTUNE_REPLAY_FALLBACK lines in its run.log")
     return out
 
 
@@ -83,7 +136,7 @@ def hazards(runs: Sequence[Tuple[str, Path]]) -> List[str]:
     cals = [(n, c) for n, c in ((n, caliber_of(d)) for n, d in runs) if c is not None]
     out: List[str] = []
     recording = [n for n, c in cals if c["autotune_mode"].startswith("record")]
-    shared = [n for n, c in cals if c["tuner_cache"].startswith("shared(")]
+    shared = [n for n, c in cals if (c["tuner_cache"] or "").startswith("shared(")]
     if recording and shared:
         # The sweep started from whatever earlier runs left in the store; relative results
         # hold when both sides replay the same picks, absolute latencies do not travel.
@@ -91,7 +144,7 @@ def hazards(runs: Sequence[Tuple[str, Path]]) -> List[str]:
                    "depend on what ran on this machine before; absolute latencies and variant "
                    "counts are not portable (ZL_ISOLATE_TUNER_CACHE=1 avoids this)")
     unpinned = [f"{n}={c['autotune_mode']}" for n, c in cals
-                if c["autotune_mode"] in ("uncontrolled", "replay_fallback")]
+                if c["autotune_mode"] == "uncontrolled"]
     if unpinned:
         out.append(f"autotune configs not fully pinned: {', '.join(unpinned)} "
                    "(see AUTOTUNE_REPLAY_FALLBACK lines in run.log)")

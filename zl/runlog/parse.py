@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from zl.runlog.sizefold import parse_legend_line, unfold
+from zl import markers as markers_vocab
+from zl.runlog.sizefold import LegendError, parse_legend_line, unfold
 
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 TITLE_RE = re.compile(
@@ -51,14 +52,14 @@ FINAL_FAILED_RE = re.compile(r"(\d+) (failed|error|errors)\b")
 # Upstream's own notice when building an input raised (printed in red, then pytest.fail).
 UPSTREAM_FAILED_RE = re.compile(r"^FAILED: Operator=(\S+)")
 
-MARKERS = {
-    "no_cudagraph": "BENCHMARK_DIRECT_NO_CUDAGRAPH",
-    "capture_poisoned": "BENCHMARK_CAPTURE_POISONED",
-    "replay_fallback": "AUTOTUNE_REPLAY_FALLBACK",
-}
+MARKERS = dict(markers_vocab.COUNTED)
 # A marker counts only as an emitted event `NAME op=...`; a plugin's configure line
 # that merely names the marker must not inflate the count.
 _MARKER_RES = {k: re.compile(rf"(?:^|\s){v} op=") for k, v in MARKERS.items()}
+
+# `AUTOTUNE_REPLAY_FALLBACK op= kernel= key= reason=`: the key may hold spaces (a tuple).
+FALLBACK_RE = re.compile(rf"(?:^|\s){MARKERS['replay_fallback']} op=(?P<op>\S*) "
+                         r"kernel=(?P<kernel>\S*) key=(?P<key>.*?) reason=(?P<reason>\S+)")
 
 # Upstream metric columns in header order after the three fixed ones.
 _OPTIONAL_COLUMNS = (("TFLOPS", "tflops"), ("Torch GBPS", "torch_gbps"), ("Gems GBPS", "gems_gbps"))
@@ -66,6 +67,14 @@ _OPTIONAL_COLUMNS = (("TFLOPS", "tflops"), ("Torch GBPS", "torch_gbps"), ("Gems 
 
 class RunLogError(ValueError):
     """A run.log that cannot be read at all (missing, a directory, no benchmark output)."""
+
+
+class MalformedLine(RunLogError):
+    """A line the parser must trust is broken; read_run_log names the file and line."""
+
+    def __init__(self, line_no: int, message: str) -> None:
+        super().__init__(f"line {line_no}: {message}")
+        self.line_no, self.message = line_no, message
 
 
 @dataclass
@@ -111,6 +120,8 @@ class ParsedLog:
     final_line: str = ""
     error_lines: List[str] = field(default_factory=list)   # pytest `E   ` lines
     markers: Dict[str, int] = field(default_factory=dict)
+    # one {op, kernel, key, reason} per AUTOTUNE_REPLAY_FALLBACK event (key `*` = whole record)
+    replay_fallbacks: List[Dict[str, str]] = field(default_factory=list)
     malformed: List[str] = field(default_factory=list)     # unreadable lines inside a table
     tables: int = 0
     saw_pytest: bool = False
@@ -164,97 +175,126 @@ def _parse_row(rest: str, optional: List[str]) -> Optional[tuple]:
     return values, detail
 
 
-def parse_run_log(text: str) -> ParsedLog:
-    """Parse run.log text (ANSI codes are stripped first)."""
-    out = ParsedLog(markers={k: 0 for k in MARKERS})
-    lines = ANSI_RE.sub("", text).replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    title = None
-    header_optional: List[str] = []
-    state = "idle"          # idle -> title -> header -> rows
-    legend = None
-    in_failure_section = False
-    for no, raw in enumerate(lines, 1):
-        line = raw.rstrip()
-        for key, rx in _MARKER_RES.items():
-            if rx.search(line):
-                out.markers[key] += 1
+class _Parser:
+    """Line-by-line state machine: idle -> title -> header -> rows (a blank line ends a
+    table); outside a table, pytest's own output (failures, final count) is read."""
+
+    def __init__(self) -> None:
+        self.out = ParsedLog(markers={k: 0 for k in MARKERS})
+        self.title: Optional[Dict[str, str]] = None
+        self.header_optional: List[str] = []
+        self.state = "idle"
+        self.legend: Optional[Dict] = None
+        self.in_failure_section = False
+
+    def feed(self, no: int, line: str) -> None:
+        self._count_markers(line)
         m = TITLE_RE.match(line.strip())
         if m:
-            title, state, legend = m.groupdict(), "title", None
-            out.tables += 1
-            continue
-        if state == "title":
-            if HEADER_RE.match(line.strip()):
-                header_optional, state = _optional_columns(line), "header"
-            elif line.strip():
-                state = "idle"
-            continue
-        if state == "header":
-            state = "rows" if RULE_RE.match(line.strip()) else "idle"
-            continue
-        if state == "rows":
-            if not line.strip():
-                state = "idle"
-                continue
-            if legend is None:
-                parsed_legend = parse_legend_line(line)
-                if parsed_legend is not None:
-                    legend = parsed_legend
-                    continue
-            rm = ROW_STATUS_RE.match(line)
-            if rm:
-                parsed = _parse_row(rm.group(2), header_optional)
-                if parsed is None:
-                    out.malformed.append(f"line {no}: {line[:120]}")
-                    continue
-                values, detail = parsed
-                extra_vals = values[3:]
-                # Header order; a row with more values than its header (per-row TFLOPS) names the
-                # surplus by upstream's order of optional columns.
-                names = list(header_optional)
-                if len(extra_vals) != len(names):
-                    names = [k for _, k in _OPTIONAL_COLUMNS]
-                    names = names[1:] if len(extra_vals) == 2 else names[:len(extra_vals)]
-                extra = {n: _value(v) for n, v in zip(names, extra_vals)}
-                try:
-                    torch_lat, gems_lat, speedup = (_value(v) for v in values[:3])
-                except ValueError:
-                    out.malformed.append(f"line {no}: {line[:120]}")
-                    continue
-                out.rows.append(Row(
-                    op=title["op"], dtype=title["dtype"].strip(), mode=title["mode"].strip(),
-                    level=title["level"].strip(), row_status=rm.group(1),
-                    torch_lat=torch_lat, gems_lat=gems_lat, speedup=speedup, extra=extra,
-                    size_detail=unfold(detail, legend) if detail != "N/A" else detail,
-                    table_index=out.tables - 1, line_no=no))
-                continue
-            # Anything else inside a table (an interleaved stderr line) is left alone.
-            continue
-        # ---- pytest's own output
-        stripped = line.strip()
+            self.title, self.state, self.legend = m.groupdict(), "title", None
+            self.out.tables += 1
+        elif self.state == "title":
+            self._after_title(line)
+        elif self.state == "header":
+            self.state = "rows" if RULE_RE.match(line.strip()) else "idle"
+        elif self.state == "rows":
+            self._table_line(no, line)
+        else:
+            self._pytest_line(line.strip(), line)
+
+    def _count_markers(self, line: str) -> None:
+        for key, rx in _MARKER_RES.items():
+            if rx.search(line):
+                self.out.markers[key] += 1
+        fb = FALLBACK_RE.search(line)
+        if fb:
+            self.out.replay_fallbacks.append(
+                {k: (v or "").strip() for k, v in fb.groupdict().items()})
+
+    def _after_title(self, line: str) -> None:
+        if HEADER_RE.match(line.strip()):
+            self.header_optional, self.state = _optional_columns(line), "header"
+        elif line.strip():
+            self.state = "idle"
+
+    def _table_line(self, no: int, line: str) -> None:
+        if not line.strip():
+            self.state = "idle"
+            return
+        if self.legend is None:
+            try:
+                legend = parse_legend_line(line)
+            except LegendError as exc:
+                raise MalformedLine(no, f"malformed legend line ({exc}): {line.strip()[:120]}") from None
+            if legend is not None:
+                self.legend = legend
+                return
+        rm = ROW_STATUS_RE.match(line)
+        if rm:   # anything else inside a table (an interleaved stderr line) is left alone
+            self._row(no, line, rm.group(1), rm.group(2))
+
+    def _row(self, no: int, line: str, status: str, rest: str) -> None:
+        parsed = _parse_row(rest, self.header_optional)
+        if parsed is None:
+            self.out.malformed.append(f"line {no}: {line[:120]}")
+            return
+        values, detail = parsed
+        try:
+            torch_lat, gems_lat, speedup = (_value(v) for v in values[:3])
+        except ValueError:
+            self.out.malformed.append(f"line {no}: {line[:120]}")
+            return
+        title = self.title
+        self.out.rows.append(Row(
+            op=title["op"], dtype=title["dtype"].strip(), mode=title["mode"].strip(),
+            level=title["level"].strip(), row_status=status,
+            torch_lat=torch_lat, gems_lat=gems_lat, speedup=speedup,
+            extra=_extra_metrics(values[3:], self.header_optional),
+            size_detail=unfold(detail, self.legend) if detail != "N/A" else detail,
+            table_index=self.out.tables - 1, line_no=no))
+
+    def _pytest_line(self, stripped: str, line: str) -> None:
+        out = self.out
         if stripped.startswith("=") and "short test summary info" in stripped:
-            in_failure_section, out.saw_pytest = True, True
-            continue
+            self.in_failure_section, out.saw_pytest = True, True
+            return
         fm = FINAL_COUNT_RE.match(stripped)
         if fm:
-            out.saw_pytest, in_failure_section = True, False
+            out.saw_pytest, self.in_failure_section = True, False
             out.final_line = fm.group(1)
             out.failed_count = sum(int(n) for n, _ in FINAL_FAILED_RE.findall(fm.group(1)))
-            continue
+            return
         if stripped.startswith("collected ") or stripped.startswith("platform "):
             out.saw_pytest = True
-        sm = SUMMARY_FAILED_RE.match(stripped) if in_failure_section else None
+        sm = SUMMARY_FAILED_RE.match(stripped) if self.in_failure_section else None
+        um = UPSTREAM_FAILED_RE.match(stripped)
         if sm:
             out.failures.append(Failure(node=sm.group(2), message=(sm.group(3) or "").strip(),
                                         source="summary"))
-            continue
-        um = UPSTREAM_FAILED_RE.match(stripped)
-        if um:
+        elif um:
             out.failures.append(Failure(node=um.group(1), message=stripped, source="upstream"))
-            continue
-        if line.startswith("E   ") and len(out.error_lines) < 50:
+        elif line.startswith("E   ") and len(out.error_lines) < 50:
             out.error_lines.append(line[1:].strip())
-    return out
+
+
+def _extra_metrics(extra_vals: List[str], header_optional: List[str]) -> Dict[str, Optional[float]]:
+    """Header order; a row with more values than its header (per-row TFLOPS) names the
+    surplus by upstream's order of optional columns."""
+    names = list(header_optional)
+    if len(extra_vals) != len(names):
+        names = [k for _, k in _OPTIONAL_COLUMNS]
+        names = names[1:] if len(extra_vals) == 2 else names[:len(extra_vals)]
+    return {n: _value(v) for n, v in zip(names, extra_vals)}
+
+
+def parse_run_log(text: str) -> ParsedLog:
+    """Parse run.log text (ANSI codes are stripped first). MalformedLine (a RunLogError)
+    when a line the parser must trust is broken (a legend line)."""
+    parser = _Parser()
+    lines = ANSI_RE.sub("", text).replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    for no, raw in enumerate(lines, 1):
+        parser.feed(no, raw.rstrip())
+    return parser.out
 
 
 def resolve_log(path: Path) -> Path:
@@ -274,7 +314,10 @@ def read_run_log(path: Path) -> ParsedLog:
         text = log.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
         raise RunLogError(f"cannot read {log}: {exc}") from None
-    parsed = parse_run_log(text)
+    try:
+        parsed = parse_run_log(text)
+    except MalformedLine as exc:
+        raise RunLogError(f"{log}: line {exc.line_no}: {exc.message}") from None
     if not parsed.rows and not parsed.failures and not parsed.saw_pytest and not parsed.tables:
         raise RunLogError(f"{log}: no result table and no pytest output (not a benchmark run.log?)")
     return parsed

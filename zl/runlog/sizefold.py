@@ -85,17 +85,35 @@ def legend_line(legend: Dict) -> str:
     return "  " + LEGEND_PREFIX + json.dumps(legend, ensure_ascii=False)
 
 
+class LegendError(ValueError):
+    """A line that starts like a legend but cannot be one: rows under it cannot be unfolded,
+    so pairing them would silently compare different size details."""
+
+
 def parse_legend_line(line: str) -> Optional[Dict]:
+    """The legend of a `[same for all rows] {...}` line; None for any other line;
+    LegendError when the line has the prefix but a broken legend."""
     text = line.strip()
     if not text.startswith(LEGEND_PREFIX.strip()):
         return None
     try:
         legend = json.loads(text[len(LEGEND_PREFIX.strip()):].strip())
-    except ValueError:
-        return None
-    if not isinstance(legend, dict) or "n" not in legend or "fixed" not in legend:
-        return None
+    except ValueError as exc:
+        raise LegendError(f"legend is not valid JSON ({exc})") from None
+    _check_legend(legend)
     return legend
+
+
+def _check_legend(legend) -> None:
+    if not isinstance(legend, dict) or "n" not in legend or "fixed" not in legend:
+        raise LegendError('legend must be an object with "n" and "fixed"')
+    n, fixed = legend["n"], legend["fixed"]
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise LegendError(f'legend "n" must be a positive integer, got {n!r}')
+    if not isinstance(fixed, dict) or not all(isinstance(v, str) for v in fixed.values()):
+        raise LegendError('legend "fixed" must map positions to text')
+    if not all(str(k).isdigit() and int(k) < n for k in fixed):
+        raise LegendError(f'legend "fixed" positions must be integers below n={n}')
 
 
 def unfold(shown: str, legend: Optional[Dict]) -> str:

@@ -147,8 +147,9 @@ def find_cells(root: Path) -> Dict[Tuple[int, str], Path]:
     return cells
 
 
-def load_rounds(root: Path) -> RoundsData:
-    cells = find_cells(root)
+def load_rounds(root: Path, cells: Optional[Dict[Tuple[int, str], Path]] = None) -> RoundsData:
+    """Rounds of `root` (or of the given cells only, e.g. one campaign's)."""
+    cells = find_cells(root) if cells is None else cells
     nums = sorted({k for k, _ in cells})
     rounds, incomplete = [], []
     for k in nums:

@@ -1,0 +1,121 @@
+"""`batch_summary.py --ab BEFORE AFTER`: one pair of runs, paired by shape.
+
+Steps: resolve both logs (refusing a run compared with itself), check the caliber,
+parse and pair, print rows / failures / summary / timing-regime notes / per-key replay
+fallbacks, and return everything printed as one JSON-able dict. Zero paired rows is
+NoReport (exit 5) after the diagnostics are printed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+from zl.report.guard import (MARKER_LABELS, BadInput, NoReport, check_caliber, fmt_pct,
+                             print_replay_fallbacks, refuse_self_comparison,
+                             replay_fallback_facts)
+from zl.runlog import caliber as cal
+from zl.runlog.parse import ParsedLog, RunLogError, read_run_log, resolve_log
+from zl.runlog.stats import PairReport, key_text, pair_logs
+
+
+def _resolve_pair(before: Path, after: Path) -> Tuple[Path, Path]:
+    try:
+        blog, alog = resolve_log(before), resolve_log(after)
+    except RunLogError as exc:
+        raise BadInput(str(exc)) from None
+    refuse_self_comparison(blog, alog)
+    return blog, alog
+
+
+def _parse_pair(blog: Path, alog: Path) -> Tuple[ParsedLog, ParsedLog]:
+    try:
+        return read_run_log(blog), read_run_log(alog)
+    except RunLogError as exc:
+        raise BadInput(str(exc)) from None
+
+
+def _label(label: str, run_dir: Path) -> str:
+    ident = cal.read_identity(run_dir) or {}
+    return label or str(ident.get("op") or "") or run_dir.name
+
+
+def _print_rows(name: str, rep: PairReport) -> None:
+    print(f"[ab] {name}: gems latency (ms) before -> after, speedup = before/after - 1")
+    for p in rep.paired:
+        _, dtype, detail, occ = p["key"]
+        print(f"  {dtype:<16} {p['before_lat']:>12.6f} -> {p['after_lat']:<12.6f} "
+              f"{p['speedup_pct']:+8.2f}%  {detail}{f' #{occ + 1}' if occ else ''}")
+    for u in rep.unpaired:
+        print(f"  UNPAIRED {key_text(u['key'])}: {u['reason']}")
+    for side, n, text in (("before", rep.before_failed, rep.before_failures),
+                          ("after", rep.after_failed, rep.after_failures)):
+        if n:
+            print(f"  FAILED {side}: {n} failed test(s): {text}")
+
+
+def _print_summary(name: str, rep: PairReport, s: Dict) -> None:
+    line = (f"[ab] {name}: {s['paired']} paired rows, range {fmt_pct(s['min_pct'])} ~ "
+            f"{fmt_pct(s['max_pct'])}, median {fmt_pct(s['median_pct'])}, "
+            f"geomean {fmt_pct(s['geomean_pct'])}")
+    if not s["complete"]:
+        line += (f"  INCOMPLETE: {s['unpaired']} unpaired row(s), failed tests "
+                 f"before={rep.before_failed} after={rep.after_failed}")
+    if not s["paired"]:
+        line += "  NO PAIRED ROWS"
+    print(line)
+    notes = _marker_notes(rep.before_markers, rep.after_markers)
+    if notes:
+        print(f"[ab] {name}: timing regime annotations: {'; '.join(notes)} "
+              "(fallback rows were timed differently from captured ones)")
+
+
+def _marker_notes(before: Dict[str, int], after: Dict[str, int]) -> List[str]:
+    notes = []
+    for key in ("no_cudagraph", "replay_fallback", "capture_poisoned"):
+        b, a = before.get(key, 0), after.get(key, 0)
+        if b or a:
+            notes.append(f"{MARKER_LABELS[key]} before={b} after={a}")
+    return notes
+
+
+def _row_keys(k) -> Dict:
+    return {"op": k[0], "dtype": k[1], "size_detail": k[2], "occurrence": k[3]}
+
+
+def _as_json(name: str, blog: Path, alog: Path, rep: PairReport, problems: List[str],
+             fallbacks: Dict) -> Dict:
+    runs = [("before", blog.parent), ("after", alog.parent)]
+    return {
+        "mode": "ab", "label": name, "before": str(blog), "after": str(alog),
+        "caliber_problems": problems, "caliber_hazards": cal.hazards(runs),
+        "summary": rep.summary(), "markers": {"before": rep.before_markers,
+                                              "after": rep.after_markers},
+        "replay_fallbacks": fallbacks,
+        "failed_tests": {"before": rep.before_failed, "after": rep.after_failed},
+        "failure_text": {"before": rep.before_failures, "after": rep.after_failures},
+        "paired": [{**_row_keys(p["key"]), "before_lat": p["before_lat"],
+                    "after_lat": p["after_lat"], "speedup_pct": p["speedup_pct"]}
+                   for p in rep.paired],
+        "unpaired": [{**_row_keys(u["key"]), "reason": u["reason"]} for u in rep.unpaired],
+    }
+
+
+def report_ab(before: Path, after: Path, label: str, allow: bool) -> Dict:
+    """Print the A/B report and return it as a dict (raises Refused / BadInput / NoReport)."""
+    blog, alog = _resolve_pair(Path(before), Path(after))
+    name = _label(label, blog.parent)
+    problems = check_caliber([("before", blog.parent), ("after", alog.parent)], name, allow)
+    bparsed, aparsed = _parse_pair(blog, alog)
+    rep = pair_logs(bparsed, aparsed)
+    _print_rows(name, rep)
+    _print_summary(name, rep, rep.summary())
+    fallbacks = {"before": replay_fallback_facts(blog.parent, bparsed),
+                 "after": replay_fallback_facts(alog.parent, aparsed)}
+    print_replay_fallbacks(name, "ab", fallbacks)
+    result = _as_json(name, blog, alog, rep, problems, fallbacks)
+    if not rep.paired:
+        result["status"] = "no_paired_rows"
+        raise NoReport(f"{name}: no row succeeded on both sides: no speedup to report", result)
+    result["status"] = "ok"
+    return result

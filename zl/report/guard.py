@@ -1,0 +1,122 @@
+"""What every A/B report checks before it prints a number, and how it says no.
+
+Exit codes (batch_summary.py): 0 report printed; 2 usage error or unusable input
+(missing / malformed run.log, a run compared with itself, an unwritable --json, scipy
+missing); 4 refusal: the runs are not comparable (caliber, autotune pinning, mixed
+campaigns); 5 no report: the inputs were fine but nothing can be concluded (zero
+paired rows, fewer than 2 complete rounds, no shape measured in every round). 5 exists
+so that a driver or CI never reads "exit 0" next to a +0.00 % that compared nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from zl import markers
+from zl.runlog import caliber as cal
+from zl.runlog.parse import ParsedLog
+
+EXIT_OK, EXIT_USAGE, EXIT_CALIBER, EXIT_NO_REPORT = 0, 2, 4, 5
+MARKER_LABELS = dict(markers.COUNTED)
+SCIPY_INSTALL = "python3 -m pip install scipy numpy"
+
+
+class Refused(Exception):
+    """The runs must not be compared (exit 4); the reasons were printed."""
+
+
+class BadInput(Exception):
+    """Unusable input or usage (exit 2)."""
+
+
+class NoReport(Exception):
+    """Nothing to conclude (exit 5). Carries the partial result for --json."""
+
+    def __init__(self, message: str, result: Optional[Dict] = None) -> None:
+        super().__init__(message)
+        self.result = result or {}
+
+
+def fmt_pct(v: Optional[float]) -> str:
+    return "n/a" if v is None else f"{v:+.2f}%"
+
+
+def check_caliber(runs: Sequence[Tuple[str, Path]], label: str, allow: bool) -> List[str]:
+    """Print hazards and complaints; raise Refused unless allowed. Returns the problems."""
+    for h in cal.hazards(runs):
+        print(f"warning [caliber] {label}: {h}")
+    problems = cal.complaints(runs)
+    head = "!!! [caliber]" if not allow else "warning [caliber]"
+    for p in problems:
+        print(f"{head} {label}: {p}")
+    if problems and not allow:
+        print(f"!!! [caliber] {label}: no report. If the runs really are comparable, "
+              "rerun with --allow-caliber-mismatch")
+        raise Refused()
+    return problems
+
+
+def _same_bytes(a: Path, b: Path) -> bool:
+    try:
+        return a.read_bytes() == b.read_bytes()
+    except OSError:
+        return False
+
+
+def refuse_self_comparison(before_log: Path, after_log: Path) -> None:
+    """A run compared with itself (the same file, or a copy of the run directory: the same
+    run.log and run_identity.json bytes) measures nothing."""
+    same = os.path.samefile(before_log, after_log) or (
+        _same_bytes(before_log, after_log)
+        and _same_bytes(before_log.parent / cal.IDENTITY_NAME, after_log.parent / cal.IDENTITY_NAME))
+    if same:
+        raise BadInput(f"{before_log} and {after_log} are the same run: an A/B compares two "
+                       "runs (side A recorded, side B replaying it)")
+
+
+def check_json_target(path: Optional[Path]) -> None:
+    """Fail before the report, not after it, when --json cannot be written."""
+    if path is None:
+        return
+    path = Path(path)
+    if path.is_dir():
+        raise BadInput(f"--json {path}: is a directory")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=str(path.parent), prefix=f".{path.name}.probe"):
+            pass
+    except OSError as exc:
+        raise BadInput(f"--json {path}: cannot write there ({exc.strerror or exc})") from None
+
+
+def require_stats_libraries() -> None:
+    """--ab-rounds needs scipy (Mann-Whitney) and numpy (bootstrap): say how to get them."""
+    try:
+        import numpy  # noqa: F401
+        import scipy.stats  # noqa: F401
+    except ImportError as exc:
+        raise BadInput(f"--ab-rounds needs scipy and numpy ({exc}); install them with: "
+                       f"{SCIPY_INSTALL}") from None
+
+
+def replay_fallback_facts(run_dir: Path, parsed: ParsedLog) -> Dict:
+    """What a (partial) replay fallback left: the run's per-key markers and the identity's
+    `replay_fallback_keys`, for the report to list key by key."""
+    ident = cal.read_identity(run_dir) or {}
+    return {"autotune_mode": ident.get("autotune_mode"),
+            "replay_fallback_keys": ident.get("replay_fallback_keys"),
+            "events": list(parsed.replay_fallbacks)}
+
+
+def print_replay_fallbacks(label: str, tag: str, facts: Dict[str, Dict]) -> None:
+    """One line per autotune key that was tuned live instead of replayed."""
+    for side, f in facts.items():
+        keys = f.get("replay_fallback_keys")
+        if keys not in (None, 0, [], ""):
+            print(f"[{tag}] {label}: {side}: identity replay_fallback_keys={keys}")
+        for e in f["events"]:
+            print(f"  REPLAY_FALLBACK {side}: kernel={e['kernel']} key={e['key']} "
+                  f"reason={e['reason']} (tuned live: rows of this key compare unpinned configs)")

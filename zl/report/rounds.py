@@ -1,0 +1,142 @@
+"""`batch_summary.py --ab-rounds ROOT`: an N-round A/B (ab_repeat.sh's r<k>_<A|B> cells).
+
+Steps: check scipy, pick the cells of one campaign (saying which were used and which
+ignored), check the caliber of those cells, load complete rounds, analyse
+(zl.runlog.stats), print per-shape lines and the operator summary, and return everything
+printed as one JSON-able dict. Fewer than 2 complete rounds, or no shape measured in
+every round, is NoReport (exit 5) after the diagnostics are printed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, Optional
+
+from zl.report.guard import (MARKER_LABELS, BadInput, NoReport, Refused, check_caliber,
+                             fmt_pct, print_replay_fallbacks, replay_fallback_facts,
+                             require_stats_libraries)
+from zl.runlog.campaign import (CampaignChoice, MixedCampaigns, UnknownCampaign, cell_name,
+                                select_campaign)
+from zl.runlog.parse import RunLogError
+from zl.runlog.stats import RoundsData, analyse_rounds, find_cells, key_text, load_rounds
+
+
+def _campaign_cells(root: Path, name: str, campaign: Optional[str]) -> CampaignChoice:
+    if not root.is_dir():
+        raise BadInput(f"no such directory: {root}")
+    cells = find_cells(root)
+    if not cells:
+        raise BadInput(f"{root}: no r<k>_<A|B>/run.log cells")
+    try:
+        choice = select_campaign(cells, campaign)
+    except UnknownCampaign as exc:
+        raise BadInput(f"{root}: {exc}") from None
+    except MixedCampaigns as exc:
+        print(f"!!! [caliber] {name}: {exc}")
+        raise Refused() from None
+    for line in choice.describe():
+        print(f"[ab-rounds] {name}: {line}")
+    return choice
+
+
+def _load(root: Path, name: str, choice: CampaignChoice) -> RoundsData:
+    try:
+        data = load_rounds(root, choice.used)
+    except RunLogError as exc:
+        raise BadInput(str(exc)) from None
+    for msg in data.incomplete:
+        print(f"!!! [ab-rounds] {name}: {msg} (excluded)")
+    return data
+
+
+def _key_fields(k) -> Dict:
+    return {"op": k[0], "dtype": k[1], "size_detail": k[2], "occurrence": k[3]}
+
+
+def _as_json(name: str, root: Path, res: Dict, data: RoundsData, choice: CampaignChoice,
+             problems) -> Dict:
+    out = {"mode": "ab-rounds", "label": name, "root": str(root), "caliber_problems": problems,
+           "campaign_id": choice.campaign_id,
+           "cells_used": [cell_name(c) for c in sorted(choice.used)],
+           "cells_ignored": {cell_name(c): cid for c, cid in sorted(choice.ignored.items())},
+           **{k: v for k, v in res.items() if k not in ("shapes", "unpaired")}}
+    out["shapes"] = [{**_key_fields(s["key"]), **{k: v for k, v in s.items() if k != "key"}}
+                     for s in res["shapes"]]
+    out["unpaired"] = [{**_key_fields(u["key"]), "reason": u["reason"]} for u in res["unpaired"]]
+    out["markers"] = {cell_name(c): p.markers for c, p in sorted(data.logs.items())}
+    out["replay_fallbacks"] = {cell_name(c): replay_fallback_facts(choice.used[c], p)
+                               for c, p in sorted(data.logs.items())}
+    return out
+
+
+def _print_shapes(name: str, res: Dict) -> None:
+    print(f"[ab-rounds] {name}: per shape: median speedup [per-round min~max] "
+          "A median -> B median (ms), side spreads A/B, verdict (p)")
+    for s in res["shapes"]:
+        _, dtype, detail, occ = s["key"]
+        p = "" if s["p_value"] is None else f" (p={s['p_value']:.3f})"
+        flag = "" if s["sign_stable"] else "  SIGN-UNSTABLE"
+        print(f"  {dtype:<16} {s['speedup_pct']:+7.2f}%  [{s['delta_min']:+.2f}%~{s['delta_max']:+.2f}%]"
+              f"  {s['a_median']:.6f} -> {s['b_median']:.6f}  spread {s['a_spread_pct']:.2f}%/"
+              f"{s['b_spread_pct']:.2f}%  {s['verdict']}{p}  {detail}"
+              f"{f' #{occ + 1}' if occ else ''}{flag}")
+    for u in res["unpaired"]:
+        print(f"  UNPAIRED {key_text(u['key'])}: {u['reason']}")
+
+
+def _print_operator(name: str, res: Dict) -> None:
+    n, pr, ci = res["rounds"], res["per_round_median_pct"], res["geomean_ci95_pct"]
+    print(f"[ab-rounds] {name}: {n} rounds x {len(res['shapes'])} shapes, median speedup "
+          f"{fmt_pct(res['median_speedup_pct'])}, per-round medians "
+          f"{' '.join(f'{x:+.2f}%' for x in pr)} (range {min(pr):+.2f}% ~ {max(pr):+.2f}%), "
+          f"median side noise {res['median_side_noise_pct']:.2f}%")
+    print(f"[ab-rounds] {name}: geomean speedup {fmt_pct(res['geomean_speedup_pct'])}"
+          + (f", 95% bootstrap CI over rounds [{ci[0]:+.2f}%, {ci[1]:+.2f}%]" if ci else ""))
+    counts = ", ".join(f"{k}={v}" for k, v in sorted(res["verdict_counts"].items()))
+    print(f"[ab-rounds] {name}: verdicts: {counts}")
+
+
+def _print_caveats(name: str, res: Dict, markers: Dict[str, Dict[str, int]]) -> None:
+    n = res["rounds"]
+    if not res["verdicts_possible"]:
+        print(f"[ab-rounds] {name}: {n} rounds cannot reach alpha 0.05 (smallest attainable "
+              f"Mann-Whitney p {res['min_attainable_p']:.3f}); per-shape verdicts need >= 4 rounds")
+    if res["sign_unstable"]:
+        print(f"[ab-rounds] {name}: {res['sign_unstable']}/{len(res['shapes'])} shape(s) changed "
+              "the sign of their delta between rounds: their direction is not a conclusion")
+    if res["unpaired"] or res["incomplete_rounds"]:
+        print(f"[ab-rounds] {name}: INCOMPLETE: {len(res['unpaired'])} shape(s) not measured in "
+              f"every round, {len(res['incomplete_rounds'])} incomplete round(s)")
+    tot = {k: sum(m.get(k, 0) for m in markers.values()) for k in MARKER_LABELS}
+    notes = [f"{MARKER_LABELS[k]}={v}" for k, v in tot.items() if v]
+    if notes:
+        print(f"[ab-rounds] {name}: timing regime annotations over all cells: {', '.join(notes)}")
+
+
+def report_ab_rounds(root: Path, label: str, allow: bool,
+                     campaign: Optional[str] = None) -> Dict:
+    """Print the multi-round report and return it (raises Refused / BadInput / NoReport)."""
+    root = Path(root)
+    name = label or root.name
+    require_stats_libraries()
+    choice = _campaign_cells(root, name, campaign)
+    problems = check_caliber([(cell_name(c), d) for c, d in sorted(choice.used.items())],
+                             name, allow)
+    data = _load(root, name, choice)
+    res = analyse_rounds(data)
+    out = _as_json(name, root, res, data, choice, problems)
+    if res["rounds"] < 2:
+        out["status"] = "too_few_rounds"
+        raise NoReport(f"{name}: need at least 2 complete rounds of r<k>_<A|B>/run.log "
+                       f"(found {res['rounds']})", out)
+    _print_shapes(name, res)
+    print_replay_fallbacks(name, "ab-rounds", {k: v for k, v in out["replay_fallbacks"].items()
+                                               if v["events"] or v["replay_fallback_keys"]})
+    if not res["shapes"]:
+        out["status"] = "no_shapes"
+        raise NoReport(f"{name}: {res['rounds']} rounds, but no shape succeeded in every round "
+                       "on both sides", out)
+    _print_operator(name, res)
+    _print_caveats(name, res, out["markers"])
+    out["status"] = "ok"
+    return out
