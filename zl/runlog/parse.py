@@ -225,7 +225,8 @@ class _Parser:
             try:
                 legend = parse_legend_line(line)
             except LegendError as exc:
-                raise MalformedLine(no, f"malformed legend line ({exc}): {line.strip()[:120]}") from None
+                raise MalformedLine(
+                    no, f"malformed legend line ({exc}): {line.strip()[:120]}") from None
             if legend is not None:
                 self.legend = legend
                 return

@@ -198,6 +198,54 @@ def bootstrap_ci(samples: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES,
     return float(lo), float(hi)
 
 
+def _shape_series(key: Key, idx: Dict, rounds: List[int]
+                  ) -> Tuple[List[float], List[float], List[str]]:
+    """Per-round A and B latencies of one shape, and why any round cannot count."""
+    a_vals, b_vals, missing = [], [], []
+    for k in rounds:
+        ra, rb = idx[(k, "A")].get(key), idx[(k, "B")].get(key)
+        for side, row in (("A", ra), ("B", rb)):
+            why = "missing" if row is None else _usable(row)
+            if why:
+                missing.append(f"r{k}_{side} {why}")
+        if ra is not None and rb is not None and not _usable(ra) and not _usable(rb):
+            a_vals.append(ra.gems_lat)
+            b_vals.append(rb.gems_lat)
+    return a_vals, b_vals, missing
+
+
+def _shape_stats(key: Key, a_vals: List[float], b_vals: List[float]) -> Dict:
+    deltas = [(x / y - 1.0) * 100.0 for x, y in zip(a_vals, b_vals)]
+    am, bm = median(a_vals), median(b_vals)
+    sa = (max(a_vals) / min(a_vals) - 1.0) * 100.0
+    sb = (max(b_vals) / min(b_vals) - 1.0) * 100.0
+    v, p = verdict(a_vals, b_vals, max(sa, sb))
+    return {
+        "key": key, "a": a_vals, "b": b_vals, "a_median": am, "b_median": bm,
+        "speedup_pct": (am / bm - 1.0) * 100.0, "deltas": deltas,
+        "delta_min": min(deltas), "delta_max": max(deltas),
+        "sign_stable": all(d > 0 for d in deltas) or all(d < 0 for d in deltas)
+                       or all(d == 0 for d in deltas),
+        "a_spread_pct": sa, "b_spread_pct": sb, "p_value": p, "verdict": v,
+    }
+
+
+def _geomean_over_rounds(shapes: List[Dict], n_rounds: int
+                         ) -> Tuple[List[float], Optional[float], Optional[Tuple[float, float]]]:
+    """(per-round median deltas, geomean speedup %, bootstrap 95% CI over rounds)."""
+    if not shapes:
+        return [], None, None
+    per_round = [median(s["deltas"][i] for s in shapes) for i in range(n_rounds)]
+    geo_rounds = [sum(math.log(s["a"][i] / s["b"][i]) for s in shapes) / len(shapes)
+                  for i in range(n_rounds)]
+    geo = (math.exp(sum(geo_rounds) / len(geo_rounds)) - 1.0) * 100.0 if geo_rounds else None
+    ci = None
+    if len(geo_rounds) >= 2:
+        lo, hi = bootstrap_ci(geo_rounds)
+        ci = ((math.exp(lo) - 1.0) * 100.0, (math.exp(hi) - 1.0) * 100.0)
+    return per_round, geo, ci
+
+
 def analyse_rounds(data: RoundsData) -> Dict:
     """Per-shape and per-operator statistics over complete rounds (see module docstring)."""
     ks = data.rounds
@@ -207,44 +255,12 @@ def analyse_rounds(data: RoundsData) -> Dict:
         all_keys += [k for k in idx[c] if k not in all_keys]
     shapes, unpaired = [], []
     for key in all_keys:
-        a_vals, b_vals, missing = [], [], []
-        for k in ks:
-            ra, rb = idx[(k, "A")].get(key), idx[(k, "B")].get(key)
-            for side, row in (("A", ra), ("B", rb)):
-                why = "missing" if row is None else _usable(row)
-                if why:
-                    missing.append(f"r{k}_{side} {why}")
-            if ra is not None and rb is not None and not _usable(ra) and not _usable(rb):
-                a_vals.append(ra.gems_lat)
-                b_vals.append(rb.gems_lat)
+        a_vals, b_vals, missing = _shape_series(key, idx, ks)
         if missing:
             unpaired.append({"key": key, "reason": ", ".join(missing)})
-            continue
-        deltas = [(x / y - 1.0) * 100.0 for x, y in zip(a_vals, b_vals)]
-        am, bm = median(a_vals), median(b_vals)
-        sa = (max(a_vals) / min(a_vals) - 1.0) * 100.0
-        sb = (max(b_vals) / min(b_vals) - 1.0) * 100.0
-        v, p = verdict(a_vals, b_vals, max(sa, sb))
-        shapes.append({
-            "key": key, "a": a_vals, "b": b_vals, "a_median": am, "b_median": bm,
-            "speedup_pct": (am / bm - 1.0) * 100.0, "deltas": deltas,
-            "delta_min": min(deltas), "delta_max": max(deltas),
-            "sign_stable": all(d > 0 for d in deltas) or all(d < 0 for d in deltas)
-                           or all(d == 0 for d in deltas),
-            "a_spread_pct": sa, "b_spread_pct": sb, "p_value": p, "verdict": v,
-        })
-    per_round, geo_rounds = [], []
-    for i, _ in enumerate(ks):
-        if not shapes:
-            break
-        per_round.append(median(s["deltas"][i] for s in shapes))
-        geo_rounds.append(sum(math.log(s["a"][i] / s["b"][i]) for s in shapes) / len(shapes))
-    geo = ci = None
-    if geo_rounds:
-        geo = (math.exp(sum(geo_rounds) / len(geo_rounds)) - 1.0) * 100.0
-        if len(geo_rounds) >= 2:
-            lo, hi = bootstrap_ci(geo_rounds)
-            ci = ((math.exp(lo) - 1.0) * 100.0, (math.exp(hi) - 1.0) * 100.0)
+        else:
+            shapes.append(_shape_stats(key, a_vals, b_vals))
+    per_round, geo, ci = _geomean_over_rounds(shapes, len(ks))
     spreads = [s["a_spread_pct"] for s in shapes] + [s["b_spread_pct"] for s in shapes]
     counts: Dict[str, int] = {}
     for s in shapes:
