@@ -212,6 +212,21 @@ def _write_json(path: Optional[Path], result: Dict) -> None:
         atomic.write_text(path, json.dumps(result, indent=2, default=str) + "\n")
 
 
+def _write_json_quietly(path: Optional[Path], result: Dict) -> None:
+    """On a failure path: a second error must not hide the first one."""
+    try:
+        _write_json(path, result)
+    except OSError as exc:
+        print(f"!!! [batch-summary] --json {path}: {exc}", file=sys.stderr)
+
+
+def _failure_json(args, status: str, code: int, **fields) -> Dict:
+    """What --json holds when there is no report: a file left from an earlier, successful
+    report at that path must not stand in for this one."""
+    mode = "ab" if args.ab else "ab-rounds" if args.ab_rounds is not None else "other"
+    return {"mode": mode, "status": status, "exit_code": code, **fields}
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     modes = [bool(args.ab), args.ab_rounds is not None, args.caliber is not None,
@@ -222,16 +237,23 @@ def main(argv: Optional[List[str]] = None) -> int:
         return EXIT_USAGE
     try:
         check_json_target(args.json)
+    except BadInput as exc:
+        print(f"!!! [batch-summary] {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
         _write_json(args.json, _run_mode(args))
         return EXIT_OK
-    except Refused:
+    except Refused as exc:
+        _write_json_quietly(args.json, _failure_json(args, "refused", EXIT_CALIBER,
+                                             caliber_problems=exc.problems))
         return EXIT_CALIBER
     except NoReport as exc:
         print(f"!!! [no report] {exc} (exit {EXIT_NO_REPORT})")
-        _write_json(args.json, exc.result)
+        _write_json_quietly(args.json, {**exc.result, "exit_code": EXIT_NO_REPORT, "message": str(exc)})
         return EXIT_NO_REPORT
     except (BadInput, OSError) as exc:
         print(f"!!! [batch-summary] {exc}", file=sys.stderr)
+        _write_json_quietly(args.json, _failure_json(args, "error", EXIT_USAGE, message=str(exc)))
         return EXIT_USAGE
 
 

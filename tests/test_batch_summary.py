@@ -537,3 +537,21 @@ def test_help_prints_usage_and_starts_nothing(tmp_path, script, flag):
                        text=True, cwd=str(tmp_path), env=env, timeout=60)
     assert r.returncode == 0 and r.stdout.startswith("usage:"), r.stdout + r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bin"]
+
+
+def test_refused_or_failed_report_replaces_an_earlier_json(tmp_path, cli):
+    """ab_repeat.sh reruns into the same ab_rounds.json: an old valid report must not remain."""
+    a = make_run(tmp_path / "a", ONE_ROW, mode="record")
+    b = make_run(tmp_path / "b", ONE_ROW_B)
+    out = tmp_path / "ab.json"
+    assert cli("--ab", a, b, "--json", out).returncode == 0
+    assert json.loads(out.read_text())["status"] == "ok"
+    ident = json.loads((b / "run_identity.json").read_text())
+    (b / "run_identity.json").write_text(json.dumps({**ident, "timer": "direct"}))
+    assert cli("--ab", a, b, "--json", out).returncode == 4
+    data = json.loads(out.read_text())
+    assert data["status"] == "refused" and data["exit_code"] == 4
+    assert any("timer differs" in p for p in data["caliber_problems"])
+    (b / "run.log").write_text("garbage\n")
+    assert cli("--ab", a, b, "--json", out, "--allow-caliber-mismatch").returncode == 2
+    assert json.loads(out.read_text())["status"] == "error"

@@ -25,7 +25,11 @@ SCIPY_INSTALL = "python3 -m pip install scipy numpy"
 
 
 class Refused(Exception):
-    """The runs must not be compared (exit 4); the reasons were printed."""
+    """The runs must not be compared (exit 4); the reasons were printed and are kept."""
+
+    def __init__(self, problems: Sequence[str] = ()) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = list(problems)
 
 
 class BadInput(Exception):
@@ -55,7 +59,7 @@ def check_caliber(runs: Sequence[Tuple[str, Path]], label: str, allow: bool) -> 
     if problems and not allow:
         print(f"!!! [caliber] {label}: no report. If the runs really are comparable, "
               "rerun with --allow-caliber-mismatch")
-        raise Refused()
+        raise Refused(problems)
     return problems
 
 

@@ -33,7 +33,7 @@ def _campaign_cells(root: Path, name: str, campaign: Optional[str]) -> CampaignC
         raise BadInput(f"{root}: {exc}") from None
     except MixedCampaigns as exc:
         print(f"!!! [caliber] {name}: {exc}")
-        raise Refused() from None
+        raise Refused([str(exc)]) from None
     for line in choice.describe():
         print(f"[ab-rounds] {name}: {line}")
     return choice
