@@ -6,6 +6,7 @@ moves latency by far more and leaves no trace in run.log; the report looks just 
 file is the evidence that the cards ran under the same conditions.
 
     python telemetry.py OUT.tsv [--interval S] [--device D] [--backend B] [--count N]
+                        [--parent-pid PID]
     python telemetry.py --print-command [--device D] [--backend B]
 
 OUT.tsv gets one row per device per sample, the same columns on every backend:
@@ -15,7 +16,9 @@ OUT.tsv gets one row per device per sample, the same columns on every backend:
 The interval defaults to $TELEMETRY_INTERVAL (else 5 s); 0 turns sampling off (exit 0, no file).
 The device defaults to $ZL_DEVICE, else a single id in the backend's visibility variable; a list
 (CUDA_VISIBLE_DEVICES=5,6) samples every card rather than guessing one. SIGTERM / SIGINT end the
-loop cleanly after the row being written.
+loop cleanly after the row being written. The sampler also stops, within about a second, once
+the process that started it is gone (--parent-pid, default the parent at start; 0 = never):
+a driver killed with SIGKILL runs no cleanup trap, and its telemetry used to append forever.
 
 Missing telemetry is a missing piece of evidence, not a reason to fail a batch: when the backend
 has no sampler, or the sampler binary is missing, not permitted or unreadable, the reason goes to
@@ -57,6 +60,7 @@ EXIT_USAGE = 2
 # A vendor tool that hangs must not hold the loop forever; nvidia-smi answers in well under 1 s.
 SAMPLER_TIMEOUT_S = 30.0
 DEFAULT_INTERVAL_S = 5.0
+PARENT_POLL_S = 0.5
 
 
 class UsageError(Exception):
@@ -215,6 +219,29 @@ def run(backend, out: Path, device: str, interval: float, count: Optional[int] =
     return EXIT_OK
 
 
+def _parent_alive(pid: int) -> bool:
+    # Reparenting (to init or a subreaper) means the parent died even if its pid was reused.
+    if os.getppid() != pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def watch_parent(pid: int, stop: threading.Event, poll: float = PARENT_POLL_S) -> None:
+    """Set `stop` once process `pid` (our parent) is gone; a daemon thread polls it."""
+    def loop() -> None:
+        while not stop.wait(poll):
+            if not _parent_alive(pid):
+                log(f"parent process {pid} is gone; stopping")
+                stop.set()
+    threading.Thread(target=loop, name="telemetry-parent-watch", daemon=True).start()
+
+
 def _build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="telemetry.py", description=__doc__,
@@ -226,6 +253,8 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default=None, help="backend name (default $ZL_BACKEND or cuda)")
     p.add_argument("--count", type=int, default=None,
                    help="stop after N samples (default: until SIGTERM/SIGINT)")
+    p.add_argument("--parent-pid", type=int, default=None, metavar="PID",
+                   help="stop when this process (default: the parent at start) is gone; 0 = never")
     p.add_argument("--print-command", action="store_true",
                    help="print the sampler command for this backend/device and exit")
     return p
@@ -254,6 +283,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         return EXIT_OK
 
     stop = threading.Event()
+    parent = os.getppid() if args.parent_pid is None else args.parent_pid
+    if parent > 1:
+        watch_parent(parent, stop)
     previous = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):

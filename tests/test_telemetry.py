@@ -318,3 +318,41 @@ def test_signal_during_a_hanging_sample_does_not_wait_it_out(env, tmp_path):
     assert proc.returncode == 0
     assert time.monotonic() - start < 5
     assert len(out.read_text().splitlines()) == 3
+
+
+def test_stops_when_its_parent_is_sigkilled(env, tmp_path):
+    """A driver killed with SIGKILL runs no trap: its telemetry must not append forever."""
+    env.nvsmi()
+    out = tmp_path / "telemetry.tsv"
+    pidfile = tmp_path / "tele.pid"
+    driver = subprocess.Popen(["bash", "-c", f'"{sys.executable}" "{ROOT / "telemetry.py"}" '
+                               f'"{out}" --interval 0.05 & echo $! > "{pidfile}"; wait'])
+    _wait_for_rows(out, 3, driver)
+    tele = int(pidfile.read_text())
+    driver.kill()
+    driver.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if not _running(tele):
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(tele, signal.SIGKILL)
+        raise AssertionError("telemetry kept running after its parent was SIGKILLed")
+    size = out.stat().st_size
+    time.sleep(0.3)
+    assert out.stat().st_size == size
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's exit may wait for a slow reaper)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def test_parent_alive_checks_reparenting():
+    assert telemetry._parent_alive(os.getppid())
+    assert not telemetry._parent_alive(os.getpid())   # not our parent: reparent check
