@@ -7,8 +7,9 @@
         <batch>/ops_status.csv. Rerunnable on old batches.
     python batch_summary.py --ab BEFORE AFTER [--label OP] [--json FILE]
         pair two runs (run.log paths or run directories) by shape; per-shape gems
-        latency before -> after and speedup % = before/after - 1; one summary line.
-    python batch_summary.py --ab-rounds ROOT [--label OP] [--json FILE]
+        latency before -> after and speedup % = before/after - 1; one summary line;
+        every autotune key the replay side tuned live (AUTOTUNE_REPLAY_FALLBACK) listed.
+    python batch_summary.py --ab-rounds ROOT [--campaign ID] [--label OP] [--json FILE]
         an N-round A/B laid out as ROOT/r<k>_<A|B>/run.log (ab_repeat.sh): per-shape
         medians over rounds, per-round delta range, sign stability, side spreads,
         Mann-Whitney verdicts (>= 4 rounds) and a geomean with a bootstrap 95% CI.
