@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 import pytest
 
+from zl import markers
 from zl.backends import get_backend
 from zl.identity import update_identity
 from zl.patching import PatchStack
@@ -74,11 +75,15 @@ class TimingSession:
         self.patches.push(self.graph.uninstall)
         hooks = GraphHooks(self.graph)
         pluginmanager.register(hooks, GRAPH_PLUGIN_NAME)
-        self.patches.push(lambda: pluginmanager.is_registered(hooks)
-                          and pluginmanager.unregister(hooks))
+
+        def unregister_hooks() -> None:
+            if pluginmanager.is_registered(hooks):
+                pluginmanager.unregister(hooks)
+
+        self.patches.push(unregister_hooks)
         log(TIMING_LOG_TAG,
             f"timer=cuda_graph backend={self.backend.name} via {device.interface_label()} "
-            f"(capture per shape, fallback to do_bench with BENCHMARK_DIRECT_NO_CUDAGRAPH; "
+            f"(capture per shape, fallback to do_bench with {markers.DIRECT_NO_CUDAGRAPH}; "
             f"direct_repeat={self.repeat})")
 
     def _install_direct(self) -> None:
