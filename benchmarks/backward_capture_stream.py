@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Which stream should a captured autograd backward run on? (issue 7, gelu_backward noise)
 
-torch's gelu forward runs on a side stream `fwd` (as _cudagraph_plugin.side_stream does for
+torch's gelu forward runs on a side stream `fwd` (as zl.timing.backward.side_stream does for
 FlagGems' backward benchmarks); then `torch.autograd.grad(out, x, dout, retain_graph=True)`
 is captured 800 times into one graph and the graph replayed 10 times (median us per call),
 four captures per variant:

@@ -3,7 +3,7 @@
 
 FlagGems times a backward benchmark as `torch.autograd.grad(out, x, dout, retain_graph=True)`
 and zl_bench's graph timer runs the forward on a side stream so autograd's backward can be
-captured (_cudagraph_plugin.side_stream). Between two runs the graph-timed latency of
+captured (zl.timing.backward.side_stream). Between two runs the graph-timed latency of
 gelu_backward moved by 9.4 % (median, H200 round 7) while forward operators moved 0.2 %, in
 the torch column as much as in the FlagGems one, so the cause sits in how the backward is
 captured, not in a kernel. This probe times torch's gelu backward the way triton's
@@ -85,7 +85,7 @@ def bench_graph(torch, fn, rep_ms: float, n_repeat_fixed: int = 0, cap=None):
 
 
 def forward_on_side_stream(torch, x, dout):
-    """gelu's forward on a side stream, as _cudagraph_plugin.side_stream runs FlagGems'
+    """gelu's forward on a side stream, as zl.timing.backward.side_stream runs FlagGems'
     backward benchmarks; returns (that stream, the FlagGems-style autograd.grad call)."""
     fwd = torch.cuda.Stream()
     fwd.wait_stream(torch.cuda.current_stream())

@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from zl import atomic  # noqa: E402
+from zl import atomic, markers  # noqa: E402
 from zl.flaggems import checkout_commit  # noqa: E402
 from zl.runlog.parse import RunLogError, parse_run_log  # noqa: E402
 
@@ -64,8 +64,8 @@ PROFILE_SHAPES = ((4096, 4096), (64, 512, 512), (1024, 1024, 1024), (64, 64))
 
 RUN_TIMEOUT_S = 240
 
-DIRECT_MARKER = "BENCHMARK_DIRECT_NO_CUDAGRAPH"
-POISONED_MARKER = "BENCHMARK_CAPTURE_POISONED"
+DIRECT_MARKER = markers.DIRECT_NO_CUDAGRAPH
+POISONED_MARKER = markers.CAPTURE_POISONED
 
 
 def say(msg: str) -> None:
@@ -185,11 +185,10 @@ def profile_main(args) -> int:
     import triton.testing as tt
     from torch.profiler import ProfilerActivity, profile
 
-    sys.path.insert(0, str(ROOT))
-    import _cudagraph_plugin as cg
-    import _timing_plugin as tp
     import flag_gems
     from zl.backends import get_backend
+    from zl.timing.direct import run_direct
+    from zl.timing.graph import GraphTimer
 
     upstream_do_bench, upstream_graph = tt.do_bench, tt.do_bench_cudagraph
     cache = torch.empty(int(256e6 // 4), dtype=torch.int, device="cuda")
@@ -230,15 +229,16 @@ def profile_main(args) -> int:
             timings = {}
             timings["up_kernel"] = tt.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
             timings["up_cudagraph"] = upstream_graph(fn, rep=rep, return_mode="median")
-            timings["zl_direct"] = tp.run_direct(upstream_do_bench, fn, warmup=warmup, rep=rep,
-                                                 return_mode="median", repeat=5)
-            cg.install(backend=get_backend("cuda"), repeat=5)
+            timings["zl_direct"] = run_direct(upstream_do_bench, fn, warmup=warmup, rep=rep,
+                                              return_mode="median", repeat=5)
+            graph = GraphTimer(get_backend("cuda"), repeat=5)
+            graph.install()
             try:
-                cg._CURRENT["op"] = "softmax"
+                graph.op = "softmax"
                 timings["zl_graph"] = tt.do_bench(fn, warmup=warmup, rep=rep,
                                                   return_mode="median")
             finally:
-                cg.uninstall()
+                graph.uninstall()
         ref = {"zl_graph": warm_ms, "up_cudagraph": warm_ms,
                "zl_direct": cold_ms, "up_kernel": cold_ms}
         results.append({"shape": list(shape), "kernels": sorted(names),

@@ -5,7 +5,7 @@ worker hand-copied the plugin list, drifted, and every sealed measurement of tha
 campaign silently lost graph timing.
 
 Policy is read off the backend's capability flags, never off its name:
-- `_cudagraph_plugin` is never listed; `_timing_plugin` loads it only when the
+- `_cudagraph_plugin` is never listed; `_timing_plugin` installs graph timing only when the
   backend declares `supports_cuda_graph`.
 - autotune record/replay and IR collection need Triton's hooks
   (`supports_triton_hooks`) and can be switched off with ZL_ENABLE_AUTOTUNE=0 /

@@ -1,13 +1,16 @@
-"""Tests for _timing_plugin: the timer choice, ZL_DIRECT_REPEAT, identity fields, restore.
+"""The timing plugins as pytest sees them: _timing_plugin's session object, what it patches
+and undoes, the identity fields, the graph hooks object, and _cudagraph_plugin alone.
 
-Unit tests call the plugin's functions and hooks in-process with a stub pytest config;
-the subprocess tests run a real `python -m pytest -p _timing_plugin` on a throwaway
-benchmark file with the CPU Triton driver (tests/harness/cpu_driver.py), whose device
-interface has no graph type, so every graph-timed shape must fall back with the marker.
+In-process tests drive the real hook modules with pytest's own plugin manager (so the
+registered objects' hooks are validated and called as pytest calls them). The subprocess
+tests run a real `python -m pytest -p _timing_plugin` on a throwaway benchmark file with the
+CPU Triton driver (tests/harness/cpu_driver.py), whose device interface has no graph type,
+so every graph-timed shape must fall back with the marker.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -19,120 +22,26 @@ from pathlib import Path
 import pytest
 import triton.testing
 
+import _cudagraph_plugin as cgp
+import _timing_plugin as tp
+from test_timing_direct import sequence_bench
+from test_timing_select import StubParser
+from zl.timing import session
+
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import _cudagraph_plugin as cg  # noqa: E402
-import _timing_plugin as tp  # noqa: E402
-from zl.backends import get_backend  # noqa: E402
-
-
-# --- ZL_ENABLE_CUDAGRAPH / ZL_DIRECT_REPEAT parsing -----------------------------------------
-
-@pytest.mark.parametrize("raw,expected", [
-    (None, "auto"), ("", "auto"), ("auto", "auto"), (" AUTO ", "auto"),
-    ("1", "on"), ("true", "on"), ("on", "on"), ("yes", "on"),
-    ("0", "off"), ("false", "off"), ("off", "off"), ("direct", "off"), ("Direct", "off"),
-])
-def test_parse_graph_request(raw, expected):
-    assert tp.parse_graph_request(raw) == expected
-
-
-@pytest.mark.parametrize("raw", ["maybe", "2", "graph"])
-def test_parse_graph_request_rejects_garbage(raw):
-    with pytest.raises(tp.TimerConfigError, match="ZL_ENABLE_CUDAGRAPH"):
-        tp.parse_graph_request(raw)
-
-
-@pytest.mark.parametrize("raw,n,warns", [
-    (None, 1, False), ("", 1, False), ("1", 1, False), ("5", 5, False), (" 3 ", 3, False),
-    ("abc", 1, True), ("0", 1, True), ("-4", 1, True), ("2.5", 1, True),
-])
-def test_parse_direct_repeat(raw, n, warns):
-    value, warning = tp.parse_direct_repeat(raw)
-    assert value == n and (warning is not None) == warns
-
-
-@pytest.mark.parametrize("backend,request_,timer,capture,refused", [
-    ("cuda", "auto", "cuda_graph", "attempted", False),
-    ("cuda", "on", "cuda_graph", "attempted", False),
-    ("cuda", "off", "direct", "disabled", False),
-    ("musa", "auto", "cuda_graph", "attempted", False),
-    ("rocm", "auto", "direct", "unsupported", False),
-    ("rocm", "on", "direct", "refused", True),
-    ("ascend", "on", "direct", "refused", True),
-    ("rocm", "off", "direct", "disabled", False),
-])
-def test_choose_timer_reads_the_capability_not_the_name(backend, request_, timer, capture,
-                                                        refused):
-    got_timer, got_capture, refusal = tp.choose_timer(get_backend(backend), request_)
-    assert (got_timer, got_capture, refusal is not None) == (timer, capture, refused)
-
-
-def test_choose_timer_follows_a_capability_flag_on_any_backend():
-    fake = types.SimpleNamespace(name="newvendor", supports_cuda_graph=True)
-    assert tp.choose_timer(fake, "auto")[0] == "cuda_graph"
-    fake.supports_cuda_graph = False
-    assert tp.choose_timer(fake, "auto")[0] == "direct"
-
-
-# --- direct repeat arithmetic ---------------------------------------------------------------
-
-def sequence_bench(values):
-    calls = []
-
-    def bench(fn, warmup=25, rep=100, grad_to_none=None, quantiles=None, return_mode="mean"):
-        calls.append(dict(quantiles=quantiles, return_mode=return_mode, warmup=warmup, rep=rep))
-        if quantiles is not None:
-            return [9.0, 8.0, 7.0]
-        if return_mode == "all":
-            return [1.0, 2.0, 3.0]
-        return values[(len(calls) - 1) % len(values)]
-
-    return bench, calls
-
-
-@pytest.mark.parametrize("repeat,expected,n_calls", [
-    (1, 3.0, 1), (3, 2.0, 3), (5, 3.0, 5), (4, 2.5, 4),
-])
-def test_run_direct_takes_the_median_of_n_calls(repeat, expected, n_calls):
-    bench, calls = sequence_bench([3.0, 1.0, 2.0, 9.0, 5.0])
-    out = tp.run_direct(bench, lambda: None, warmup=7, rep=11, return_mode="median",
-                        repeat=repeat)
-    assert out == expected and len(calls) == n_calls
-    assert all(c["warmup"] == 7 and c["rep"] == 11 and c["return_mode"] == "median"
-               for c in calls)
-
-
-@pytest.mark.parametrize("kw,expected", [
-    ({"quantiles": (0.5, 0.2, 0.8)}, [9.0, 8.0, 7.0]),
-    ({"return_mode": "all"}, [1.0, 2.0, 3.0]),
-])
-def test_run_direct_does_not_repeat_sequence_results(kw, expected):
-    bench, calls = sequence_bench([3.0])
-    assert tp.run_direct(bench, lambda: None, repeat=5, **kw) == expected
-    assert len(calls) == 1
-
-
-def test_repeated_do_bench_keeps_upstream_signature():
-    bench, calls = sequence_bench([4.0, 6.0, 5.0])
-    wrapped = tp.make_repeated_do_bench(bench, 3)
-    assert wrapped(lambda: None, 1, 2, None, None, "median") == 5.0
-    assert wrapped.zl_direct_repeat == 3 and len(calls) == 3
 
 
 # --- configure / unconfigure in-process -----------------------------------------------------
 
-class StubPluginManager:
-    def __init__(self):
-        self.imported = []
+def make_config(**given):
+    """A config with pytest's real plugin manager; `given` are command-line option values.
 
-    def import_plugin(self, name):
-        self.imported.append(name)
-
-    def has_plugin(self, name):
-        return name == "_timing_plugin"
+    The options are declared first, as pytest calls pytest_addoption before configure.
+    """
+    tp.pytest_addoption(StubParser())
+    pm = pytest.PytestPluginManager()
+    return types.SimpleNamespace(pluginmanager=pm,
+                                 getoption=lambda name, default=None: given.get(name, default))
 
 
 @pytest.fixture
@@ -143,27 +52,33 @@ def configured(monkeypatch, tmp_path):
     monkeypatch.setenv("OUT_DIR", str(tmp_path))
     for key in ("ZL_ENABLE_CUDAGRAPH", "ZL_DIRECT_REPEAT", "ZL_BACKEND"):
         monkeypatch.delenv(key, raising=False)
-    config = types.SimpleNamespace(pluginmanager=StubPluginManager())
-    state = types.SimpleNamespace(config=config, bench=bench, calls=calls,
+    state = types.SimpleNamespace(config=make_config(), bench=bench, calls=calls,
                                   identity=lambda: json.loads(
                                       (tmp_path / "run_identity.json").read_text()))
 
-    def configure(**env):
+    def configure(options=None, **env):
         for key, value in env.items():
             monkeypatch.setenv(key, value)
-        tp.pytest_configure(config)
+        if options:
+            state.config = make_config(**options)
+        tp.pytest_configure(state.config)
+        return state.config.pluginmanager.get_plugin(session.PLUGIN_NAME)
 
     state.configure = configure
     yield state
-    tp.pytest_unconfigure(config)
+    pm = state.config.pluginmanager
+    graph = getattr(pm.get_plugin(session.PLUGIN_NAME), "graph", None)
+    pm.hook.pytest_unconfigure(config=state.config)
     assert triton.testing.do_bench is bench
-    assert not cg.is_installed()
+    assert graph is None or not graph.installed
+    assert pm.get_plugin(session.GRAPH_PLUGIN_NAME) is None
 
 
 def test_graph_timer_installs_and_records_identity(configured, capsys):
-    configured.configure(ZL_BACKEND="cuda", ZL_DIRECT_REPEAT="4")
-    assert configured.config.pluginmanager.imported == ["_cudagraph_plugin"]
-    assert triton.testing.do_bench is cg.graph_do_bench
+    timing = configured.configure(ZL_BACKEND="cuda", ZL_DIRECT_REPEAT="4")
+    hooks = configured.config.pluginmanager.get_plugin(session.GRAPH_PLUGIN_NAME)
+    assert hooks is not None and hooks.timer is timing.graph
+    assert triton.testing.do_bench is timing.graph.do_bench and timing.graph.repeat == 4
     ident = configured.identity()
     assert ident["timer"] == "cuda_graph" and ident["graph_capture"] == "attempted"
     assert ident["direct_repeat"] == 4
@@ -173,7 +88,7 @@ def test_graph_timer_installs_and_records_identity(configured, capsys):
 
 def test_direct_timer_with_repeat_wraps_do_bench(configured, capsys):
     configured.configure(ZL_BACKEND="cuda", ZL_ENABLE_CUDAGRAPH="0", ZL_DIRECT_REPEAT="3")
-    assert configured.config.pluginmanager.imported == []
+    assert configured.config.pluginmanager.get_plugin(session.GRAPH_PLUGIN_NAME) is None
     assert triton.testing.do_bench(lambda: None, return_mode="median") == 2.0
     assert len(configured.calls) == 3
     assert configured.identity() == {"timer": "direct", "graph_capture": "disabled",
@@ -181,15 +96,23 @@ def test_direct_timer_with_repeat_wraps_do_bench(configured, capsys):
     assert "median of 3 calls" in capsys.readouterr().err
 
 
+def test_command_line_options_beat_the_variables(configured, capsys):
+    configured.configure(options={"zl_cudagraph": "direct", "zl_direct_repeat": "2"},
+                         ZL_BACKEND="cuda", ZL_ENABLE_CUDAGRAPH="1", ZL_DIRECT_REPEAT="9")
+    assert configured.identity() == {"timer": "direct", "graph_capture": "disabled",
+                                     "direct_repeat": 2}
+    assert "median of 2 calls" in capsys.readouterr().err
+
+
 def test_direct_timer_without_repeat_leaves_upstream_untouched(configured):
-    configured.configure(ZL_BACKEND="rocm")
-    assert triton.testing.do_bench is configured.bench
+    timing = configured.configure(ZL_BACKEND="rocm")
+    assert triton.testing.do_bench is configured.bench and len(timing.patches) == 0
     assert configured.identity()["graph_capture"] == "unsupported"
 
 
 def test_forcing_graphs_on_a_backend_without_them_is_refused(configured, capsys):
     configured.configure(ZL_BACKEND="rocm", ZL_ENABLE_CUDAGRAPH="1")
-    assert configured.config.pluginmanager.imported == []
+    assert configured.config.pluginmanager.get_plugin(session.GRAPH_PLUGIN_NAME) is None
     assert configured.identity()["timer"] == "direct"
     assert configured.identity()["graph_capture"] == "refused"
     assert "ZL_ENABLE_CUDAGRAPH=1 refused: backend rocm" in capsys.readouterr().err
@@ -206,6 +129,50 @@ def test_bad_values_are_usage_errors(configured, env):
     with pytest.raises(pytest.UsageError):
         configured.configure(**env)
     assert triton.testing.do_bench is configured.bench
+    assert configured.config.pluginmanager.get_plugin(session.PLUGIN_NAME) is None
+
+
+def test_a_second_session_in_one_process_starts_clean(configured):
+    first = configured.configure(ZL_BACKEND="cuda")
+    configured.config.pluginmanager.hook.pytest_unconfigure(config=configured.config)
+    assert triton.testing.do_bench is configured.bench and not first.graph
+    configured.config = make_config()
+    second = configured.configure(ZL_BACKEND="cuda")
+    assert second is not first and triton.testing.do_bench is second.graph.do_bench
+
+
+def test_graph_hooks_track_the_running_operator(configured):
+    timing = configured.configure(ZL_BACKEND="cuda")
+    hook = configured.config.pluginmanager.hook
+    item = types.SimpleNamespace(originalname="test_unique2", name="test_unique2[x]")
+    hook.pytest_runtest_protocol(item=item, nextitem=None)
+    assert timing.graph.op == "unique2" and timing.graph.current_op() == "unique2"
+    hook.pytest_runtest_logfinish(nodeid="x", location=("f", 1, "t"))
+    assert timing.graph.op is None
+
+
+# --- _cudagraph_plugin alone ----------------------------------------------------------------
+
+def test_cudagraph_plugin_alone_says_so_and_patches_nothing(monkeypatch, capsys):
+    bench, _ = sequence_bench([1.0])
+    monkeypatch.setattr(triton.testing, "do_bench", bench)
+    config = make_config()
+    cgp.pytest_configure(config)
+    assert "loaded without _timing_plugin: do_bench left untouched" in capsys.readouterr().err
+    assert triton.testing.do_bench is bench
+    config.pluginmanager.register(tp, "_timing_plugin")
+    cgp.pytest_configure(config)
+    assert "loaded without" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("module", ["_timing_plugin.py", "_cudagraph_plugin.py"])
+def test_plugin_modules_import_no_other_plugin_module(module):
+    tree = ast.parse((ROOT / module).read_text())
+    names = [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+             for alias in node.names]
+    names += [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+    assert names and not [n for n in names if n.split(".")[0].endswith("_plugin")
+                          or n.startswith(("plugin_plan", "zl.plan"))]
 
 
 # --- real pytest subprocesses on the CPU driver ---------------------------------------------
@@ -237,7 +204,7 @@ CONFTEST = textwrap.dedent(f'''
 ''')
 
 
-def run_pytest(tmp_path, **env):
+def run_pytest(tmp_path, *args, **env):
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
     (work / "conftest.py").write_text(CONFTEST)
@@ -250,7 +217,7 @@ def run_pytest(tmp_path, **env):
     full_env.update(env)
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "_timing_plugin", "-s", "-q",
-         "-p", "no:cacheprovider", "test_unique.py"],
+         "-p", "no:cacheprovider", *args, "test_unique.py"],
         cwd=work, env=full_env, capture_output=True, text=True, timeout=240)
     ident_path = out_dir / "run_identity.json"
     ident = json.loads(ident_path.read_text()) if ident_path.exists() else {}
@@ -278,8 +245,9 @@ def test_subprocess_graph_timer_falls_back_per_shape_and_keeps_rows(tmp_path):
 
 
 def test_subprocess_direct_timer_repeats_and_records(tmp_path):
-    proc, ident = run_pytest(tmp_path, ZL_BACKEND="cuda", ZL_ENABLE_CUDAGRAPH="off",
-                             ZL_DIRECT_REPEAT="3")
+    # the option on the command line, the repeat from the variable
+    proc, ident = run_pytest(tmp_path, "--zl-cudagraph=off", ZL_BACKEND="cuda",
+                             ZL_ENABLE_CUDAGRAPH="1", ZL_DIRECT_REPEAT="3")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "BENCHMARK_DIRECT_NO_CUDAGRAPH" not in proc.stdout
     assert "REPEAT 3" in proc.stdout

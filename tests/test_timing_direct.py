@@ -1,0 +1,50 @@
+"""zl.timing.direct: ZL_DIRECT_REPEAT's median of N upstream do_bench calls."""
+
+from __future__ import annotations
+
+import pytest
+
+from zl.timing import direct
+
+
+def sequence_bench(values):
+    calls = []
+
+    def bench(fn, warmup=25, rep=100, grad_to_none=None, quantiles=None, return_mode="mean"):
+        calls.append(dict(quantiles=quantiles, return_mode=return_mode, warmup=warmup, rep=rep))
+        if quantiles is not None:
+            return [9.0, 8.0, 7.0]
+        if return_mode == "all":
+            return [1.0, 2.0, 3.0]
+        return values[(len(calls) - 1) % len(values)]
+
+    return bench, calls
+
+
+@pytest.mark.parametrize("repeat,expected,n_calls", [
+    (1, 3.0, 1), (3, 2.0, 3), (5, 3.0, 5), (4, 2.5, 4),
+])
+def test_run_direct_takes_the_median_of_n_calls(repeat, expected, n_calls):
+    bench, calls = sequence_bench([3.0, 1.0, 2.0, 9.0, 5.0])
+    out = direct.run_direct(bench, lambda: None, warmup=7, rep=11, return_mode="median",
+                            repeat=repeat)
+    assert out == expected and len(calls) == n_calls
+    assert all(c["warmup"] == 7 and c["rep"] == 11 and c["return_mode"] == "median"
+               for c in calls)
+
+
+@pytest.mark.parametrize("kw,expected", [
+    ({"quantiles": (0.5, 0.2, 0.8)}, [9.0, 8.0, 7.0]),
+    ({"return_mode": "all"}, [1.0, 2.0, 3.0]),
+])
+def test_run_direct_does_not_repeat_sequence_results(kw, expected):
+    bench, calls = sequence_bench([3.0])
+    assert direct.run_direct(bench, lambda: None, repeat=5, **kw) == expected
+    assert len(calls) == 1
+
+
+def test_repeated_do_bench_keeps_upstream_signature():
+    bench, calls = sequence_bench([4.0, 6.0, 5.0])
+    wrapped = direct.make_repeated_do_bench(bench, 3)
+    assert wrapped(lambda: None, 1, 2, None, None, "median") == 5.0
+    assert wrapped.zl_direct_repeat == 3 and len(calls) == 3

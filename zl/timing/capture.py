@@ -1,0 +1,217 @@
+"""One graph capture, step by step: warmup, a scratch RNG, capture, replay, summary.
+
+`graph_bench_port` is upstream `triton.testing.do_bench_cudagraph` done through the active
+device interface (upstream hard-codes torch.cuda). The warmup before it runs for the
+caller's budget: do_bench_cudagraph's own single warmup call is too short to settle the MoE
+kernels and made the first capture unstable run-to-run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import time
+
+from zl.term import log
+
+from . import GRAPH_LOG_TAG
+
+# Replays timed per call, as upstream do_bench_cudagraph does.
+N_REPLAYS = 10
+
+
+def _log(message: str) -> None:
+    log(GRAPH_LOG_TAG, message)
+
+
+@contextlib.contextmanager
+def scratch_rng(di):
+    """Run the block on a throwaway RNG state and put the process's state back after.
+
+    Capturing registers the device generator's *state object* with the graph and
+    flags it as capturing; only a completed capture clears the flag. Seen on the
+    H200 with upstream gelu_backward: after an aborted capture the next
+    `torch.randn(..., device="cuda")` raised "Offset increment outside graph
+    capture encountered unexpectedly" and the operator lost every row. Restoring
+    seed/offset with set_state() does not clear that flag, so where torch offers
+    graph-safe states the capture runs on a cloned state object, swapped in before
+    and swapped out after: the process's own state is never registered. Every draw
+    during warmup/capture would also shift the fixed seeds _seed_plugin set, so
+    the seed/offset values are restored too. An interface without
+    `default_generators` (torch_musa) has no such registration; the CPU state is
+    still restored.
+    """
+    import torch
+
+    cpu_state = torch.get_rng_state()
+    generators = tuple(getattr(di, "default_generators", ()) or ())
+    saved = _save_generator_states(generators)
+    swapped = _swap_in_graphsafe_clones([gen for gen, _ in saved])
+    try:
+        yield
+    finally:
+        torch.set_rng_state(cpu_state)
+        _put_back(swapped, "graphsafe_set_state", "swap the device RNG state back")
+        _put_back(saved, "set_state", "restore a device RNG state")
+
+
+def _put_back(pairs, setter: str, what: str) -> None:
+    """`gen.<setter>(value)` for each (gen, value); a failure is logged, the rest still run."""
+    for gen, value in pairs:
+        try:
+            getattr(gen, setter)(value)
+        except Exception as exc:
+            _log(f"could not {what} after capture: {type(exc).__name__}: {exc}")
+
+
+def _save_generator_states(generators):
+    saved = []
+    for gen in generators:
+        try:
+            saved.append((gen, gen.get_state()))
+        except Exception:  # a generator that cannot be read cannot be restored either
+            continue
+    return saved
+
+
+def _swap_in_graphsafe_clones(generators):
+    """Swap a cloned state object into each graph-safe generator; -> [(gen, original)]."""
+    swapped = []
+    for gen in generators:
+        if not (hasattr(gen, "graphsafe_get_state") and hasattr(gen, "clone_state")):
+            continue
+        try:
+            original = gen.graphsafe_get_state()
+            gen.graphsafe_set_state(gen.clone_state())
+            swapped.append((gen, original))
+        except Exception as exc:
+            _log(f"graph-safe RNG swap unavailable ({type(exc).__name__}: {exc}); "
+                 "an aborted capture may leave the generator flagged as capturing")
+    return swapped
+
+
+def reset_grads(grad_to_none) -> None:
+    if grad_to_none is not None:
+        for x in grad_to_none:
+            x.grad = None
+
+
+def warmup_before_capture(di, fn, warmup_ms: float, grad_to_none=None) -> int:
+    """One discarded call, then steady-state calls for about `warmup_ms`; returns the count.
+
+    The count comes from an event-timed call (as do_bench sizes its warmup) but the
+    loop also stops at the wall-clock budget: for microsecond kernels the host
+    launch path, not the device, sets the pace, and an event-sized count would
+    overrun the budget several times over.
+    """
+    fn()
+    di.synchronize()
+    start, end = di.Event(enable_timing=True), di.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    di.synchronize()
+    estimate = start.elapsed_time(end)
+    budget = max(float(warmup_ms or 0), 0.0)
+    n = max(1, int(budget / estimate)) if estimate > 0 else 1
+    deadline = time.perf_counter() + budget / 1e3
+    done = 0
+    for _ in range(n):
+        reset_grads(grad_to_none)
+        fn()
+        done += 1
+        if time.perf_counter() >= deadline:
+            break
+    di.synchronize()
+    return done
+
+
+@contextlib.contextmanager
+def capturing(di, graph, stream=None):
+    # Garbage collection during capture can free tensors the graph still uses; upstream
+    # (triton>=3.4 cuda_graph_without_gc) disables it for the same reason.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        if hasattr(di, "graph"):
+            # The stream is named: torch.cuda.graph otherwise captures on a stream of its own.
+            with di.graph(graph, **({"stream": stream} if stream is not None else {})):
+                yield
+        else:
+            graph.capture_begin()
+            try:
+                yield
+            finally:
+                graph.capture_end()
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def summarize(times, quantiles, return_mode):
+    import triton.testing as tt
+    upstream = getattr(tt, "_summarize_statistics", None)
+    if upstream is not None:
+        return upstream(times, quantiles, return_mode)
+    import numpy as np  # triton without the helper: same contract, numpy statistics
+    if quantiles is not None:
+        out = [float(v) for v in np.quantile(times, quantiles)]
+        return out[0] if len(out) == 1 else out
+    if return_mode == "all":
+        return list(times)
+    return float({"min": np.min, "max": np.max, "mean": np.mean,
+                  "median": np.median}[return_mode](times))
+
+
+def _capture_stream(di, stream):
+    """The stream to capture on: the one given, else a fresh one ordered after the current."""
+    if stream is not None:
+        return stream
+    side = di.Stream()
+    if hasattr(side, "wait_stream") and hasattr(di, "current_stream"):
+        side.wait_stream(di.current_stream())
+    return side
+
+
+def _estimate_ms(di, fn, grad_to_none) -> float:
+    fn()
+    reset_grads(grad_to_none)
+    start, end = di.Event(enable_timing=True), di.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        fn()
+    end.record()
+    di.synchronize()
+    return start.elapsed_time(end) / 5
+
+
+def graph_bench_port(di, graph_cls, step, fn, rep, grad_to_none, quantiles, return_mode,
+                     stream=None):
+    """Upstream do_bench_cudagraph's steps through the device interface.
+
+    Estimate one call, unroll enough calls into one graph to fill `rep` ms so host
+    launch overhead drops out, then time N_REPLAYS replays. Replay times go to the
+    summariser as a plain list of floats, as in upstream: a tensor there makes
+    "mean" raise and quantile requests return tensors that do not serialise.
+    `stream`: capture on this stream (a backward benchmark's forward stream) instead
+    of a fresh one. `step["phase"]` says how far it got, for the fallback marker.
+    """
+    with di.stream(_capture_stream(di, stream)):
+        estimate = _estimate_ms(di, fn, grad_to_none)
+        n_repeat = 1000 if estimate == 0 else max(1, int(rep / estimate))
+        graph = graph_cls()
+        with capturing(di, graph, stream):
+            for _ in range(n_repeat):
+                reset_grads(grad_to_none)
+                fn()
+        di.synchronize()
+        step["phase"] = "replay"
+        times = []
+        for _ in range(N_REPLAYS):
+            start, end = di.Event(enable_timing=True), di.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            di.synchronize()
+            times.append(start.elapsed_time(end) / n_repeat)
+    return summarize(times, quantiles, return_mode)

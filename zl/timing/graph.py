@@ -1,0 +1,187 @@
+"""The graph timer: a drop-in `triton.testing.do_bench` that captures per shape and falls
+back honestly.
+
+For each call it
+1. asks the backend's deny list whether this operator may be captured at all;
+2. synchronises the device, so the capture stream cannot start before the inputs the
+   benchmark just wrote on the current stream exist (an unsynchronised side stream gave an
+   intermittent illegal instruction);
+3. warms fn for the caller's warmup budget (`capture.warmup_before_capture`);
+4. captures and replays under a scratch RNG state (`capture.scratch_rng`);
+5. on failure asks the backend, by its vendor wording, how bad it was: recoverable -> plain
+   do_bench (ZL_DIRECT_REPEAT times, median) plus a BENCHMARK_DIRECT_NO_CUDAGRAPH marker;
+   poisoned -> BENCHMARK_CAPTURE_POISONED and re-raise; fatal -> re-raise, because a
+   fallback latency would report a broken kernel as a measurement.
+
+On torch.cuda upstream `triton.testing.do_bench_cudagraph` is called verbatim so CUDA numbers
+do not move, except for a backward benchmark, which is captured on its forward stream
+(`backward`). Elsewhere `capture.graph_bench_port` does the same steps through the device
+interface; an interface without a graph type falls back on every shape, with the marker.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Optional
+
+from zl import markers
+from zl.patching import PatchStack
+from zl.term import log, style
+
+from . import GRAPH_LOG_TAG, capture, device
+from .backward import BackwardStreams
+from .direct import run_direct
+
+DETAIL_CHARS = 160
+VERDICTS = ("fatal", "poisoned", "recoverable")
+
+
+def _log(message: str) -> None:
+    log(GRAPH_LOG_TAG, message)
+
+
+def _marker(text: str, colour: str) -> None:
+    """Markers go to stdout, interleaved with the result tables they annotate in run.log."""
+    print(style(text, colour, stream=sys.stdout), flush=True)
+
+
+def _detail(exc: BaseException) -> str:
+    # One line, no single quotes, so `detail='...'` stays one parseable token group.
+    return " ".join(str(exc).split())[:DETAIL_CHARS].replace("'", '"')
+
+
+def op_from_item(item) -> str:
+    """pytest function name minus `test_` (parameters stripped): the deny-list key."""
+    name = getattr(item, "originalname", None) or str(getattr(item, "name", "")).split("[", 1)[0]
+    return name[len("test_"):] if name.startswith("test_") else name
+
+
+def classify(backend, exc: BaseException) -> str:
+    """The backend's verdict on a capture error; an unknown verdict fails closed (fatal)."""
+    if isinstance(exc, device.NoGraphSupport):
+        return "recoverable"  # our own probe: nothing ran on the device
+    verdict = backend.classify_capture_error(exc)
+    if verdict not in VERDICTS:
+        _log(f"backend {backend.name} returned verdict {verdict!r}; treating it as fatal")
+        return "fatal"
+    return verdict
+
+
+class GraphTimer:
+    """Graph timing for one session: the backend, the direct repeat for fallback rows, the
+    do_bench it replaced, the running operator and the backward side streams."""
+
+    def __init__(self, backend, repeat: int = 1) -> None:
+        self.backend = backend
+        self.repeat = max(1, int(repeat))
+        self.op: Optional[str] = None  # set per pytest item by the session's hooks
+        self.upstream = None  # the do_bench replaced; None while not installed
+        self.backward = BackwardStreams()
+        # One bound method, so `triton.testing.do_bench is timer.do_bench` holds.
+        self.do_bench = self.graph_do_bench
+        self._patches = PatchStack()
+
+    @property
+    def installed(self) -> bool:
+        return self.upstream is not None
+
+    def install(self) -> None:
+        """Replace triton.testing.do_bench with this timer (idempotent)."""
+        import triton.testing as tt
+        if self.upstream is None:
+            self._patches.push(self.backward.restore)
+            self.upstream = self._patches.setattr(tt, "do_bench", self.do_bench)
+
+    def uninstall(self) -> None:
+        """Put do_bench and the Benchmark classes back."""
+        self._patches.undo_all()
+        self.upstream = None
+        self.op = None
+
+    def current_op(self) -> str:
+        """The running item's operator; else ZL_OP / FLAGGEMS_PERF_CURRENT_OP; else '<unknown>'.
+
+        The item wins over the environment because a whole-file node runs several test
+        functions under one ZL_OP, and the deny list is keyed by function name.
+        """
+        return (self.op or os.environ.get("ZL_OP", "").strip()
+                or os.environ.get("FLAGGEMS_PERF_CURRENT_OP", "").strip() or "<unknown>")
+
+    def graph_do_bench(self, fn, warmup=25, rep=100, grad_to_none=None, quantiles=None,
+                       return_mode="mean"):
+        """Drop-in for triton.testing.do_bench: graph timing with per-shape honest fallback."""
+        op = self.current_op()
+        args = (fn, warmup, rep, grad_to_none, quantiles, return_mode)
+        # For a deny-listed operator the attempt itself is the damage (it poisons the
+        # context), so it is never made, not even once per run to rediscover that.
+        if self.backend.denies_capture(op):
+            return self._fallback(op, "denylist", "KnownPoisoningOp",
+                                  f"{self.backend.name} denies capture for {op}", *args)
+        step = {"phase": "sync"}
+        try:
+            return self._time_with_graph(step, *args)
+        except Exception as exc:
+            phase, reason, detail = self._judge(op, step["phase"], exc)
+            return self._fallback(op, phase, reason, detail, *args)
+
+    def _time_with_graph(self, step, fn, warmup, rep, grad_to_none, quantiles, return_mode):
+        di = device.device_interface()
+        forward_stream = self.backward.forward_stream
+        # upstream verbatim on torch.cuda, except for a backward benchmark (upstream's own
+        # cudagraph mode loses those rows entirely, so there is no upstream number to keep)
+        upstream = device.is_torch_cuda(di) and forward_stream is None
+        graph_cls = None
+        if not upstream:
+            # Known before anything runs; failing here spares the warmup budget.
+            step["phase"] = "capture"
+            graph_cls = device.graph_type(di)
+        step["phase"] = "sync"
+        di.synchronize()
+        step["phase"] = "warmup"
+        capture.warmup_before_capture(di, fn, warmup, grad_to_none)
+        step["phase"] = "capture"
+        with capture.scratch_rng(di):
+            if upstream:
+                import triton.testing as tt
+                # A replay failure inside upstream's function reports phase=capture.
+                return tt.do_bench_cudagraph(fn, rep=rep, grad_to_none=grad_to_none,
+                                             quantiles=quantiles, return_mode=return_mode)
+            return capture.graph_bench_port(di, graph_cls, step, fn, rep, grad_to_none,
+                                            quantiles, return_mode, stream=forward_stream)
+
+    def _judge(self, op, phase, exc):
+        """Decide after a failed attempt: re-raise (fatal, poisoned) or -> marker fields.
+
+        Must be called inside the `except` block that caught `exc` (a bare raise re-raises it).
+        """
+        verdict = classify(self.backend, exc)
+        reason, detail = type(exc).__name__, _detail(exc)
+        if verdict == "fatal":
+            _log(f"fatal device error for op={op} phase={phase} ({reason}); not falling back")
+            raise exc
+        if verdict == "recoverable" and not isinstance(exc, device.NoGraphSupport):
+            # Confirm the context survived the attempt before timing inside it: a dead
+            # context showed up once as a fallback marker followed by zero rows.
+            try:
+                device.device_interface().synchronize()
+            except Exception as probe:
+                verdict, reason, detail = "poisoned", type(probe).__name__, _detail(probe)
+                if classify(self.backend, probe) == "fatal":
+                    raise probe from exc
+        if verdict == "poisoned":
+            _marker(markers.format_marker(markers.CAPTURE_POISONED, op=op, phase=phase,
+                                          reason=reason, detail=f"'{detail}'"), "red")
+            _log(f"capture attempt left the context unusable for op={op}; re-run it with "
+                 f"ZL_ENABLE_CUDAGRAPH=0 and add it to backend {self.backend.name}'s deny list")
+            raise exc
+        return phase, reason, detail
+
+    def _fallback(self, op, phase, reason, detail, fn, warmup, rep, grad_to_none, quantiles,
+                  return_mode):
+        repeat = self.repeat
+        _marker(markers.format_marker(markers.DIRECT_NO_CUDAGRAPH, op=op, phase=phase,
+                                      reason=reason, detail=f"'{detail}'",
+                                      repeat=repeat if repeat > 1 else None), "yellow")
+        return run_direct(self.upstream, fn, warmup=warmup, rep=rep, grad_to_none=grad_to_none,
+                          quantiles=quantiles, return_mode=return_mode, repeat=repeat)

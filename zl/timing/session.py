@@ -1,0 +1,131 @@
+"""The objects `_timing_plugin` registers with pytest, and everything they patch and undo.
+
+`start(config)` (called from `_timing_plugin.pytest_configure`) reads the settings, picks the
+timer, registers a `TimingSession` as "zl_timing" and, with graph timing, a `GraphHooks` as
+"zl_cudagraph"; the session's `pytest_unconfigure` undoes every patch. State lives on these
+objects, so one process can configure, unconfigure and configure again.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import pytest
+
+from zl import markers
+from zl.backends import get_backend
+from zl.identity import update_identity
+from zl.patching import PatchStack
+from zl.term import log
+
+from . import GRAPH_LOG_TAG, TIMING_LOG_TAG, device, select
+from .direct import make_repeated_do_bench
+from .graph import GraphTimer, op_from_item
+
+PLUGIN_NAME = "zl_timing"
+GRAPH_PLUGIN_NAME = "zl_cudagraph"
+# The `-p` module name that owns the timer choice (a name, never imported).
+TIMING_PLUGIN_MODULE = "_timing_plugin"
+
+
+class GraphHooks:
+    """pytest hooks of an installed graph timer: the running operator (deny list, markers)
+    and the backward benchmarks' side streams, hooked once the test modules are imported."""
+
+    def __init__(self, timer: GraphTimer) -> None:
+        self.timer = timer
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        self.timer.op = op_from_item(item)
+
+    def pytest_runtest_logfinish(self, nodeid, location):
+        self.timer.op = None
+
+    def pytest_collection_finish(self, session):
+        if self.timer.installed:
+            n = self.timer.backward.apply()
+            if n:
+                log(GRAPH_LOG_TAG,
+                    f"backward benchmarks run their forward on a side stream and are "
+                    f"graph-captured on it (get_latency hooked on {n} Benchmark class(es))")
+
+
+class TimingSession:
+    """The timer chosen for this session (timer, graph_capture, direct_repeat) and its patches."""
+
+    def __init__(self, backend, timer: str, graph_capture: str, repeat: int) -> None:
+        self.backend = backend
+        self.timer = timer
+        self.graph_capture = graph_capture
+        self.repeat = repeat
+        self.graph: Optional[GraphTimer] = None
+        self.patches = PatchStack()
+
+    def install(self, pluginmanager: Any) -> None:
+        """Patch do_bench for the chosen timer and say so on stderr."""
+        if self.timer == select.TIMER_GRAPH:
+            self._install_graph(pluginmanager)
+        else:
+            self._install_direct()
+
+    def _install_graph(self, pluginmanager: Any) -> None:
+        self.graph = GraphTimer(self.backend, self.repeat)
+        self.graph.install()
+        self.patches.push(self.graph.uninstall)
+        hooks = GraphHooks(self.graph)
+        pluginmanager.register(hooks, GRAPH_PLUGIN_NAME)
+
+        def unregister_hooks() -> None:
+            if pluginmanager.is_registered(hooks):
+                pluginmanager.unregister(hooks)
+
+        self.patches.push(unregister_hooks)
+        log(TIMING_LOG_TAG,
+            f"timer=cuda_graph backend={self.backend.name} via {device.interface_label()} "
+            f"(capture per shape, fallback to do_bench with {markers.DIRECT_NO_CUDAGRAPH}; "
+            f"direct_repeat={self.repeat})")
+
+    def _install_direct(self) -> None:
+        import triton.testing as tt
+        # Patched only when repeating, so the default direct run is upstream do_bench untouched.
+        if self.repeat > 1:
+            self.patches.setattr(tt, "do_bench", make_repeated_do_bench(tt.do_bench, self.repeat))
+        log(TIMING_LOG_TAG,
+            f"timer=direct backend={self.backend.name} via {device.interface_name()} "
+            f"(graph_capture={self.graph_capture}; upstream do_bench"
+            + (f", median of {self.repeat} calls)" if self.repeat > 1 else ")"))
+
+    def pytest_unconfigure(self, config):
+        """Put back whatever do_bench and Benchmark methods this session replaced."""
+        self.patches.undo_all()
+        self.graph = None
+
+
+def _choose(config: Any):
+    """-> (backend, timer, graph_capture, repeat); a bad value is a pytest.UsageError."""
+    try:
+        backend = get_backend()
+        raw, graph_name = select.read_setting(config, select.OPT_GRAPH, select.ENV_GRAPH)
+        request = select.parse_graph_request(raw, graph_name)
+    except ValueError as exc:  # TimerConfigError, UnknownBackendError
+        raise pytest.UsageError(f"{TIMING_LOG_TAG} {exc}") from None
+    raw, name = select.read_setting(config, select.OPT_REPEAT, select.ENV_REPEAT)
+    repeat, warning = select.parse_direct_repeat(raw, name)
+    if warning:
+        log(TIMING_LOG_TAG, warning)
+    timer, capture, refusal = select.choose_timer(backend, request, name=graph_name)
+    if refusal:
+        log(TIMING_LOG_TAG, refusal)
+    return backend, timer, capture, repeat
+
+
+def start(config: Any) -> TimingSession:
+    """Pick the timer, register the session (so unconfigure undoes even a half install),
+    patch do_bench accordingly, write the identity fields."""
+    backend, timer, capture, repeat = _choose(config)
+    session = TimingSession(backend, timer, capture, repeat)
+    config.pluginmanager.register(session, PLUGIN_NAME)
+    session.install(config.pluginmanager)
+    update_identity(timer=timer, graph_capture=capture, direct_repeat=repeat)
+    return session
