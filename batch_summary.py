@@ -12,6 +12,11 @@
         an N-round A/B laid out as ROOT/r<k>_<A|B>/run.log (ab_repeat.sh): per-shape
         medians over rounds, per-round delta range, sign stability, side spreads,
         Mann-Whitney verdicts (>= 4 rounds) and a geomean with a bootstrap 95% CI.
+    python batch_summary.py --screen ROOT | --batch DIR  [--json FILE] [--html FILE] [--png DIR]
+        a screen root (ab_rlc_test.sh's screen.tsv + cell run dirs) or a run_batch.py
+        batch (ops_status.csv) as one row per operator, failures grouped by reason.
+    --html FILE / --png DIR (with --ab, --ab-rounds, --screen, --batch): a self-contained
+        HTML page / the page's charts as PNGs (zl/report; needs matplotlib).
     python batch_summary.py --caliber RUN_DIR | --caliber-header
         the run's caliber fields as one TSV row (for screen.tsv and other tools).
     python batch_summary.py --cell-stats RUN_DIR
@@ -42,6 +47,7 @@ from zl import atomic
 from zl.runlog import caliber as cal
 from zl.runlog.parse import RunLogError, read_run_log, resolve_log
 from zl.runlog.stats import analyse_rounds, key_text, load_rounds, pair_logs
+from zl.report import views
 
 EXIT_OK, EXIT_USAGE, EXIT_CALIBER = 0, 2, 4
 
@@ -331,16 +337,29 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print success/failed/marker counts of one run as a TSV row")
     p.add_argument("--caliber-header", action="store_true",
                    help="print the caliber field names as one TSV row")
+    p.add_argument("--screen", type=Path, default=None, metavar="ROOT",
+                   help="an ab_rlc_test.sh root (screen.tsv) as a report (--json/--html/--png)")
+    p.add_argument("--batch", type=Path, default=None, metavar="DIR",
+                   help="a run_batch.py batch (ops_status.csv) as a report (--json/--html/--png)")
+    p.add_argument("--html", type=Path, default=None, metavar="FILE",
+                   help="write a self-contained HTML report (needs matplotlib)")
+    p.add_argument("--png", type=Path, default=None, metavar="DIR",
+                   help="write the report's charts as PNG files into DIR (needs matplotlib)")
     return p
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     modes = [bool(args.ab), args.ab_rounds is not None, args.caliber is not None,
-             args.caliber_header, args.batch_dir is not None, args.cell_stats is not None]
+             args.caliber_header, args.batch_dir is not None, args.cell_stats is not None,
+             args.screen is not None, args.batch is not None]
     if sum(modes) != 1:
-        print("batch_summary.py: give exactly one of BATCH_DIR, --ab, --ab-rounds, --caliber, "
-              "--caliber-header (see --help)", file=sys.stderr)
+        print("batch_summary.py: give exactly one of BATCH_DIR, --ab, --ab-rounds, --screen, --batch, "
+              "--caliber, --caliber-header (see --help)", file=sys.stderr)
+        return EXIT_USAGE
+    if (args.html or args.png) and not (args.ab or args.ab_rounds or args.screen or args.batch):
+        print("batch_summary.py: --html/--png go with --ab, --ab-rounds, --screen or --batch",
+              file=sys.stderr)
         return EXIT_USAGE
     try:
         if args.caliber_header:
@@ -360,11 +379,29 @@ def main(argv: Optional[List[str]] = None) -> int:
             return EXIT_OK
         if args.ab:
             result = report_ab(args.ab[0], args.ab[1], args.label, args.allow_caliber_mismatch)
-        else:
+        elif args.ab_rounds is not None:
             result = report_ab_rounds(args.ab_rounds, args.label, args.allow_caliber_mismatch)
+        elif args.screen is not None:
+            result = views.screen_result(args.screen)
+        else:
+            result = views.batch_result(args.batch)
+        # What the HTML page shows beyond the text report goes into the dict first, so
+        # --json holds every number on the page.
+        views.augment(result)
         if args.json is not None:
             atomic.write_text(args.json, json.dumps(result, indent=2, default=str) + "\n")
+        if args.html or args.png:
+            from zl.report import charts, html  # lazily: matplotlib only for --html/--png
+            try:
+                html.write_report(result, args.html, args.png)
+            except charts.MissingMatplotlib as exc:
+                print(f"!!! [batch-summary] {exc}", file=sys.stderr)
+                return EXIT_USAGE
+            print(f"[batch-summary] report -> {args.html or ''} {args.png or ''}".rstrip())
         return EXIT_OK
+    except views.ReportInputError as exc:
+        print(f"!!! [batch-summary] {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except Refused:
         return EXIT_CALIBER
     except BadInput as exc:
