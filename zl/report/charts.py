@@ -154,5 +154,7 @@ def histogram(values: List[float], xlabel: str, title: str, band: Optional[List[
     ax.axvline(zero, color="black", lw=0.8)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("operators")
+    from matplotlib.ticker import MaxNLocator
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(title, loc="left")
     return fig
