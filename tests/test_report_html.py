@@ -143,7 +143,9 @@ def test_rounds_page(tmp_path, capsys):
     d = json.loads(js.read_text())
     assert d["rounds"] == 4 and len(d["shapes"]) == 5
     assert d["noise_band_pct"] == [-d["median_side_noise_pct"], d["median_side_noise_pct"]]
+    # ab_repeat.sh's layout: the campaign's telemetry.tsv is one level above the op's root
     assert len(d["telemetry"]["rows"]) == 109
+    assert d["telemetry"]["path"] == str(root.parent / "telemetry.tsv")
     p, text = assert_page(html, js, [shape_label(x) for x in d["shapes"]])
     unstable = [s for s in d["shapes"] if not s["sign_stable"]]
     assert unstable and all(s["flags"] == ["unstable sign"] for s in unstable)
@@ -152,12 +154,24 @@ def test_rounds_page(tmp_path, capsys):
     assert sorted(x.name for x in png.iterdir()) == ["rounds_latency.png", "rounds_speedup.png", "telemetry.png"]
 
 
-def test_rounds_page_without_telemetry_has_no_telemetry_chart(tmp_path, capsys):
-    root = rf.rounds_root(tmp_path / "rounds", telemetry=False)
+@pytest.mark.parametrize("layout", ["no_telemetry", "parent_not_a_campaign"])
+def test_rounds_page_without_telemetry_has_no_telemetry_chart(tmp_path, capsys, layout):
+    root = rf.rounds_root(tmp_path / "rounds", telemetry=layout != "no_telemetry")
+    if layout == "parent_not_a_campaign":
+        (root.parent / "status.tsv").unlink()   # a telemetry.tsv of something else
     html, js = tmp_path / "r.html", tmp_path / "r.json"
     assert run_bs("--ab-rounds", root, "--json", js, "--html", html) == 0
     assert json.loads(js.read_text())["telemetry"] is None
     assert "chart-telemetry" not in html.read_text()
+
+
+def test_rounds_telemetry_in_the_root_itself(tmp_path, capsys):
+    root = rf.rounds_root(tmp_path / "rounds", telemetry=False)
+    (tmp_path / "rounds" / "status.tsv").unlink()
+    shutil.copy(rf.AB_H200 / "round9" / "telemetry.tsv", root / "telemetry.tsv")
+    js = tmp_path / "r.json"
+    assert run_bs("--ab-rounds", root, "--json", js) == 0
+    assert json.loads(js.read_text())["telemetry"]["path"] == str(root / "telemetry.tsv")
 
 
 def test_screen_page(tmp_path, capsys):

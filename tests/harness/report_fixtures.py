@@ -40,13 +40,17 @@ def ab_pair(root: Path, **after_identity) -> Dict[str, Path]:
                              **after_identity)}
 
 
-def rounds_root(root: Path, telemetry: bool = True) -> Path:
-    """Round 9 softmax, 4 rounds x 2 sides, with the campaign's telemetry.tsv."""
+def rounds_root(campaign: Path, telemetry: bool = True) -> Path:
+    """Round 9 softmax laid out as ab_repeat.sh does: <campaign>/softmax/r<k>_<A|B>/ (4 rounds
+    x 2 sides), <campaign>/status.tsv and the campaign's telemetry.tsv. Returns the
+    operator's --ab-rounds root."""
+    root = campaign / "softmax"
     for log in sorted(SOFTMAX_ROUNDS.glob("r*_*.run.log")):
         cell = log.name.split(".")[0]
         run_dir(root / cell, log, "record" if cell.endswith("_A") else "replay", "softmax")
+    shutil.copy(AB_H200 / "round9" / "status.tsv", campaign / "status.tsv")
     if telemetry:
-        shutil.copy(AB_H200 / "round9" / "telemetry.tsv", root / "telemetry.tsv")
+        shutil.copy(AB_H200 / "round9" / "telemetry.tsv", campaign / "telemetry.tsv")
     return root
 
 

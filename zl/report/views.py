@@ -90,8 +90,11 @@ def _ab_flags(result: Dict) -> List[str]:
 
 
 def _telemetry(root: Path) -> Optional[Dict]:
-    path = root / "telemetry.tsv"
-    if not path.is_file():
+    """ab_repeat.sh samples the whole campaign into <campaign>/telemetry.tsv, next to
+    status.tsv, one level above the operator's --ab-rounds root."""
+    path = next((p for p in (root / "telemetry.tsv", root.parent / "telemetry.tsv")
+                 if p.is_file() and (p.parent == root or (root.parent / "status.tsv").is_file())), None)
+    if path is None:
         return None
     rows = []
     with open(path, newline="", encoding="utf-8", errors="replace") as fh:
