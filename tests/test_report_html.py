@@ -241,6 +241,20 @@ def test_bad_input_exit_2(tmp_path, capsys, argv, msg):
     assert msg in capsys.readouterr().err
 
 
+def test_screen_without_verdict_column_exit_2(tmp_path, capsys):
+    (tmp_path / "screen.tsv").write_text("op\trows\nsoftmax\t5\n")
+    assert run_bs("--screen", tmp_path) == 2
+    assert "no rows with op and verdict columns" in capsys.readouterr().err
+
+
+def test_batch_short_row_is_a_row_not_a_traceback(tmp_path, capsys):
+    (tmp_path / "ops_status.csv").write_text("repo,op,status,notes\nFlagGems,abs\n")
+    js = tmp_path / "b.json"
+    assert run_bs("--batch", tmp_path, "--json", js) == 0
+    op = json.loads(js.read_text())["ops"][0]
+    assert op["op"] == "abs" and op["status"] == "" and op["failure_reason"].startswith("no status: unreadable run.log")
+
+
 def test_batch_bad_csv_exit_2(tmp_path, capsys):
     (tmp_path / "ops_status.csv").write_text("name,value\nx,1\n")
     assert run_bs("--batch", tmp_path) == 2

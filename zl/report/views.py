@@ -182,8 +182,9 @@ def screen_result(root: Path) -> Dict:
         raise ReportInputError(f"{root}: no screen.tsv (is this an ab_rlc_test.sh root?)")
     with open(tsv, newline="", encoding="utf-8", errors="replace") as fh:
         rows = list(csv.DictReader(fh, delimiter="\t"))
-    if not rows or "verdict" not in rows[0]:
-        raise ReportInputError(f"{tsv}: no rows with a verdict column")
+    if not rows or not {"op", "verdict"} <= set(rows[0]):
+        raise ReportInputError(f"{tsv}: no rows with op and verdict columns")
+    rows = [{k: (v or "") for k, v in r.items() if k is not None} for r in rows]  # short rows
     ops = []
     for r in rows:
         dt = r.get("dtypes") or ""
@@ -252,6 +253,7 @@ def batch_result(batch: Path) -> Dict:
     need = {"repo", "op", "status"}
     if not rows or not need <= set(rows[0]):
         raise ReportInputError(f"{path}: expected columns {sorted(need)}, got {sorted(rows[0]) if rows else 'no rows'}")
+    rows = [{k: (v or "") for k, v in r.items() if k is not None} for r in rows]  # short rows
     ops = []
     for r in rows:
         od = (r.get("out_dir") or "").strip()
@@ -274,7 +276,7 @@ def batch_result(batch: Path) -> Dict:
              "median_speedup": median(speedups) if speedups else None, "failure_text": fail}
         ok = r["status"].strip().lower() in ("success", "ok", "passed")
         o["failure_reason"] = None if ok else (
-            f"{r['status']}: {(r.get('notes') or fail or 'rc ' + str(r.get('return_code', ''))).split(';')[0].strip()}")
+            f"{r['status'] or 'no status'}: {(r.get('notes') or fail or 'rc ' + str(r.get('return_code', ''))).split(';')[0].strip()}")
         ops.append(o)
     return {"mode": "batch", "label": batch.name, "root": str(batch), "ops": ops,
             "status_counts": _counts(o["status"] for o in ops), "failures": _group(ops),
