@@ -108,7 +108,9 @@ def test_ab_page(tmp_path, capsys):
     assert d["identities"]["before"]["timer"] == "cuda_graph" and d["demo"] is None
     assert len(d["paired"]) == 5
     p, text = assert_page(html, js, [shape_label(x) for x in d["paired"]])
-    assert "CPU DEMO" not in text and "Caliber" in text and "autotune_mode" in text
+    assert "CPU DEMO" not in text and "autotune_mode" in text
+    raw = html.read_text()
+    assert raw.index("Caliber (run_identity.json)") < raw.index("<svg"), "caliber is the page's header"
     assert sorted(x.name for x in png.iterdir()) == ["ab_speedup.png"]
     # bars are ordered by size inside a dtype: [64, 64] before [1048576] before [4096, 4096]
     i = [text.index(s) for s in ("[torch.Size([64, 64]), 1]", "[torch.Size([1048576])]",

@@ -123,7 +123,9 @@ def _identity_table(page: Page, identities: Dict[str, Dict[str, str]]) -> None:
         vals = [identities[n].get(k, "") for n in names]
         if any(vals):
             rows.append([k] + vals + (["differs"] if len(set(vals)) > 1 else [""]))
-    page.add("<h2>Caliber (run_identity.json)</h2>" + table(["field"] + names + [""], rows))
+    page.add("<h2>Caliber (run_identity.json)</h2>" + table(["field"] + names + [""], rows)
+             + '<div class="sub">the comparison tools refuse to pair runs whose caliber fields '
+               '(backend ... direct_repeat) differ; autotune_mode is record on side A, replay on B</div>')
 
 
 def page_ab(result: Dict) -> Page:
@@ -141,6 +143,7 @@ def page_ab(result: Dict) -> Page:
     page.add(f'<div class="sub">IR: {esc(result.get("ir_compare"))}; noise band: '
              + (f"{pct(band[0])} ~ {pct(band[1])} ({esc(result['noise_source'])})" if band else "unknown")
              + "</div>")
+    _identity_table(page, result.get("identities") or {})
     if result["paired"]:
         page.chart("ab_speedup", charts.speedup_bars(result["paired"], "speedup_pct", band,
                                                      "per-shape speedup, grouped by dtype, small to large"))
@@ -150,7 +153,6 @@ def page_ab(result: Dict) -> Page:
     rows += [[u["dtype"], shape_label(u), "", "", "", f"UNPAIRED: {u['reason']}"] for u in result["unpaired"]]
     page.add("<h2>Shapes</h2>" + table(["dtype", "shape", "before (ms)", "after (ms)", "speedup", "flags"],
                                         rows, sortable=True))
-    _identity_table(page, result.get("identities") or {})
     return page
 
 
@@ -174,6 +176,7 @@ def page_rounds(result: Dict) -> Page:
                 f"{result['min_attainable_p']:.3f}): verdicts need >= 4 rounds"
                 if result.get("min_attainable_p") is not None and not result.get("verdicts_possible") else "")
              + "</div>")
+    _identity_table(page, result.get("identities") or {})
     shapes = result.get("shapes") or []
     if shapes:
         page.chart("rounds_speedup", charts.speedup_bars(
@@ -198,7 +201,6 @@ def page_rounds(result: Dict) -> Page:
     if tel and tel.get("rows"):
         page.add("<h2>Telemetry</h2>")
         page.chart("telemetry", charts.telemetry(tel))
-    _identity_table(page, result.get("identities") or {})
     return page
 
 
