@@ -42,6 +42,10 @@ else PY=python3; fi
 [[ "$OP" =~ ^[A-Za-z0-9_]+$ ]] || { echo "demo.sh: OP must be a test function name (got: $OP)" >&2; exit 2; }
 [[ "$OP_FILE" =~ ^[A-Za-z0-9_]+$ ]] || { echo "demo.sh: OP_FILE must be a file stem (got: $OP_FILE)" >&2; exit 2; }
 
+for w in ${AFTER_ENV:-}; do
+  [[ "$w" =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || { echo "demo.sh: AFTER_ENV words must be NAME=VALUE (got: $w)" >&2; exit 2; }
+done
+
 FAKE="$ZL_ROOT/tests/fake_flaggems"
 if [[ -n "${FLAGGEMS_DIR:-}" ]]; then
   MODE=real
