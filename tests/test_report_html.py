@@ -190,6 +190,19 @@ def test_screen_page(tmp_path, capsys):
     assert 'class="sortable"' in html.read_text()
 
 
+def test_ab_inside_a_screen_root_takes_its_noise_band(tmp_path, capsys):
+    root = rf.screen_root(tmp_path / "screen")
+    js, html = tmp_path / "ab.json", tmp_path / "ab.html"
+    assert run_bs("--ab", root / "relu@float16_before", root / "relu@float16_after", "--json", js,
+                  "--html", html) == 0
+    d = json.loads(js.read_text())
+    sj = tmp_path / "s.json"
+    assert run_bs("--screen", root, "--json", sj) == 0
+    band = json.loads(sj.read_text())["noise_band_pct"]
+    assert band and d["noise_band_pct"] == band and "NO_IR_DIFF" in d["noise_source"]
+    assert "A/A noise band" in html.read_text()   # the chart's legend
+
+
 def test_screen_failures_grouped_by_reason(tmp_path, capsys):
     root = rf.screen_root(tmp_path / "screen")
     tsv = root / "screen.tsv"

@@ -120,9 +120,16 @@ def augment(result: Dict) -> Dict:
         result["ir_compare"] = ir
         s = result["summary"]
         # Identical TTGIR with pinned configs makes this pair an A/A: its range is the noise.
+        screen = dirs["before"].parent
+        screen_band = screen_result(screen)["noise_band_pct"] if (screen / "screen.tsv").is_file() else None
         if ir == "same" and s.get("paired"):
             result["noise_band_pct"] = [s["min_pct"], s["max_pct"]]
             result["noise_source"] = "identical TTGIR on both sides: this pair is an A/A, its range is the noise"
+        elif screen_band:
+            # A pair inside an ab_rlc_test.sh root: that session's NO_IR_DIFF operators ran
+            # the same code on both sides, so their range is the machine's noise floor.
+            result["noise_band_pct"] = screen_band
+            result["noise_source"] = f"range of the NO_IR_DIFF operators of the screen {screen}"
         else:
             result["noise_band_pct"] = None
             result["noise_source"] = None
