@@ -121,7 +121,10 @@ def augment(result: Dict) -> Dict:
         s = result["summary"]
         # Identical TTGIR with pinned configs makes this pair an A/A: its range is the noise.
         screen = dirs["before"].parent
-        screen_band = screen_result(screen)["noise_band_pct"] if (screen / "screen.tsv").is_file() else None
+        try:
+            screen_band = screen_result(screen)["noise_band_pct"] if (screen / "screen.tsv").is_file() else None
+        except ReportInputError:  # the pair itself is readable; only the band is unknown
+            screen_band = None
         if ir == "same" and s.get("paired"):
             result["noise_band_pct"] = [s["min_pct"], s["max_pct"]]
             result["noise_source"] = "identical TTGIR on both sides: this pair is an A/A, its range is the noise"
