@@ -13,6 +13,11 @@
         an N-round A/B laid out as ROOT/r<k>_<A|B>/run.log (ab_repeat.sh): per-shape
         medians over rounds, per-round delta range, sign stability, side spreads,
         Mann-Whitney verdicts (>= 4 rounds) and a geomean with a bootstrap 95% CI.
+    python batch_summary.py --screen ROOT | --batch DIR  [--json FILE] [--html FILE] [--png DIR]
+        a screen root (ab_rlc_test.sh's screen.tsv + cell run dirs) or a run_batch.py
+        batch (ops_status.csv) as one row per operator, failures grouped by reason.
+    --html FILE / --png DIR (with --ab, --ab-rounds, --screen, --batch): a self-contained
+        HTML page / the page's charts as PNGs (zl/report; needs matplotlib).
     python batch_summary.py --caliber RUN_DIR | --caliber-header
         the run's caliber fields as one TSV row (for screen.tsv and other tools).
     python batch_summary.py --cell-stats RUN_DIR
@@ -55,6 +60,7 @@ from zl.report.guard import (EXIT_CALIBER, EXIT_NO_REPORT, EXIT_OK, EXIT_USAGE, 
 from zl.report.rounds import report_ab_rounds
 from zl.runlog import caliber as cal
 from zl.runlog.parse import RunLogError, read_run_log
+from zl.report import views
 
 __all__ = ["main", "report_ab", "report_ab_rounds", "summarize", "cell_stats", "Refused",
            "BadInput", "NoReport", "SUMMARY_FIELDS"]
@@ -175,6 +181,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print success/failed/marker counts of one run as a TSV row")
     p.add_argument("--caliber-header", action="store_true",
                    help="print the caliber field names as one TSV row")
+    p.add_argument("--screen", type=Path, default=None, metavar="ROOT",
+                   help="an ab_rlc_test.sh root (screen.tsv) as a report (--json/--html/--png)")
+    p.add_argument("--batch", type=Path, default=None, metavar="DIR",
+                   help="a run_batch.py batch (ops_status.csv) as a report (--json/--html/--png)")
+    p.add_argument("--html", type=Path, default=None, metavar="FILE",
+                   help="write a self-contained HTML report (needs matplotlib)")
+    p.add_argument("--png", type=Path, default=None, metavar="DIR",
+                   help="write the report's charts as PNG files into DIR (needs matplotlib)")
     return p
 
 
@@ -202,10 +216,31 @@ def _run_mode(args) -> Dict:
         print(f"[batch-summary] {n} row(s) -> {path}")
         return {"mode": "batch", "batch": str(args.batch_dir), "csv": str(path),
                 "rows": summary_rows(args.batch_dir)}
+    if args.screen is not None:
+        return views.screen_result(args.screen)
+    if args.batch is not None:
+        return views.batch_result(args.batch)
     if args.ab:
         return report_ab(args.ab[0], args.ab[1], args.label, args.allow_caliber_mismatch)
     return report_ab_rounds(args.ab_rounds, args.label, args.allow_caliber_mismatch,
                             args.campaign)
+
+
+def _write_pages(args, result: Dict) -> int:
+    """--html/--png: a view of the same dict --json holds (augment() put the page's extras in).
+
+    Without matplotlib the report itself is still valid, so the --json already written stays.
+    """
+    if not (args.html or args.png):
+        return EXIT_OK
+    from zl.report import charts, html  # lazily: matplotlib only for --html/--png
+    try:
+        html.write_report(result, args.html, args.png)
+    except charts.MissingMatplotlib as exc:
+        print(f"!!! [batch-summary] {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"[batch-summary] report -> {args.html or ''} {args.png or ''}".rstrip())
+    return EXIT_OK
 
 
 def _write_json(path: Optional[Path], result: Dict) -> None:
@@ -231,10 +266,15 @@ def _failure_json(args, status: str, code: int, **fields) -> Dict:
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     modes = [bool(args.ab), args.ab_rounds is not None, args.caliber is not None,
-             args.caliber_header, args.batch_dir is not None, args.cell_stats is not None]
+             args.caliber_header, args.batch_dir is not None, args.cell_stats is not None,
+             args.screen is not None, args.batch is not None]
     if sum(modes) != 1:
-        print("batch_summary.py: give exactly one of BATCH_DIR, --ab, --ab-rounds, --caliber, "
-              "--caliber-header, --cell-stats (see --help)", file=sys.stderr)
+        print("batch_summary.py: give exactly one of BATCH_DIR, --ab, --ab-rounds, --screen, --batch, "
+              "--caliber, --caliber-header, --cell-stats (see --help)", file=sys.stderr)
+        return EXIT_USAGE
+    if (args.html or args.png) and not (args.ab or args.ab_rounds or args.screen or args.batch):
+        print("batch_summary.py: --html/--png go with --ab, --ab-rounds, --screen or --batch",
+              file=sys.stderr)
         return EXIT_USAGE
     try:
         check_json_target(args.json)
@@ -242,8 +282,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"!!! [batch-summary] {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        _write_json(args.json, _run_mode(args))
-        return EXIT_OK
+        result = _run_mode(args)
+        if args.ab or args.ab_rounds or args.screen or args.batch:
+            # What the page shows beyond the text report goes into the dict first, so
+            # --json holds every number on the page.
+            views.augment(result)
+        _write_json(args.json, result)
+        return _write_pages(args, result)
     except Refused as exc:
         _write_json_quietly(args.json, _failure_json(args, "refused", EXIT_CALIBER,
                                              caliber_problems=exc.problems))
@@ -252,7 +297,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"!!! [no report] {exc} (exit {EXIT_NO_REPORT})")
         _write_json_quietly(args.json, {**exc.result, "exit_code": EXIT_NO_REPORT, "message": str(exc)})
         return EXIT_NO_REPORT
-    except (BadInput, OSError) as exc:
+    except (BadInput, OSError, views.ReportInputError) as exc:
         print(f"!!! [batch-summary] {exc}", file=sys.stderr)
         _write_json_quietly(args.json, _failure_json(args, "error", EXIT_USAGE, message=str(exc)))
         return EXIT_USAGE

@@ -83,6 +83,23 @@ def write_text(path: PathLike, text: str) -> None:
         raise
 
 
+def write_bytes(path: PathLike, data: bytes) -> None:
+    """Binary twin of write_text (report PNGs)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
 def write_json(path: PathLike, obj: Any, **dump_kwargs: Any) -> None:
     """JSON with a trailing newline; defaults: indent=2, sorted keys, UTF-8 kept as is."""
     options = {"indent": 2, "sort_keys": True, "ensure_ascii": False}

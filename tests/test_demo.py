@@ -1,0 +1,99 @@
+"""demo.sh: with neither a GPU nor FlagGems, a record run, its replay, --ab and the HTML
+page, in Triton's interpreter against the bundled fake tree, well under 2 minutes."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.runner import FAKE_FLAGGEMS_DIR, REPO_ROOT, base_env
+from test_report_html import assert_page
+from zl.report.views import shape_label
+
+DEMO = REPO_ROOT / "demo.sh"
+
+
+def run_demo(tmp_path: Path, *args: str, timeout: float = 150, **env) -> subprocess.CompletedProcess:
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    # base_env points FLAGGEMS_DIR at the fake tree; the demo must find nothing there.
+    e = base_env(home, **{"FLAGGEMS_DIR": None, "TRITON_INTERPRET": None,
+                          "ZL_RUNS_ROOT": tmp_path / "runs", **env})
+    if "PYTHONPATH" not in env:
+        e["PYTHONPATH"] = ""   # the demo must set up its own import path
+    return subprocess.run(["bash", str(DEMO), *args], cwd=str(tmp_path), env=e,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_demo_end_to_end_on_cpu(tmp_path):
+    root = tmp_path / "demo"
+    t0 = time.monotonic()
+    proc = run_demo(tmp_path, DEMO_ROOT=root)
+    elapsed = time.monotonic() - t0
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    assert elapsed < 120, f"demo took {elapsed:.0f}s"
+    first = proc.stdout.splitlines()[:4]
+    assert any("CPU DEMO" in line for line in first) and "MEAN" in proc.stdout.split("[1/3]")[0]
+    for side in ("before", "after"):
+        ident = json.loads((root / side / "run_identity.json").read_text())
+        assert ident["demo"] == "cpu-interpreter" and ident["op"] == "softmax"
+    assert json.loads((root / "after" / "run_identity.json").read_text())["autotune_mode"] == "replay"
+    d = json.loads((root / "report.json").read_text())
+    assert d["demo"] == "cpu-interpreter" and d["summary"]["paired"] >= 2 and d["caliber_problems"] == []
+    p, text = assert_page(root / "report.html", root / "report.json", [shape_label(x) for x in d["paired"]])
+    assert "CPU DEMO" in text and "numbers mean nothing" in text
+
+
+def test_help_starts_nothing(tmp_path):
+    proc = run_demo(tmp_path, "--help", timeout=30)
+    assert proc.returncode == 0 and "CPU demo" in proc.stdout and "FLAGGEMS_DIR" in proc.stdout
+    assert not (tmp_path / "runs").exists()
+
+
+def test_bad_argument_exit_2(tmp_path):
+    proc = run_demo(tmp_path, "softmax", timeout=30)
+    assert proc.returncode == 2 and "no arguments besides --help" in proc.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_flaggems_dir_without_a_device_exit_3(tmp_path):
+    probe = subprocess.run(["python3", "-c", "from zl.backends import get_backend; "
+                            "print(get_backend('cuda').probe_device_count())"],
+                           cwd=str(REPO_ROOT), capture_output=True, text=True, timeout=120)
+    if probe.stdout.strip() not in ("", "0"):
+        pytest.skip("this machine has a device: demo.sh would do the real job")
+    proc = run_demo(tmp_path, timeout=120, FLAGGEMS_DIR=tmp_path / "FlagGems")
+    assert proc.returncode == 3 and "sees no device" in proc.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_real_mode_with_a_device_and_flaggems_dir(tmp_path):
+    """FLAGGEMS_DIR set and a device visible: the real job, no demo marking. The device is
+    a stub nvidia-smi and the checkout the fake tree, run in the interpreter."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'GPU 0: Stub H200 (UUID: GPU-0)'\n")
+    smi.chmod(0o755)
+    root = tmp_path / "real"
+    proc = run_demo(tmp_path, FLAGGEMS_DIR=FAKE_FLAGGEMS_DIR, TRITON_INTERPRET=1, DEMO_ROOT=root,
+                    SHAPE_FILE="upstream", AFTER_ENV="MY_SWITCH=1",
+                    PYTHONPATH=f"{REPO_ROOT}{os.pathsep}{FAKE_FLAGGEMS_DIR / 'src'}",
+                    PATH=f"{bin_dir}:{os.environ['PATH']}")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    assert "CPU DEMO" not in out and "real run of softmax" in out
+    assert "demo" not in json.loads((root / "before" / "run_identity.json").read_text())
+    d = json.loads((root / "report.json").read_text())
+    assert d["demo"] is None and d["summary"]["paired"] >= 2
+    assert 'id="demo-banner"' not in (root / "report.html").read_text()
+
+
+def test_after_env_must_be_assignments(tmp_path):
+    proc = run_demo(tmp_path, timeout=30, AFTER_ENV="rm")
+    assert proc.returncode == 2 and "NAME=VALUE" in proc.stderr

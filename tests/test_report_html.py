@@ -1,0 +1,328 @@
+"""batch_summary.py --html / --png: one self-contained page per result type, built from
+committed real H200 logs (tests/harness/report_fixtures.py).
+
+Each page must parse, name every shape it reports, carry a chart, fetch nothing from a
+URL, and show only numbers that are also in --json (the page is a view of that dict).
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+import batch_summary as bs
+from harness import report_fixtures as rf
+from zl.report.views import shape_label
+
+NUM_RE = re.compile(r"[-+]?\d+\.\d+")
+
+
+class PageParser(HTMLParser):
+    """Text outside <svg>/<script>/<style>, every src/href, and tag counts."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.text, self.links, self.tags, self.svg_text = [], [], {}, []
+        self._skip = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags[tag] = self.tags.get(tag, 0) + 1
+        for k, v in attrs:
+            if k in ("src", "href", "xlink:href", "action", "data") and v:
+                self.links.append(v)
+        if tag in ("svg", "script", "style"):
+            self._skip.append(tag)
+
+    def handle_endtag(self, tag):
+        if self._skip and self._skip[-1] == tag:
+            self._skip.pop()
+
+    def handle_data(self, data):
+        (self.svg_text if self._skip else self.text).append(data)
+
+
+def parse_page(path: Path) -> PageParser:
+    p = PageParser()
+    p.feed(path.read_text(encoding="utf-8"))
+    p.close()
+    return p
+
+
+def _json_values(obj, nums, strs):
+    if isinstance(obj, bool):
+        return
+    if isinstance(obj, (int, float)):
+        nums.append(float(obj))
+    elif isinstance(obj, str):
+        strs.append(obj)
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            strs.append(str(k))
+            _json_values(v, nums, strs)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            _json_values(v, nums, strs)
+
+
+def assert_page(html: Path, js: Path, names=()):
+    p = parse_page(html)
+    text = " ".join(p.text)
+    raw = html.read_text(encoding="utf-8")
+    assert p.tags.get("svg", 0) >= 1, "no chart on the page"
+    assert not [u for u in p.links if re.match(r"(?i)\s*(https?:)?//", u)], p.links
+    assert not re.search(r"(?i)url\(\s*['\"]?(https?:)?//", raw) and "@import" not in raw
+    assert "<link" not in raw and "<img src=\"http" not in raw
+    for name in names:
+        assert name in text, f"page does not name {name!r}"
+    # Every decimal number shown outside the charts is a --json number (rounded as shown)
+    # or part of a --json string (paths, versions).
+    nums, strs = [], []
+    _json_values(json.loads(js.read_text()), nums, strs)
+    joined = "\n".join(strs)
+    for tok in set(NUM_RE.findall(text)):
+        if tok.lstrip("+-") in joined:
+            continue
+        places = len(tok.split(".")[1])
+        v = float(tok)
+        assert any(math.isclose(round(n, places), v, abs_tol=0.6 * 10 ** -places) for n in nums), \
+            f"{tok} is on the page but in no --json value"
+    return p, text
+
+
+def run_bs(*argv) -> int:
+    return bs.main([str(a) for a in argv])
+
+
+def test_ab_page(tmp_path, capsys):
+    runs = rf.ab_pair(tmp_path / "ab")
+    html, js, png = tmp_path / "ab.html", tmp_path / "ab.json", tmp_path / "png"
+    assert run_bs("--ab", runs["before"], runs["after"], "--json", js, "--html", html, "--png", png) == 0
+    d = json.loads(js.read_text())
+    assert d["identities"]["before"]["timer"] == "cuda_graph" and d["demo"] is None
+    assert len(d["paired"]) == 5
+    p, text = assert_page(html, js, [shape_label(x) for x in d["paired"]])
+    assert "CPU DEMO" not in text and "autotune_mode" in text
+    raw = html.read_text()
+    assert raw.index("Caliber (run_identity.json)") < raw.index("<svg"), "caliber is the page's header"
+    assert sorted(x.name for x in png.iterdir()) == ["ab_speedup.png"]
+    # bars are ordered by size inside a dtype: [64, 64] before [1048576] before [4096, 4096]
+    i = [text.index(s) for s in ("[torch.Size([64, 64]), 1]", "[torch.Size([1048576])]",
+                                  "[torch.Size([4096, 4096]), 1]")]
+    assert i == sorted(i)
+
+
+def test_ab_page_caliber_warning_red_at_top_and_mismatch_flag(tmp_path, capsys):
+    runs = rf.ab_pair(tmp_path / "ab", timer="direct")
+    log = (runs["after"] / "run.log").read_text()
+    # drop side B's first shape row: a result present on one side only
+    row = next(line for line in log.splitlines() if "torch.Size([64, 64])" in line and line.startswith("SUCCESS"))
+    (runs["after"] / "run.log").write_text(log.replace(row + "\n", ""))
+    html, js = tmp_path / "ab.html", tmp_path / "ab.json"
+    assert run_bs("--ab", runs["before"], runs["after"], "--html", html, "--json", js) == 4
+    assert not html.exists(), "a refused comparison must not produce a page"
+    assert run_bs("--ab", runs["before"], runs["after"], "--html", html, "--json", js,
+                  "--allow-caliber-mismatch") == 0
+    raw = html.read_text()
+    warn = raw.index('<div class="warn">[caliber] timer differs')
+    assert warn < raw.index("<svg") and warn < raw.index("<h2>")
+    assert "result mismatch: torch.float16 [torch.Size([64, 64]), 1]: only in before" in raw
+    d = json.loads(js.read_text())
+    assert any("timer differs" in x for x in d["caliber_problems"])
+    assert_page(html, js, [shape_label(x) for x in d["paired"]])
+
+
+def test_rounds_page(tmp_path, capsys):
+    root = rf.rounds_root(tmp_path / "rounds")
+    html, js, png = tmp_path / "r.html", tmp_path / "r.json", tmp_path / "png"
+    assert run_bs("--ab-rounds", root, "--label", "softmax", "--json", js, "--html", html, "--png", png) == 0
+    d = json.loads(js.read_text())
+    assert d["rounds"] == 4 and len(d["shapes"]) == 5
+    assert d["noise_band_pct"] == [-d["median_side_noise_pct"], d["median_side_noise_pct"]]
+    # ab_repeat.sh's layout: the campaign's telemetry.tsv is one level above the op's root
+    assert len(d["telemetry"]["rows"]) == 109
+    assert d["telemetry"]["path"] == str(root.parent / "telemetry.tsv")
+    p, text = assert_page(html, js, [shape_label(x) for x in d["shapes"]])
+    unstable = [s for s in d["shapes"] if not s["sign_stable"]]
+    assert unstable and all(s["flags"] == ["unstable sign"] for s in unstable)
+    assert "unstable sign" in text and "95% CI" in text and "slower" in text
+    assert p.tags["svg"] >= 3   # speedup bars, latency per round, telemetry
+    assert sorted(x.name for x in png.iterdir()) == ["rounds_latency.png", "rounds_speedup.png", "telemetry.png"]
+
+
+@pytest.mark.parametrize("layout", ["no_telemetry", "parent_not_a_campaign"])
+def test_rounds_page_without_telemetry_has_no_telemetry_chart(tmp_path, capsys, layout):
+    root = rf.rounds_root(tmp_path / "rounds", telemetry=layout != "no_telemetry")
+    if layout == "parent_not_a_campaign":
+        (root.parent / "status.tsv").unlink()   # a telemetry.tsv of something else
+    html, js = tmp_path / "r.html", tmp_path / "r.json"
+    assert run_bs("--ab-rounds", root, "--json", js, "--html", html) == 0
+    assert json.loads(js.read_text())["telemetry"] is None
+    assert "chart-telemetry" not in html.read_text()
+
+
+def test_rounds_telemetry_in_the_root_itself(tmp_path, capsys):
+    root = rf.rounds_root(tmp_path / "rounds", telemetry=False)
+    (tmp_path / "rounds" / "status.tsv").unlink()
+    shutil.copy(rf.AB_H200 / "round9" / "telemetry.tsv", root / "telemetry.tsv")
+    js = tmp_path / "r.json"
+    assert run_bs("--ab-rounds", root, "--json", js) == 0
+    assert json.loads(js.read_text())["telemetry"]["path"] == str(root / "telemetry.tsv")
+
+
+def test_screen_page(tmp_path, capsys):
+    root = rf.screen_root(tmp_path / "screen")
+    html, js = tmp_path / "s.html", tmp_path / "s.json"
+    assert run_bs("--screen", root, "--json", js, "--html", html) == 0
+    d = json.loads(js.read_text())
+    by = {o["op"]: o for o in d["ops"]}
+    assert by["softmax"]["paired"] == 5 and by["relu"]["paired"] == 5
+    assert by["abs"]["note"] == "run directories not found"
+    # softmax is NO_IR_DIFF: its range is the noise band
+    assert d["noise_band_pct"] == [by["softmax"]["min_pct"], by["softmax"]["max_pct"]]
+    p, text = assert_page(html, js, ["softmax", "relu", "abs", "IR_CHANGED", "NO_IR_DIFF"])
+    assert 'class="sortable"' in html.read_text()
+
+
+def test_ab_inside_a_screen_root_takes_its_noise_band(tmp_path, capsys):
+    root = rf.screen_root(tmp_path / "screen")
+    js, html = tmp_path / "ab.json", tmp_path / "ab.html"
+    assert run_bs("--ab", root / "relu@float16_before", root / "relu@float16_after", "--json", js,
+                  "--html", html) == 0
+    d = json.loads(js.read_text())
+    sj = tmp_path / "s.json"
+    assert run_bs("--screen", root, "--json", sj) == 0
+    band = json.loads(sj.read_text())["noise_band_pct"]
+    assert band and d["noise_band_pct"] == band and "NO_IR_DIFF" in d["noise_source"]
+    assert "A/A noise band" in html.read_text()   # the chart's legend
+
+
+def test_screen_failures_grouped_by_reason(tmp_path, capsys):
+    root = rf.screen_root(tmp_path / "screen")
+    tsv = root / "screen.tsv"
+    lines = tsv.read_text().splitlines()
+    # relu timed out on side B, abs measured nothing: two groups
+    lines[2] = lines[2].replace("\t0\t0\tIR_CHANGED", "\t0\t124\tIR_CHANGED")
+    lines[3] = lines[3].replace("\t0\t0\tIR_CHANGED", "\t0\t1\tNO_ROWS")
+    tsv.write_text("\n".join(lines) + "\n")
+    html, js = tmp_path / "s.html", tmp_path / "s.json"
+    assert run_bs("--screen", root, "--json", js, "--html", html) == 0
+    d = json.loads(js.read_text())
+    assert {g["reason"]: g["ops"] for g in d["failures"]} == {
+        "CELL_TIMEOUT": ["relu@float16"], "NO_ROWS (rc 0/1)": ["abs@float16"]}
+    text = " ".join(parse_page(html).text)
+    assert "CELL_TIMEOUT" in text and "NO_ROWS (rc 0/1)" in text
+
+
+def test_batch_page(tmp_path, capsys):
+    root = rf.batch_dir(tmp_path / "batch")
+    html, js, png = tmp_path / "b.html", tmp_path / "b.json", tmp_path / "png"
+    assert run_bs("--batch", root, "--json", js, "--html", html, "--png", png) == 0
+    d = json.loads(js.read_text())
+    by = {o["op"]: o for o in d["ops"]}
+    # median of the log's nine Gems Speedup values (1.609 ... 13.270)
+    assert by["softmax_folded"]["median_speedup"] == pytest.approx(2.372)
+    assert [g["ops"] for g in d["failures"]] == [["gelu_backward_cudagraph"]]
+    assert "CUDA error" in d["failures"][0]["reason"]
+    assert_page(html, js, list(by))
+    assert (png / "batch_hist.png").stat().st_size > 1000
+
+
+def test_demo_identity_puts_the_banner_first(tmp_path, capsys):
+    runs = rf.ab_pair(tmp_path / "ab")
+    for side in runs.values():
+        ident = json.loads((side / "run_identity.json").read_text())
+        (side / "run_identity.json").write_text(json.dumps({**ident, "demo": "cpu-interpreter"}))
+    html, js = tmp_path / "ab.html", tmp_path / "ab.json"
+    assert run_bs("--ab", runs["before"], runs["after"], "--json", js, "--html", html) == 0
+    assert json.loads(js.read_text())["demo"] == "cpu-interpreter"
+    raw = html.read_text()
+    assert raw.index('id="demo-banner"') < raw.index("<svg")
+    assert "numbers mean nothing" in raw
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--html", "x.html", "somedir"], "--html/--png go with"),
+    (["--screen", "."], "no screen.tsv"),
+])
+def test_bad_input_exit_2(tmp_path, capsys, argv, msg):
+    assert run_bs(*argv) == 2
+    assert msg in capsys.readouterr().err
+
+
+def test_screen_without_verdict_column_exit_2(tmp_path, capsys):
+    (tmp_path / "screen.tsv").write_text("op\trows\nsoftmax\t5\n")
+    assert run_bs("--screen", tmp_path) == 2
+    assert "no rows with op and verdict columns" in capsys.readouterr().err
+
+
+def test_batch_short_row_is_a_row_not_a_traceback(tmp_path, capsys):
+    (tmp_path / "ops_status.csv").write_text("repo,op,status,notes\nFlagGems,abs\n")
+    js = tmp_path / "b.json"
+    assert run_bs("--batch", tmp_path, "--json", js) == 0
+    op = json.loads(js.read_text())["ops"][0]
+    assert op["op"] == "abs" and op["status"] == "" and op["failure_reason"].startswith("no status: unreadable run.log")
+
+
+def test_batch_bad_csv_exit_2(tmp_path, capsys):
+    (tmp_path / "ops_status.csv").write_text("name,value\nx,1\n")
+    assert run_bs("--batch", tmp_path) == 2
+    assert "expected columns" in capsys.readouterr().err
+
+
+def test_missing_matplotlib_exit_2_with_pip_command(tmp_path, capsys, monkeypatch):
+    runs = rf.ab_pair(tmp_path / "ab")
+    monkeypatch.setitem(sys.modules, "matplotlib", None)   # import matplotlib -> ImportError
+    js = tmp_path / "ab.json"
+    assert run_bs("--ab", runs["before"], runs["after"], "--json", js, "--html", tmp_path / "x.html") == 2
+    assert "pip install matplotlib" in capsys.readouterr().err
+    assert js.is_file() and not (tmp_path / "x.html").exists()
+
+
+# ---------------------------------------------------------------- headless Chromium
+
+CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")
+                 if shutil.which(n)), None)
+
+
+def screenshot(html: Path, png: Path, height: int = 1400) -> None:
+    proc = subprocess.run([CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu",
+                           "--hide-scrollbars", f"--window-size=1200,{height}",
+                           f"--screenshot={png}", html.resolve().as_uri()],
+                          capture_output=True, text=True, timeout=120)
+    assert png.is_file(), proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("kind", ["ab", "ab-rounds", "screen", "batch"])
+def test_chromium_renders_each_page(tmp_path, capsys, kind):
+    if CHROMIUM is None:
+        reason = ("headless Chromium not installed (Debian: apt-get install -y chromium); "
+                  "the page render smoke test did not run")
+        print(f"\nSKIPPED test_chromium_renders_each_page[{kind}]: {reason}", file=sys.__stderr__)
+        pytest.skip(reason)
+    import matplotlib.image as mpimg
+    import numpy as np
+
+    html = tmp_path / "page.html"
+    if kind == "ab":
+        runs = rf.ab_pair(tmp_path / "d")
+        argv = ["--ab", runs["before"], runs["after"]]
+    elif kind == "ab-rounds":
+        argv = ["--ab-rounds", rf.rounds_root(tmp_path / "d")]
+    elif kind == "screen":
+        argv = ["--screen", rf.screen_root(tmp_path / "d")]
+    else:
+        argv = ["--batch", rf.batch_dir(tmp_path / "d")]
+    assert run_bs(*argv, "--html", html) == 0
+    png = tmp_path / "page.png"
+    screenshot(html, png)
+    img = mpimg.imread(str(png))[..., :3]
+    non_white = (img < 0.95).any(axis=2).mean()
+    assert non_white > 0.02, f"rendered page is blank ({non_white:.4f} non-white)"
+    assert float(np.std(img)) > 0.05

@@ -1,0 +1,279 @@
+"""One self-contained HTML page (inline CSS, inline SVG charts, a few lines of inline JS
+for table sorting; no URL is fetched) for an --ab, --ab-rounds, --screen or --batch
+result dict. The page only formats numbers already in that dict (views.py), so
+`--json` holds every number it shows.
+
+    write_report(result, html_path=None, png_dir=None)
+"""
+
+from __future__ import annotations
+
+import html as _h
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from zl import atomic
+from zl.report import charts
+from zl.report.views import IDENTITY_SHOWN, shape_label
+
+DEMO_TEXT = ("CPU DEMO: these runs ran in Triton's interpreter on the CPU against the bundled "
+             "FlagGems-shaped test tree. The numbers mean nothing about any GPU or kernel; the page "
+             "only shows what a real report looks like.")
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1100px;color:#222;padding:0 16px}
+h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd}
+.sub{color:#666;font-size:12px;word-break:break-all}
+.demo{background:#ffe8a3;border:3px solid #e0a800;padding:12px 16px;font-weight:700;font-size:16px;margin:12px 0}
+.warn{background:#fdecea;border-left:5px solid #c0392b;color:#a01d11;padding:8px 12px;margin:8px 0}
+.flag{background:#f4ecf7;border-left:5px solid #8e44ad;padding:6px 12px;margin:6px 0}
+.ok{background:#eaf7ef;border-left:5px solid #2a9d5c;padding:6px 12px;margin:6px 0}
+table{border-collapse:collapse;margin:8px 0;font-size:13px} th,td{border:1px solid #ddd;padding:3px 8px;text-align:left}
+th{background:#f3f3f3} table.sortable th{cursor:pointer} td.num{text-align:right;font-variant-numeric:tabular-nums}
+.up{color:#1e7b45} .down{color:#b03020} .chart svg{max-width:100%;height:auto}
+.kpi{display:inline-block;margin:4px 18px 4px 0} .kpi b{font-size:18px}
+"""
+
+SORT_JS = """
+document.querySelectorAll('table.sortable th').forEach(function(th){th.addEventListener('click',function(){
+var t=th.closest('table'),b=t.tBodies[0],i=Array.prototype.indexOf.call(th.parentNode.children,th),
+d=th.dataset.dir==='a'?'d':'a';th.dataset.dir=d;var rows=Array.prototype.slice.call(b.rows);
+rows.sort(function(x,y){var p=x.cells[i].dataset.v||x.cells[i].textContent,q=y.cells[i].dataset.v||y.cells[i].textContent,
+m=parseFloat(p),n=parseFloat(q),r=(!isNaN(m)&&!isNaN(n))?m-n:p.localeCompare(q);return d==='a'?r:-r;});
+rows.forEach(function(r){b.appendChild(r);});});});
+"""
+
+
+def esc(x) -> str:
+    return _h.escape("" if x is None else str(x))
+
+
+def pct(v: Optional[float], signed: bool = True) -> str:
+    if v is None:
+        return "n/a"
+    return f"{v:+.2f}%" if signed else f"{v:.2f}%"
+
+
+def _cls(v: Optional[float]) -> str:
+    return "" if v is None or v == 0 else ("up" if v > 0 else "down")
+
+
+def table(headers: Sequence[str], rows: List[List], sortable: bool = False) -> str:
+    """rows: cells are text, or (text, sort_value, css_class)."""
+    cls = ' class="sortable"' if sortable else ""
+    out = [f"<table{cls}><thead><tr>"
+           + "".join(f"<th>{esc(h)}</th>" for h in headers) + "</tr></thead><tbody>"]
+    for r in rows:
+        cells = []
+        for c in r:
+            if isinstance(c, tuple):
+                text, val, css = (list(c) + [None, None])[:3]
+                attr = f' data-v="{esc(val)}"' if val is not None else ""
+                cells.append(f"<td class=\"num {css or ''}\"{attr}>{esc(text)}</td>")
+            else:
+                cells.append(f"<td>{esc(c)}</td>")
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _numcell(v: Optional[float], signed: bool = True):
+    return (pct(v, signed), "" if v is None else f"{v:.6g}", _cls(v) if signed else "")
+
+
+class Page:
+    """Sections collected in order; charts kept for --png."""
+
+    def __init__(self, title: str, sub: str):
+        self.title, self.sub = title, sub
+        self.parts: List[str] = []
+        self.figures: Dict[str, object] = {}
+
+    def add(self, text: str) -> None:
+        self.parts.append(text)
+
+    def chart(self, name: str, fig) -> None:
+        self.figures[name] = fig
+        self.parts.append(f'<div class="chart" id="chart-{esc(name)}">{charts.to_svg(fig)}</div>')
+
+    def render(self) -> str:
+        return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+                f"<title>{esc(self.title)}</title><style>{CSS}</style></head><body>"
+                f"<h1>{esc(self.title)}</h1><div class=\"sub\">{esc(self.sub)}</div>"
+                + "\n".join(self.parts) + f"<script>{SORT_JS}</script></body></html>\n")
+
+
+def _top(page: Page, result: Dict) -> None:
+    if result.get("demo"):
+        page.add(f'<div class="demo" id="demo-banner">{esc(DEMO_TEXT)} (run identity: demo={esc(result["demo"])})</div>')
+    for p in result.get("caliber_problems") or []:
+        page.add(f'<div class="warn">[caliber] {esc(p)}</div>')
+    for h in result.get("caliber_hazards") or []:
+        page.add(f'<div class="warn">[caliber hazard] {esc(h)}</div>')
+    for f in result.get("flags") or []:
+        page.add(f'<div class="flag">{esc(f)}</div>')
+
+
+def _identity_table(page: Page, identities: Dict[str, Dict[str, str]]) -> None:
+    names = list(identities)
+    if not names:
+        return
+    rows = []
+    for k in IDENTITY_SHOWN:
+        vals = [identities[n].get(k, "") for n in names]
+        if any(vals):
+            rows.append([k] + vals + (["differs"] if len(set(vals)) > 1 else [""]))
+    page.add("<h2>Caliber (run_identity.json)</h2>" + table(["field"] + names + [""], rows)
+             + '<div class="sub">the comparison tools refuse to pair runs whose caliber fields '
+               '(backend ... direct_repeat) differ; autotune_mode is record on side A, replay on B</div>')
+
+
+def page_ab(result: Dict) -> Page:
+    s = result["summary"]
+    page = Page(f"A/B {result['label']}", f"before {result['before']}  after {result['after']}")
+    _top(page, result)
+    page.add("<div>" + "".join(
+        f'<span class="kpi">{esc(k)} <b class="{_cls(v)}">{esc(pct(v))}</b></span>'
+        for k, v in (("geomean", s["geomean_pct"]), ("median", s["median_pct"]),
+                     ("min", s["min_pct"]), ("max", s["max_pct"])))
+        + f'<span class="kpi">paired <b>{s["paired"]}</b></span><span class="kpi">unpaired <b>{s["unpaired"]}</b></span></div>')
+    if not s["complete"]:
+        page.add('<div class="warn">INCOMPLETE: not every shape paired on both sides (see the flags above)</div>')
+    band = result.get("noise_band_pct")
+    page.add(f'<div class="sub">IR: {esc(result.get("ir_compare"))}; noise band: '
+             + (f"{pct(band[0])} ~ {pct(band[1])} ({esc(result['noise_source'])})" if band else "unknown")
+             + "</div>")
+    _identity_table(page, result.get("identities") or {})
+    if result["paired"]:
+        page.chart("ab_speedup", charts.speedup_bars(result["paired"], "speedup_pct", band,
+                                                     "per-shape speedup, grouped by dtype, small to large"))
+    rows = [[p["dtype"], shape_label(p), (f"{p['before_lat']:.6f}", p["before_lat"]),
+             (f"{p['after_lat']:.6f}", p["after_lat"]), _numcell(p["speedup_pct"]),
+             ", ".join(p.get("flags") or [])] for p in charts.ordered(result["paired"])]
+    rows += [[u["dtype"], shape_label(u), "", "", "", f"UNPAIRED: {u['reason']}"] for u in result["unpaired"]]
+    page.add("<h2>Shapes</h2>" + table(["dtype", "shape", "before (ms)", "after (ms)", "speedup", "flags"],
+                                        rows, sortable=True))
+    return page
+
+
+def page_rounds(result: Dict) -> Page:
+    page = Page(f"Multi-round A/B {result['label']}", f"root {result['root']}")
+    _top(page, result)
+    if result.get("status") != "ok":
+        page.add(f'<div class="warn">no per-shape result: {esc(result.get("status"))} '
+                 f'({result.get("rounds")} complete round(s))</div>')
+    ci = result.get("geomean_ci95_pct")
+    page.add("<div>" + f'<span class="kpi">geomean <b class="{_cls(result.get("geomean_speedup_pct"))}">'
+             f'{esc(pct(result.get("geomean_speedup_pct")))}</b>'
+             + (f' 95% CI [{esc(pct(ci[0]))}, {esc(pct(ci[1]))}]' if ci else "") + "</span>"
+             f'<span class="kpi">median <b>{esc(pct(result.get("median_speedup_pct")))}</b></span>'
+             f'<span class="kpi">rounds <b>{result.get("rounds")}</b></span>'
+             f'<span class="kpi">median side noise <b>{esc(pct(result.get("median_side_noise_pct"), False))}</b></span>'
+             f'<span class="kpi">sign-unstable <b>{result.get("sign_unstable", 0)}</b></span></div>')
+    counts = result.get("verdict_counts") or {}
+    page.add('<div class="sub">verdicts: ' + esc(", ".join(f"{k}={v}" for k, v in counts.items()))
+             + (f"; {result['rounds']} rounds cannot reach alpha 0.05 (smallest p "
+                f"{result['min_attainable_p']:.3f}): verdicts need >= 4 rounds"
+                if result.get("min_attainable_p") is not None and not result.get("verdicts_possible") else "")
+             + "</div>")
+    _identity_table(page, result.get("identities") or {})
+    shapes = result.get("shapes") or []
+    if shapes:
+        page.chart("rounds_speedup", charts.speedup_bars(
+            shapes, "speedup_pct", result.get("noise_band_pct"),
+            "per-shape median speedup with the per-round range", err=("delta_min", "delta_max")))
+        page.add("<h2>Latency per round (drift is visible here)</h2>")
+        page.chart("rounds_latency", charts.rounds_latency(shapes, result["round_numbers"]))
+        rows = [[s["dtype"], shape_label(s), _numcell(s["speedup_pct"]), _numcell(s["delta_min"]),
+                 _numcell(s["delta_max"]), (f"{s['a_median']:.6f}", s["a_median"]),
+                 (f"{s['b_median']:.6f}", s["b_median"]), _numcell(s["a_spread_pct"], False),
+                 _numcell(s["b_spread_pct"], False), s["verdict"],
+                 ("n/a" if s["p_value"] is None else f"{s['p_value']:.3f}", s["p_value"]),
+                 ", ".join(s.get("flags") or [])] for s in charts.ordered(shapes)]
+        page.add("<h2>Shapes</h2>" + table(
+            ["dtype", "shape", "median speedup", "round min", "round max", "A median (ms)",
+             "B median (ms)", "A noise", "B noise", "verdict", "p", "flags"], rows, sortable=True))
+    pr = result.get("per_round_median_pct") or []
+    if pr:
+        page.add("<h2>Per-round median speedup</h2>" + table(
+            ["round"] + [str(k) for k in result["round_numbers"]], [["median"] + [_numcell(x) for x in pr]]))
+    tel = result.get("telemetry")
+    if tel and tel.get("rows"):
+        page.add("<h2>Telemetry</h2>")
+        page.chart("telemetry", charts.telemetry(tel))
+    return page
+
+
+def _failures(page: Page, result: Dict) -> None:
+    page.add("<h2>Failures by reason</h2>")
+    if not result["failures"]:
+        page.add('<div class="ok">none</div>')
+        return
+    page.add(table(["reason", "count", "operators"],
+                   [[g["reason"], (str(len(g["ops"])), len(g["ops"])), ", ".join(g["ops"])]
+                    for g in result["failures"]]))
+
+
+def page_screen(result: Dict) -> Page:
+    page = Page(f"Screen {result['label']}", f"root {result['root']}")
+    _top(page, result)
+    if result.get("calibers_differ"):
+        page.add('<div class="warn">[caliber] the operators were not all measured under one caliber '
+                 '(see the caliber columns of screen.tsv)</div>')
+    for o in result["ops"]:
+        for p in o.get("caliber_problems") or []:
+            page.add(f'<div class="warn">[caliber] {esc(o["cell"])}: {esc(p)}</div>')
+    page.add('<div class="sub">verdicts: ' + esc(", ".join(f"{k}={v}" for k, v in result["verdict_counts"].items()))
+             + "</div>")
+    band = result.get("noise_band_pct")
+    if result["median_speedups_pct"]:
+        page.chart("screen_hist", charts.histogram(
+            result["median_speedups_pct"], "median speedup % per operator (before/after - 1)",
+            "median speedup per operator", band))
+    rows = [[o["op"], o["dtypes"], o["verdict"], (o["rows_before"], o["rows_before"]),
+             (o["rows_after"], o["rows_after"]), _numcell(o.get("median_pct")), _numcell(o.get("min_pct")),
+             _numcell(o.get("max_pct")), o.get("note") or o.get("failure_text") or ""] for o in result["ops"]]
+    page.add("<h2>Operators</h2>" + table(["op", "dtypes", "verdict", "rows before", "rows after",
+                                            "median speedup", "min", "max", "notes"], rows, sortable=True))
+    if band:
+        page.add(f'<div class="sub">noise band {pct(band[0])} ~ {pct(band[1])}: {esc(result["noise_source"])}</div>')
+    _failures(page, result)
+    return page
+
+
+def page_batch(result: Dict) -> Page:
+    page = Page(f"Batch {result['label']}", f"batch {result['root']}")
+    _top(page, result)
+    page.add('<div class="sub">status: ' + esc(", ".join(f"{k}={v}" for k, v in result["status_counts"].items()))
+             + "</div>")
+    if result["median_speedups"]:
+        page.chart("batch_hist", charts.histogram(
+            result["median_speedups"], "median Gems Speedup per operator (torch latency / gems latency, x)",
+            "upstream speedup vs torch per operator", zero=1.0))
+    rows = []
+    for o in result["ops"]:
+        ms = o["median_speedup"]
+        rows.append([o["repo"], o["op"], o["status"], (o["return_code"], o["return_code"]),
+                     ("" if o["rows_success"] is None else f"{o['rows_success']:g}", o["rows_success"]),
+                     ("" if o["rows_total"] is None else f"{o['rows_total']:g}", o["rows_total"]),
+                     ("n/a" if ms is None else f"{ms:.3f}x", ms, "" if ms is None else ("up" if ms > 1 else "down")),
+                     ("" if o["elapsed_ms"] is None else f"{o['elapsed_ms']:g}", o["elapsed_ms"]),
+                     o["backend"], o["timer"], o["notes"] or o["failure_text"]])
+    page.add("<h2>Operators</h2>" + table(["repo", "op", "status", "rc", "rows ok", "rows", "median speedup",
+                                            "elapsed (ms)", "backend", "timer", "notes"], rows, sortable=True))
+    _failures(page, result)
+    return page
+
+
+PAGES = {"ab": page_ab, "ab-rounds": page_rounds, "screen": page_screen, "batch": page_batch}
+
+
+def write_report(result: Dict, html_path: Optional[Path] = None, png_dir: Optional[Path] = None) -> Page:
+    """Render the page for result['mode']; write the HTML and/or each chart as <png_dir>/<name>.png."""
+    page = PAGES[result["mode"]](result)
+    if html_path is not None:
+        atomic.write_text(html_path, page.render())
+    if png_dir is not None:
+        for name, fig in page.figures.items():
+            charts.save_png(fig, Path(png_dir) / f"{name}.png")
+    return page
