@@ -65,31 +65,15 @@ def stale_temps(path: PathLike, older_than: Optional[float] = None) -> List[Path
     return sorted(found)
 
 
-def write_text(path: PathLike, text: str) -> None:
+def write_bytes(path: PathLike, data: bytes) -> None:
+    """Replace `path` with `data` atomically; the file's mode as open() would give it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = _mode_for(path)
     fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path), suffix=".tmp", dir=str(path.parent))
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as handle:
-            os.fchmod(handle.fileno(), mode)
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def write_bytes(path: PathLike, data: bytes) -> None:
-    """Binary twin of write_text (report PNGs)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
-    try:
         with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), mode)
             handle.write(data)
         os.replace(tmp, path)
     except BaseException:
@@ -98,6 +82,10 @@ def write_bytes(path: PathLike, data: bytes) -> None:
         except OSError:
             pass
         raise
+
+
+def write_text(path: PathLike, text: str) -> None:
+    write_bytes(path, text.encode("utf-8", errors="surrogateescape"))
 
 
 def write_json(path: PathLike, obj: Any, **dump_kwargs: Any) -> None:
