@@ -154,9 +154,6 @@ def run(args) -> int:
     explicit = args.devices if args.devices is not None else args.gpus
     if explicit is not None and not parse_device_list(explicit):
         raise UsageError(f"--devices has no device id: {explicit!r}")
-    devices = backend.enumerate_devices(explicit)
-    if len(set(devices)) != len(devices):
-        raise UsageError(f"device listed twice: {','.join(devices)}")
     batch_dir = (args.batch_dir or Path(os.environ.get("ZL_RUNS_ROOT") or REPO_ROOT / "runs")
                  / f"batch_{datetime.now():%Y%m%d-%H%M%S}").resolve()
     status_path = batch_dir / "ops_status.csv"
@@ -167,6 +164,10 @@ def run(args) -> int:
     missing_repo = sorted({c.repo for c in cases} - set(inv.repo_roots()))
     if missing_repo:
         raise UsageError(f"no checkout for repo(s) {missing_repo}")
+    # after the selection: without an explicit list this may probe the devices (seconds)
+    devices = backend.enumerate_devices(explicit)
+    if len(set(devices)) != len(devices):
+        raise UsageError(f"device listed twice: {','.join(devices)}")
     if args.balance:
         shards, unmeasured = shard.by_weight(cases, devices, shard.read_weights(args.balance))
         print(f"{LOG} balanced by {args.balance}; {unmeasured} case(s) without a measured time")
