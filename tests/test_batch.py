@@ -335,6 +335,35 @@ def test_real_run_pytest_dtype_fallback_and_runtime_skip(tmp_path):
         assert any(row["op"] == "abs" and row["row_status"] == "SUCCESS" for row in csv.DictReader(fh))
 
 
+def test_switch_screen_judges_like_ab_rlc_and_feeds_partition(tmp_path):
+    bd = tmp_path / "b"
+    r = batch(tmp_path, "--ops", "relu", "abs", "exp", "amax", "mm", "--switch", "ZL_TEST_SWITCH",
+              "--devices", "0,1", "--batch-dir", bd, "--dtypes", "float16",
+              ZL_STUB_SWITCH="ZL_TEST_SWITCH", ZL_STUB_IR_MAP="abs=same,exp=none",
+              ZL_STUB_PLAN="amax=fail,mm=dtype")
+    assert r.returncode == 0, r.stdout + r.stderr
+    with open(bd / "screen.tsv", newline="") as fh:
+        rows = {x["run_name"]: x for x in csv.DictReader(fh, delimiter="\t")}
+    assert {k: v["verdict"] for k, v in rows.items()} == {
+        "relu": "IR_CHANGED", "abs": "NO_IR_DIFF", "exp": "NO_TRITON", "amax": "NO_ROWS", "mm": "IR_CHANGED"}
+    assert rows["relu"]["kernels_after"] == "1" and rows["relu"]["timer"] == "cuda_graph"
+    assert rows["mm"]["dtypes"] == "<all>" and rows["relu"]["dtypes"] == "float16"
+    assert status(bd / "after")["amax"]["status"] == "NOT_RUN"
+    calls = [t for t in trace(tmp_path) if t[0] in ("relu", "mm")]
+    # side B replays side A on the same device, without the dtype A had to drop
+    assert ["relu", "float16", f"replay={bd.resolve()}/before/main/relu"] in [[t[0], t[3], t[5]] for t in calls]
+    assert [t[3] for t in calls if t[0] == "mm"] == ["float16", "-", "-"]
+    assert len({t[1] for t in trace(tmp_path) if t[0] == "relu"}) == 1
+    r = subprocess.run([sys.executable, str(REPO_ROOT / "partition.py"), "--screen", str(bd / "screen.tsv"),
+                        "--devices", "0", "--format", "shell"], capture_output=True, text=True)
+    assert r.returncode == 0 and sorted(r.stdout.split("\t")[1].split()) == ["mm:mm", "relu:relu:float16"]
+    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--switch", "ZL_TEST_SWITCH", "--devices", "0,1",
+              ZL_STUB_SWITCH="ZL_TEST_SWITCH", ZL_STUB_PLAN="mm=dtype")
+    assert r.returncode == 0 and "4 reused, 1 to run" in r.stdout, r.stdout
+    with open(bd / "screen.tsv", newline="") as fh:
+        assert [x["verdict"] for x in csv.DictReader(fh, delimiter="\t")].count("IR_CHANGED") == 3
+
+
 # ---------------------------------------------------------------- partition.py and campaign.sh
 
 SCREEN_HEADER = ("op\top_file\tdtypes\trows_before\trows_after\tkernels_before\tkernels_after\tcvt_before\t"

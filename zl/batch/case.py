@@ -190,9 +190,10 @@ class CaseRunner:
         return "\n".join(parts)
 
     # ------------------------------------------------------------------ the case
-    def run(self, e: Entry, device: str) -> Tuple[Dict[str, str], bool]:
-        """(status row, interrupted). The case directory is wiped first: a killed run's
-        stale IR or autotune records must never mix into this one's."""
+    def run(self, e: Entry, device: str, dtypes: Optional[str] = None) -> Tuple[Dict[str, str], bool]:
+        """(status row, interrupted); `dtypes` overrides the configured restriction (None = keep).
+        The case directory is wiped first: a killed run's stale IR or autotune records must
+        never mix into this one's."""
         cfg = self.cfg
         out_dir = case_dir(cfg.batch_dir, e)
         if out_dir.exists():
@@ -211,7 +212,8 @@ class CaseRunner:
                 return row, False
             replay = str(src.resolve())
         t0 = time.monotonic()
-        dtypes, notes, rcs = cfg.dtypes, [], []
+        restrict = cfg.dtypes if dtypes is None else dtypes
+        dtypes, notes, rcs = restrict, [], []
         phase_rcs: List[int] = []
         fell_back = False
         retries = 0
@@ -243,7 +245,7 @@ class CaseRunner:
                 continue
             break
         result = self.classify(e, out_dir, rcs[-1], a.timed_out)
-        if (cfg.dtypes and not fell_back and not a.timed_out
+        if (restrict and not fell_back and not a.timed_out
                 and result["status"] in ("FAIL", "NO_ROWS") and result["rows_success"] == "0"):
             first = result["notes"].split("reason=", 1)[-1] if "reason=" in result["notes"] else result["status"]
             notes.append(f"dtype_rescue(first: {_clean(first, 60)})")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -40,7 +41,8 @@ from zl.batch.case import COMPLETE_MARK, CaseConfig, CaseRunner, case_dir
 from zl.batch.executor import GroupGuard, LocalExecutor
 from zl.batch.partition import PartitionError
 from zl.batch.select import SelectionError, Selector, read_dismiss, read_names_file
-from zl.batch.status import COMPLETE, StatusTable, blank_row, read_rows
+from zl.batch.screen import SIDES, ScreenTable, read_screen_rows, screen_row
+from zl.batch.status import COMPLETE, UNFINISHED, StatusTable, blank_row, read_rows
 from zl.flaggems import checkout_commit
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -92,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--dtypes", default="", help="space or comma separated dtypes (with fallbacks)")
     r.add_argument("--replay-root", type=Path, help="replay <root>/<repo>/<run_name> per case")
     r.add_argument("--shape-file", default="", help="SHAPE_FILE for every case (default: upstream shapes)")
+    r.add_argument("--switch", metavar="NAME",
+                   help="screen NAME: per case NAME=0 records into <batch>/before, then NAME=1 "
+                        "replays it into <batch>/after; verdicts in <batch>/screen.tsv")
     r.add_argument("--budget-s", type=_positive(float), default=None,
                    help="start no case that could end after this many seconds (then exit 3)")
     return p
@@ -143,12 +148,17 @@ def run(args) -> int:
         raise UsageError("--devices and --gpus are the same option; give one")
     if args.resume and args.batch_dir is None:
         raise UsageError("--resume needs --batch-dir")
-    if args.resume and not (args.batch_dir / "ops_status.csv").is_file():
-        raise UsageError(f"--resume: no ops_status.csv in {args.batch_dir}")
+    status_file = args.batch_dir / ("before" if args.switch else "") / "ops_status.csv" if args.batch_dir else None
+    if args.resume and not status_file.is_file():
+        raise UsageError(f"--resume: no {status_file}")
     backend = get_backend(args.backend)
     run_script = Path(os.environ.get("ZL_RUN_PYTEST") or REPO_ROOT / "run_pytest.sh").resolve()
     if not run_script.is_file():
         raise UsageError(f"run script not found: {run_script}")
+    if args.switch is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", args.switch):
+        raise UsageError(f"--switch is not a variable name: {args.switch!r}")
+    if args.switch and args.replay_root:
+        raise UsageError("--switch replays its own side A; it cannot take --replay-root")
     if args.replay_root is not None and not args.replay_root.is_dir():
         raise UsageError(f"--replay-root is not a directory: {args.replay_root}")
     explicit = args.devices if args.devices is not None else args.gpus
@@ -156,11 +166,14 @@ def run(args) -> int:
         raise UsageError(f"--devices has no device id: {explicit!r}")
     batch_dir = (args.batch_dir or Path(os.environ.get("ZL_RUNS_ROOT") or REPO_ROOT / "runs")
                  / f"batch_{datetime.now():%Y%m%d-%H%M%S}").resolve()
-    status_path = batch_dir / "ops_status.csv"
-    old = read_rows(status_path) if args.resume else {}
+    # Side directories: one plain batch, or before/after of a switch screen.
+    sides = [("", {})] if not args.switch else [(s, {args.switch: str(i)}) for i, s in enumerate(SIDES)]
+    side_dir = {name: batch_dir / name if name else batch_dir for name, _ in sides}
+    old = {name: read_rows(side_dir[name] / "ops_status.csv") if args.resume else {} for name, _ in sides}
+    old_screen = read_screen_rows(batch_dir / "screen.tsv") if args.switch and args.resume else {}
 
     inventories = load_inventories()
-    cases = select_cases(args, Selector(inventories), old)
+    cases = select_cases(args, Selector(inventories), old[sides[0][0]])
     missing_repo = sorted({c.repo for c in cases} - set(inv.repo_roots()))
     if missing_repo:
         raise UsageError(f"no checkout for repo(s) {missing_repo}")
@@ -179,66 +192,95 @@ def run(args) -> int:
             print(f"{c.repo}:{c.run_name}\tdevice={device_of[(c.repo, c.run_name)]}\t{c.test_file}::test_{c.op}")
         return EXIT_OK
 
-    batch_dir.mkdir(parents=True, exist_ok=True)
-    base, reused = {}, set()
-    for c in cases:
-        key = (c.repo, c.run_name)
-        prev = old.get(key)
-        if prev and prev.get("status") in COMPLETE and (case_dir(batch_dir, c) / COMPLETE_MARK).is_file():
-            base[key], _ = prev, reused.add(key)
-        else:
-            base[key] = blank_row(c.repo, c.op, c.op_file, c.run_name, backend.name,
-                                  device_of[key], str(case_dir(batch_dir, c)))
-    table = StatusTable(status_path, [(c.repo, c.run_name) for c in cases], base)
-    table.write()
+    keys = [(c.repo, c.run_name) for c in cases]
+    reused = set()
+    for c, key in zip(cases, keys):
+        if all(old[n].get(key, {}).get("status") in COMPLETE
+               and (case_dir(side_dir[n], c) / COMPLETE_MARK).is_file() for n, _ in sides) \
+                and (not args.switch or key in old_screen):
+            reused.add(key)
+    tables = {}
+    for name, _ in sides:
+        base = {k: old[name][k] if k in reused else
+                blank_row(c.repo, c.op, c.op_file, c.run_name, backend.name, device_of[k],
+                          str(case_dir(side_dir[name], c))) for c, k in zip(cases, keys)}
+        tables[name] = StatusTable(side_dir[name] / "ops_status.csv", keys, base)
+        tables[name].write()
+    screen = ScreenTable(batch_dir / "screen.tsv", keys, old_screen) if args.switch else None
     batch_id = f"{batch_dir.name}-{os.getpid()}-{int(time.time())}"
     atomic.write_json(batch_dir / "batch.json", {
         "argv": sys.argv, "backend": backend.name, "devices": devices, "cases": len(cases),
         "reused": len(reused), "op_timeout_s": args.op_timeout, "dtypes": args.dtypes,
-        "run_script": str(run_script), "started": datetime.now().isoformat(timespec="seconds"),
-        "batch_id": batch_id, "roots": inv.repo_roots()})
+        "switch": args.switch or "", "run_script": str(run_script),
+        "started": datetime.now().isoformat(timespec="seconds"), "batch_id": batch_id,
+        "roots": inv.repo_roots()})
     todo = {d: [c for c in cs if (c.repo, c.run_name) not in reused] for d, cs in shards.items()}
     n_todo = sum(len(v) for v in todo.values())
     print(f"{LOG} backend={backend.name} {len(cases)} case(s), {len(reused)} reused, {n_todo} to run "
-          f"on {len([d for d in todo if todo[d]])} device(s) {devices}  out={batch_dir}")
+          f"on {len([d for d in todo if todo[d]])} device(s) {devices}  out={batch_dir}"
+          + (f"  screen of {args.switch}: before=0 (record), after=1 (replay)" if args.switch else ""))
 
     roots = {repo: str(Path(root).resolve()) for repo, root in inv.repo_roots().items()}
-    cfg = CaseConfig(batch_dir=batch_dir, run_script=run_script, roots=roots,
-                     backend=backend, op_timeout=args.op_timeout, kill_grace=args.kill_grace,
-                     retries=args.retries, dtypes=" ".join(args.dtypes.replace(",", " ").split()),
-                     replay_root=args.replay_root.resolve() if args.replay_root else None,
-                     shape_file=args.shape_file, batch_id=batch_id)
+    dtypes = " ".join(args.dtypes.replace(",", " ").split())
     stop = threading.Event()
     guard = GroupGuard(args.kill_grace)
-    runner = CaseRunner(cfg, guard, stop)
+    runners = {}
+    for name, extra in sides:
+        replay = (args.replay_root.resolve() if args.replay_root else
+                  side_dir[SIDES[0]] if name == SIDES[1] else None)
+        runners[name] = CaseRunner(CaseConfig(
+            batch_dir=side_dir[name], run_script=run_script, roots=roots, backend=backend,
+            op_timeout=args.op_timeout, kill_grace=args.kill_grace, retries=args.retries,
+            dtypes=dtypes, replay_root=replay, shape_file=args.shape_file, batch_id=batch_id,
+            extra_env=extra), guard, stop)
     t0 = time.monotonic()
     lock = threading.Lock()
     progress = {"done": 0, "spent": 0.0}
+    worst_case = args.op_timeout * len(sides) + args.kill_grace + 5
 
     def may_start() -> bool:
         if stop.is_set():
             return False
-        if args.budget_s is None:
-            return True
-        return time.monotonic() - t0 + args.op_timeout + args.kill_grace + 5 <= args.budget_s
+        return args.budget_s is None or time.monotonic() - t0 + worst_case <= args.budget_s
 
-    def work(c: inv.Entry, device: str) -> None:
+    def run_side(name: str, c: inv.Entry, device: str, dt: Optional[str]) -> Dict[str, str]:
         key = (c.repo, c.run_name)
-        table.set(key, status="RUNNING", device=device, gpu=device)
+        tables[name].set(key, status="RUNNING", device=device, gpu=device)
         try:
-            row, _ = runner.run(c, device)
+            row, _ = runners[name].run(c, device, dtypes=dt)
         except Exception as exc:  # one case's harness error must not stop its device's shard
             row = blank_row(c.repo, c.op, c.op_file, c.run_name, backend.name, device,
-                            str(case_dir(batch_dir, c)), status="FAIL",
+                            str(case_dir(side_dir[name], c)), status="FAIL",
                             notes=f"reason=harness error {type(exc).__name__}: {exc}")
-        table.replace(key, row)
+        tables[name].replace(key, row)
+        return row
+
+    def work(c: inv.Entry, device: str) -> None:
+        row = run_side(sides[0][0], c, device, None)
+        shown, verdict = row["status"], ""
+        if screen is not None and row["status"] != "INTERRUPTED":
+            # B measures what A measured: after a dtype fallback, without the restriction too
+            dt = "" if "dtype_" in row["notes"] else dtypes
+            if row["status"] == "PASS":
+                row_b = run_side(SIDES[1], c, device, dt)
+            else:
+                row_b = blank_row(c.repo, c.op, c.op_file, c.run_name, backend.name, device,
+                                  str(case_dir(side_dir[SIDES[1]], c)), status="NOT_RUN",
+                                  notes=f"side before ended {row['status']}")
+                tables[SIDES[1]].replace((c.repo, c.run_name), row_b)
+            if row_b["status"] != "INTERRUPTED":
+                srow = screen_row(row, row_b, dt)
+                screen.set((c.repo, c.run_name), srow)
+                verdict = f" {srow['verdict']}"
+            shown = f"{row['status']}/{row_b['status']}"
+            row = dict(row, elapsed_ms=str(int(row["elapsed_ms"] or 0) + int(row_b.get("elapsed_ms") or 0)))
         with lock:
             progress["done"] += 1
             progress["spent"] += int(row.get("elapsed_ms") or 0) / 1000.0
             done = progress["done"]
             active = max(1, len([d for d in todo if todo[d]]))
             eta = progress["spent"] / done * (n_todo - done) / active
-            print(f"{LOG} ({done:>{len(str(n_todo))}}/{n_todo}) {row['status']:<11} "
+            print(f"{LOG} ({done:>{len(str(n_todo))}}/{n_todo}) {shown:<11}{verdict} "
                   f"{int(row.get('elapsed_ms') or 0) / 1000:7.1f}s rows={row['rows_success']}/"
                   f"{row['rows_total']} {c.repo}:{c.run_name} device={device} ETA {eta / 60:.1f}min"
                   + (f"  {row['notes']}" if row.get("notes") else ""), flush=True)
@@ -257,19 +299,30 @@ def run(args) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
         guard.close()
-    for key in table.order:
-        if table.get(key)["status"] == "RUNNING":   # a worker that never got to write its row
-            table.set(key, status="INTERRUPTED", notes="interrupted")
+    for table in tables.values():
+        for key in table.order:
+            if table.get(key)["status"] == "RUNNING":   # a worker that never got to write its row
+                table.set(key, status="INTERRUPTED", notes="interrupted")
     for exc in executor.errors:
         print(f"!!! {LOG} worker error: {exc!r}", file=sys.stderr)
-    return finish(table, batch_dir, interrupted)
+    code = EXIT_OK
+    for name, _ in sides:
+        print(f"{LOG} ---- {name}" if name else f"{LOG} ----")
+        code = max(code, finish(tables[name], side_dir[name], interrupted,
+                                f"python run_batch.py --resume --batch-dir {batch_dir}"
+                                + (f" --switch {args.switch}" if args.switch else "")))
+    if screen is not None:
+        verdicts = Counter(r["verdict"] for r in screen.rows.values())
+        print(f"{LOG} screen of {args.switch}: " + ", ".join(f"{k}={v}" for k, v in sorted(verdicts.items()))
+              + f" -> {batch_dir / 'screen.tsv'} (campaign.sh SCREEN=)")
+    return EXIT_INTERRUPTED if interrupted else code
 
 
 def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def finish(table: StatusTable, batch_dir: Path, interrupted: bool) -> int:
+def finish(table: StatusTable, batch_dir: Path, interrupted: bool, resume: str) -> int:
     counts = table.counts()
     print(f"{LOG} status: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
     reasons = Counter()
@@ -286,9 +339,8 @@ def finish(table: StatusTable, batch_dir: Path, interrupted: bool) -> int:
     print(f"{LOG} table: {batch_dir / 'ops_status.csv'}")
     if interrupted:
         return EXIT_INTERRUPTED
-    left = sum(counts.get(s, 0) for s in ("PENDING", "RUNNING", "INTERRUPTED"))
+    left = sum(counts.get(s, 0) for s in UNFINISHED)
     if left:
-        print(f"!!! {LOG} {left} case(s) not run; continue with: "
-              f"python run_batch.py --resume --batch-dir {batch_dir}")
+        print(f"!!! {LOG} {left} case(s) not run; continue with: {resume}")
         return EXIT_UNFINISHED
     return EXIT_OK

@@ -20,7 +20,8 @@ FIELDS = [
     "status", "return_code", "elapsed_ms", "rows_total", "rows_success", "notes", "out_dir",
 ]
 # PASS/SKIP get `.complete` and are reused by --resume; every other status is rerun.
-FINAL = ("PASS", "SKIP", "FAIL", "TIMEOUT", "NO_ROWS")
+# NOT_RUN: a screen's side B when side A measured nothing (nothing to replay).
+FINAL = ("PASS", "SKIP", "FAIL", "TIMEOUT", "NO_ROWS", "NOT_RUN")
 UNFINISHED = ("PENDING", "RUNNING", "INTERRUPTED")
 COMPLETE = ("PASS", "SKIP")
 
