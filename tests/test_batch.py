@@ -6,7 +6,6 @@ one test goes through the real run_pytest.sh and the fake FlagGems tree.
 """
 
 import csv
-import os
 import signal
 import subprocess
 import sys
@@ -95,6 +94,10 @@ def test_gen_inventory_cli_and_the_committed_upstream_csv(tmp_path):
                         "--root", str(FAKE_FLAGGEMS_DIR), "--commit", "abc123", "-o", str(out)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+    bad = subprocess.run([sys.executable, str(REPO_ROOT / "ops/gen_inventory.py"), "--repo", "main",
+                          "--root", str(tmp_path / "none"), "-o", str(tmp_path / "x.csv")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "no benchmark/ directory" in bad.stderr and not (tmp_path / "x.csv").exists()
     entries, source = inv.read_csv(out)
     assert inv.source_commit(source) == "abc123"
     assert entries == inv.scan_tree(FAKE_FLAGGEMS_DIR, "main")

@@ -20,7 +20,6 @@ SIGTERM): running cases killed, their rows INTERRUPTED.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import signal

@@ -21,6 +21,9 @@
 # Variables: OUT (required), BUDGET_S=540, OP_TIMEOUT=120, SWITCH=TRITON_DEBUG (changes the TTGIR of
 # kernels with device asserts, e.g. mm; the screen fingerprints TTGIR only), DEVICES=0, UPSTREAM=0.
 set -uo pipefail
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+  sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0
+fi
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
 T_START=$(date +%s)
 : "${OUT:?set OUT}"
