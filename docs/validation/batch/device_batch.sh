@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# H200 validation of run_batch.py (issue 17): a fixed list of real FlagGems nodes, then a
+# batch-wide screen of one switch over the same nodes. Call it again and again, from the repo
+# root on the GPU machine, until it prints "ALL DONE"; every call ends inside BUDGET_S:
+#
+#   OUT=$OUT bash docs/validation/batch/device_batch.sh        # real FlagGems at $PWD/.fg
+#
+# Stage 1  run_batch.py over NODES, DTYPES=float16, --op-timeout 120, --budget-s (what is left of
+#          this call); exit 3 = budget reached, the next call resumes (--resume --batch-dir).
+# Stage 2  run_batch.py --switch $SWITCH over the same nodes (side A records, side B replays),
+#          also resumed across calls.
+# Stage 3  (UPSTREAM=1 only) upstream `pytest --mode cudagraph` over the same nodes, once in one
+#          process and once one process per node, for the cases-per-hour comparison.
+# After every stage $OUT/batch_validation.tgz is rewritten (IR dumps left out): ops_status.csv,
+# summary.csv, screen.tsv, run.logs, console logs, commands.tsv (every command with its start,
+# end, wall seconds and exit code) and report.txt (statuses, failure reasons counted, fallbacks,
+# cases per hour, verdicts).
+#
+# State lives in BATCH_ROOT (default runs/device_batch: git-ignored, so a warm machine keeps it
+# between calls). On a fresh machine give CARRY_TGZ=<the last batch_validation.tgz> to continue.
+# Variables: OUT (required), BUDGET_S=540, OP_TIMEOUT=120, SWITCH=TRITON_DEBUG (changes the TTGIR of
+# kernels with device asserts, e.g. mm; the screen fingerprints TTGIR only), DEVICES=0, UPSTREAM=0.
+set -uo pipefail
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+  sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0
+fi
+cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
+T_START=$(date +%s)
+: "${OUT:?set OUT}"
+BUDGET_S="${BUDGET_S:-540}"
+OP_TIMEOUT="${OP_TIMEOUT:-120}"
+SWITCH="${SWITCH:-TRITON_DEBUG}"
+DEVICES="${DEVICES:-0}"
+UPSTREAM="${UPSTREAM:-0}"
+ROOT="${BATCH_ROOT:-$PWD/runs/device_batch}"
+export PYTHONPATH="${PYTHONPATH:-}"
+# shellcheck source=benchmarks/device_env.sh
+source benchmarks/device_env.sh
+mkdir -p "$ROOT" "$OUT"
+if [[ -n "${CARRY_TGZ:-}" && ! -f "$ROOT/plain/ops_status.csv" ]]; then
+  tar -xzf "$CARRY_TGZ" -C "$ROOT" && echo ">>> continued from $CARRY_TGZ"
+fi
+
+# 47 nodes: fast and varied (pointwise, comparisons, reductions, norms, one GEMM, indexing,
+# tensor construction). Left out on purpose: weight_int8pack_mm (120 s timeout on the H200 where
+# upstream took 108 s), whole-file sort / layer_norm nodes (minutes each).
+# NODES_OVERRIDE (space separated) replaces the list, for a dry rehearsal on a CPU with a stub.
+NODES=(
+  abs exp relu gelu sigmoid tanh neg sin cos silu rsqrt isnan
+  add mul sub true_divide pow_tensor_tensor clamp where_self eq lt bitwise_and
+  sum mean amax max min argmax prod softmax log_softmax cumsum var_mean
+  rms_norm group_norm mm
+  index_select gather embedding masked_fill index_add cat stack flip triu zeros full
+)
+[[ -n "${NODES_OVERRIDE:-}" ]] && read -r -a NODES <<< "$NODES_OVERRIDE"
+
+left() { echo $(( BUDGET_S - ($(date +%s) - T_START) )); }
+record() {   # stage rc start end command...
+  local stage="$1" rc="$2" s="$3" e="$4"; shift 4
+  [[ -f "$ROOT/commands.tsv" ]] || printf 'stage\tstart\tend\twall_s\trc\tcommand\n' > "$ROOT/commands.tsv"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$stage" "$(date -d "@$s" +%FT%T)" "$(date -d "@$e" +%FT%T)" \
+    "$((e - s))" "$rc" "$*" >> "$ROOT/commands.tsv"
+}
+bundle() {
+  python3 - "$ROOT" > "$ROOT/report.txt" <<'PY'
+import csv, sys, collections
+from pathlib import Path
+root = Path(sys.argv[1])
+def rows(p):
+    return list(csv.DictReader(open(p, newline=""), delimiter="\t" if p.suffix == ".tsv" else ",")) if p.is_file() else []
+for name, path in (("plain batch", root / "plain/ops_status.csv"), ("screen side A", root / "screen/before/ops_status.csv"),
+                   ("screen side B", root / "screen/after/ops_status.csv")):
+    rs = rows(path)
+    if not rs:
+        continue
+    st = collections.Counter(r["status"] for r in rs)
+    print(f"== {name}: {len(rs)} cases: " + ", ".join(f"{k}={v}" for k, v in sorted(st.items())))
+    notes = collections.Counter()
+    for r in rs:
+        for part in r["notes"].split(";"):
+            key = part.split("(")[0].split("=")[0]
+            if key in ("dtype_fallback", "dtype_rescue", "skipped", "no_cudagraph", "replay_fallback", "timeout_s"):
+                notes[key] += 1
+            if part.startswith("reason="):
+                notes["reason: " + part[7:90]] += 1
+    for k, v in notes.most_common():
+        print(f"   {v:>3} x {k}")
+    ran = [r for r in rs if r["elapsed_ms"] and r["status"] not in ("PENDING", "RUNNING", "INTERRUPTED", "NOT_RUN")]
+    secs = sum(int(r["elapsed_ms"]) for r in ran) / 1000
+    if ran:
+        print(f"   {len(ran)} case(s) in {secs:.0f} s of case time: {3600 * len(ran) / secs:.0f} cases/hour on one device")
+v = collections.Counter(r["verdict"] for r in rows(root / "screen/screen.tsv"))
+if v:
+    print("== screen verdicts: " + ", ".join(f"{k}={n}" for k, n in sorted(v.items())))
+PY
+  tar -czf "$OUT/batch_validation.tgz" -C "$ROOT" --exclude='*.ttgir' --exclude='*.llir' --exclude='*.ptx' \
+    --exclude='.flaggems_cache' --exclude='autotune_records' .
+  cat "$ROOT/report.txt"
+}
+# A stage: run_batch with what is left of this call; `timeout` is the outer guard (TERM makes
+# run_batch kill its cases, mark them INTERRUPTED and exit 130; the next call reruns them).
+stage() {   # name batch_dir extra-args...
+  local name="$1" dir="$2"; shift 2
+  local budget rc s e
+  budget=$(left)
+  if (( budget < OP_TIMEOUT + 30 )); then echo ">>> $name: $budget s left in this call; call again"; return 3; fi
+  local args=(--devices "$DEVICES" --dtypes float16 --op-timeout "$OP_TIMEOUT" --kill-grace 10
+              --budget-s "$budget" --batch-dir "$dir" "$@")
+  if [[ -f "$dir/ops_status.csv" || -f "$dir/before/ops_status.csv" ]]; then args+=(--resume); else args+=(--ops "${NODES[@]}"); fi
+  echo "===== $name ($(date +%T)): python3 run_batch.py ${args[*]}"
+  s=$(date +%s)
+  timeout -s TERM -k 30 "$((budget + 20))" python3 run_batch.py "${args[@]}" 2>&1 | tee -a "$ROOT/$name.console"
+  rc=${PIPESTATUS[0]}
+  e=$(date +%s)
+  record "$name" "$rc" "$s" "$e" python3 run_batch.py "${args[@]}"
+  bundle
+  return "$rc"
+}
+
+stage plain "$ROOT/plain"; rc=$?
+if (( rc != 0 )); then echo ">>> stage plain rc=$rc: call again to resume"; exit 0; fi
+stage screen "$ROOT/screen" --switch "$SWITCH"; rc=$?
+if (( rc != 0 )); then echo ">>> stage screen rc=$rc: call again to resume"; exit 0; fi
+
+if [[ "$UPSTREAM" == 1 && ! -f "$ROOT/upstream/done" ]]; then
+  mkdir -p "$ROOT/upstream"
+  tests=()
+  for n in "${NODES[@]}"; do
+    tests+=("$(python3 -c 'import sys, csv
+for r in csv.DictReader(l for l in open("ops/inventory_main.csv") if not l.startswith("#")):
+    if r["run_name"] == sys.argv[1]: print(f"benchmark/{r[\"test_file\"]}::test_{r[\"op\"]}")' "$n")")
+  done
+  if [[ ! -f "$ROOT/upstream/one_process.rc" ]]; then
+    s=$(date +%s)
+    (cd "$FLAGGEMS_DIR" && timeout "$(left)" python3 -m pytest -s "${tests[@]}" --level core --mode cudagraph \
+       --dtypes float16 > "$ROOT/upstream/one_process.log" 2>&1); rc=$?
+    e=$(date +%s); record upstream_one_process "$rc" "$s" "$e" pytest "${#tests[@]} nodes" --mode cudagraph
+    (( rc == 124 )) || echo "$rc" > "$ROOT/upstream/one_process.rc"
+  fi
+  touch "$ROOT/upstream/per_node.tsv"
+  for t in "${tests[@]}"; do
+    grep -qF "$t	" "$ROOT/upstream/per_node.tsv" && continue
+    (( $(left) > 60 )) || break
+    s=$(date +%s)
+    (cd "$FLAGGEMS_DIR" && timeout 120 python3 -m pytest -s "$t" --level core --mode cudagraph --dtypes float16 \
+       > /dev/null 2>&1); rc=$?
+    printf '%s\t%s\t%s\n' "$t" "$rc" "$(( $(date +%s) - s ))" >> "$ROOT/upstream/per_node.tsv"
+  done
+  [[ $(wc -l < "$ROOT/upstream/per_node.tsv") -ge ${#tests[@]} ]] && touch "$ROOT/upstream/done"
+  bundle
+  [[ -f "$ROOT/upstream/done" ]] || { echo ">>> upstream stage cut by the budget: call again"; exit 0; }
+fi
+echo "########## ALL DONE ##########"

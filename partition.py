@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Plan which device repeats which screened operator, by measured time (campaign.sh uses it).
+
+    python partition.py --screen runs/ab_rlc_X/screen.tsv --devices 0,1,2,3 [--rounds 6]
+    python partition.py --screen ... --devices 0,1 --extra "topk:topk" --format shell
+
+Only rows whose verdict is --verdict (default IR_CHANGED; "" = every row) are planned.
+--extra adds unscreened OPS words to the least loaded device afterwards (no weight known).
+text: the plan, critical path, even share, imbalance, and whether the heaviest operator
+alone sets the floor. shell: one line per device `DEVICE<TAB>OPS<TAB>PAIR_SECONDS<TAB>EST_SECONDS`.
+Exit codes: 0 planned; 2 bad arguments or unreadable screen; 3 nothing to plan.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from zl.backends import parse_device_list
+from zl.batch import partition as pt
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                epilog="exit codes: 0 planned, 2 bad input, 3 nothing to plan")
+    p.add_argument("--screen", required=True, help="screen.tsv of ab_rlc_test.sh")
+    p.add_argument("--devices", required=True, help="comma separated device ids")
+    p.add_argument("--verdict", default="IR_CHANGED", help='rows to plan ("" = all)')
+    p.add_argument("--rounds", type=int, default=6, help="rounds per operator (estimate = pair x rounds)")
+    p.add_argument("--extra", default="", help="space separated OPS words to append")
+    p.add_argument("--format", choices=("text", "shell"), default="text")
+    args = p.parse_args(argv)
+    devices = parse_device_list(args.devices)
+    if not devices or len(set(devices)) != len(devices):
+        print(f"!!! [partition] --devices needs distinct device ids (got {args.devices!r})", file=sys.stderr)
+        return 2
+    if args.rounds < 1:
+        print(f"!!! [partition] --rounds must be >= 1 (got {args.rounds})", file=sys.stderr)
+        return 2
+    try:
+        rows, warnings = pt.read_screen(args.screen)
+    except pt.PartitionError as exc:
+        print(f"!!! [partition] {exc}", file=sys.stderr)
+        return 2
+    for w in warnings:
+        print(f"!!! [partition] {w}", file=sys.stderr)
+    chosen = [r for r in rows if not args.verdict or r.verdict == args.verdict]
+    left = [f"{r.op}({r.verdict})" for r in rows if r not in chosen]
+    extra = args.extra.split()
+    if not chosen and not extra:
+        print(f"!!! [partition] no row with verdict {args.verdict!r} in {args.screen}", file=sys.stderr)
+        return 3
+    assignment = pt.plan([(r.ops_entry, r.weight) for r in chosen], devices)
+    load = pt.loads(assignment)
+    if extra:
+        lightest = min(devices, key=lambda d: (load[d], devices.index(d)))
+        assignment[lightest].extend((e, 0.0) for e in extra)
+    if args.format == "shell":
+        for d in devices:
+            ops = " ".join(name for name, _ in assignment[d])
+            print(f"{d}\t{ops}\t{load[d]:.0f}\t{load[d] * args.rounds:.0f}")
+        return 0
+    st = pt.stats(assignment)
+    r = args.rounds
+    print(f"[partition] {len(chosen)} operator(s) with verdict {args.verdict or '<any>'} over "
+          f"{len(devices)} device(s), {r} round(s); estimate = pair seconds x rounds")
+    for d in devices:
+        names = " ".join(n for n, _ in assignment[d]) or "-"
+        print(f"  device {d}: {load[d] * r / 60:8.1f} min  {names}")
+    print(f"[partition] critical path {st.critical_path * r / 60:.1f} min, even share "
+          f"{st.even_share * r / 60:.1f} min, imbalance {st.imbalance:.2f}")
+    if st.heaviest_sets_floor:
+        print(f"[partition] the heaviest operator alone sets the floor: {st.heaviest * r / 60:.1f} min "
+              "> the even share; more devices do not shorten this campaign")
+    if extra:
+        print(f"[partition] --extra (unmeasured) on the least loaded device: {' '.join(extra)}")
+    if left:
+        print(f"[partition] not planned ({len(left)}): {' '.join(left[:20])}"
+              + (" ..." if len(left) > 20 else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,287 @@
+"""One case of a batch: run_pytest.sh in its own process group, with timeout, retries and
+the two dtype fallbacks, into `<batch>/<repo>/<run_name>/` (exactly a single run's layout).
+
+Rules, each from the batch design:
+- `--op-timeout` kills the whole group (TERM, then KILL after the grace) and records TIMEOUT
+  without a retry: a hang repeats, and a retry would cost another full timeout.
+- pytest rc 1 and signal deaths retry up to `retries` times, stopping early when the same rc
+  repeats (a deterministic failure). Every earlier attempt's log is kept as run.attempt<N>.log.
+- With `dtypes`, upstream's "can't be supported by this op" reruns without the restriction
+  (`dtype_fallback`); any other failure with zero rows gets one unrestricted last try
+  (`dtype_rescue`: a torch baseline that cannot build the restricted dtype fails differently).
+- Runtime skipif/xfail with no rows is SKIP: upstream itself declares no signal there.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from zl import atomic
+from zl.batch.executor import GroupGuard, kill_group
+from zl.batch.inventory import Entry
+from zl.batch.status import blank_row, join_notes
+from zl.markers import CELL_TIMEOUT, COUNTED, format_marker
+from zl.runlog.caliber import caliber_of
+from zl.runlog.parse import RunLogError, read_run_log
+
+UNSUPPORTED_DTYPE = "can't be supported by this op"
+# Inherited from a parent shell these would change every case: the batch shards devices
+# itself, each case records its own picks, and each case has its own directory.
+DROPPED_ENV = ("PARALLEL_WARMUP_GPUS", "REPLAY_FROM", "OUT_DIR", "TEST_NODE", "ZL_TEST_NODE",
+               "OP", "OP_FILE", "SHAPE_MODE", "SHAPE_FILE", "DTYPES")
+SKIP_RE = re.compile(r"(\d+) (skipped|xfailed)\b")
+PREFLIGHT_RE = re.compile(r"PREFLIGHT_FAILED check=(\S+)")
+COMPLETE_MARK = ".complete"
+
+
+@dataclass
+class CaseConfig:
+    batch_dir: Path
+    run_script: Path
+    roots: Dict[str, str]               # repo -> FlagGems checkout
+    backend: object                     # zl.backends DeviceBackend
+    op_timeout: float
+    kill_grace: float = 10.0
+    retries: int = 2
+    dtypes: str = ""
+    replay_root: Optional[Path] = None
+    shape_file: str = ""
+    batch_id: str = ""
+    extra_env: Dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Attempt:
+    rc: int
+    timed_out: bool
+    interrupted: bool
+    leftover: bool
+
+
+def _clean(text: str, limit: int = 160) -> str:
+    text = " ".join(text.replace(";", ",").split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def case_dir(batch_dir: Path, e: Entry) -> Path:
+    return Path(batch_dir) / e.repo / e.run_name
+
+
+class CaseRunner:
+    def __init__(self, cfg: CaseConfig, guard: GroupGuard, stop):
+        self.cfg = cfg
+        self.guard = guard
+        self.stop = stop          # threading.Event: abort the running attempt, start nothing
+
+    # ------------------------------------------------------------------ environment
+    def env(self, e: Entry, device: str, out_dir: Path, dtypes: str, replay: str) -> Dict[str, str]:
+        env = dict(os.environ)
+        for key in DROPPED_ENV:
+            env.pop(key, None)
+        env = self.cfg.backend.apply_visibility(env, device)
+        root = self.cfg.roots[e.repo]
+        env.update(self.cfg.extra_env)
+        env.update({
+            "TEST_NODE": e.node(root), "FLAGGEMS_DIR": str(Path(root).resolve()),
+            "OUT_DIR": str(out_dir), "ZL_BACKEND": self.cfg.backend.name, "ZL_DEVICE": device,
+            "DTYPES": dtypes, "FLAGGEMS_PERF_COLOR": "never", "NO_COLOR": "1",
+            "ZL_BATCH_ID": self.cfg.batch_id,
+        })
+        if self.cfg.shape_file:
+            env["SHAPE_FILE"] = self.cfg.shape_file
+        if replay:
+            env["REPLAY_FROM"] = replay
+        return env
+
+    def console_path(self, e: Entry) -> Path:
+        return Path(self.cfg.batch_dir) / "console" / e.repo / f"{e.run_name}.log"
+
+    # ------------------------------------------------------------------ one attempt
+    def attempt(self, e: Entry, device: str, out_dir: Path, dtypes: str, replay: str, n: int) -> Attempt:
+        console = self.console_path(e)
+        console.parent.mkdir(parents=True, exist_ok=True)
+        with open(console, "a", encoding="utf-8") as fh:
+            fh.write(f"===== attempt {n} device={device} dtypes={dtypes or '<all>'}\n")
+            fh.flush()
+            proc = self.guard.spawn(["bash", str(self.cfg.run_script)], cwd=str(self.cfg.batch_dir),
+                                    env=self.env(e, device, out_dir, dtypes, replay),
+                                    stdin=subprocess.DEVNULL, stdout=fh, stderr=fh)
+        deadline = time.monotonic() + self.cfg.op_timeout
+        timed_out = interrupted = False
+        while proc.poll() is None:
+            if self.stop.is_set():
+                interrupted = True
+            elif time.monotonic() >= deadline:
+                timed_out = True
+            if timed_out or interrupted:
+                kill_group(proc.pid, proc, self.cfg.kill_grace)
+                break
+            time.sleep(0.1)
+        leftover = self.guard.release(proc)
+        rc = proc.returncode
+        rc = 128 - rc if rc is not None and rc < 0 else rc
+        if timed_out:
+            rc = 124
+            with open(out_dir / "run.log", "a", encoding="utf-8") as fh:
+                fh.write("!!! " + format_marker(CELL_TIMEOUT, op=e.op, run_name=e.run_name,
+                                                timeout_s=f"{self.cfg.op_timeout:g}") + "\n")
+        return Attempt(rc=rc, timed_out=timed_out, interrupted=interrupted, leftover=leftover)
+
+    # ------------------------------------------------------------------ reading the result
+    def classify(self, e: Entry, out_dir: Path, rc: int, timed_out: bool) -> Dict[str, str]:
+        try:
+            parsed = read_run_log(out_dir)
+        except RunLogError:
+            parsed = None
+        rows = parsed.rows if parsed else []
+        ok = sum(1 for r in rows if r.row_status == "SUCCESS")
+        m = SKIP_RE.findall(parsed.final_line) if parsed else []
+        skipped = sum(int(n) for n, _ in m)
+        notes = []
+        if parsed:
+            notes += [f"{k}={parsed.markers.get(k, 0)}" for k in COUNTED if parsed.markers.get(k, 0)]
+        if skipped:
+            notes.append(f"skipped={skipped}")
+        if timed_out:
+            status = "TIMEOUT"
+            notes.append(f"timeout_s={self.cfg.op_timeout:g}")
+        elif rc == 0:
+            status = "PASS" if ok else ("SKIP" if skipped else "NO_ROWS")
+        else:
+            status = "FAIL"
+        if status in ("FAIL", "NO_ROWS", "PASS") and parsed and parsed.n_failed:
+            notes.append(f"failed_tests={parsed.n_failed}")
+        if status == "FAIL":
+            notes.append("reason=" + _clean(self.failure_reason(e, out_dir, parsed, rc)))
+        return {"status": status, "return_code": str(rc), "rows_total": str(len(rows)),
+                "rows_success": str(ok), "notes": join_notes(*notes)}
+
+    def failure_reason(self, e: Entry, out_dir: Path, parsed, rc: int) -> str:
+        text = self.log_text(e, out_dir)
+        pf = PREFLIGHT_RE.search(text)
+        if pf:
+            return f"preflight {pf.group(1)}"
+        if UNSUPPORTED_DTYPE in text:
+            return UNSUPPORTED_DTYPE
+        if parsed is not None:
+            ft = parsed.failure_text(limit=1)
+            if ft:
+                return ft.replace(f"{Path(self.cfg.roots[e.repo]).resolve()}/benchmark/", "")
+        bad = [ln for ln in text.splitlines() if ln.startswith("!!!")]
+        if bad:
+            return bad[-1][4:]
+        lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("=====")]
+        return f"rc={rc}: {lines[-1]}" if lines else f"rc={rc}"
+
+    def log_text(self, e: Entry, out_dir: Path) -> str:
+        parts = []
+        for p in (out_dir / "run.log", self.console_path(e)):
+            try:
+                parts.append(p.read_text(encoding="utf-8", errors="replace"))
+            except OSError:
+                pass
+        return "\n".join(parts)
+
+    # ------------------------------------------------------------------ the case
+    def run(self, e: Entry, device: str, dtypes: Optional[str] = None) -> Tuple[Dict[str, str], bool]:
+        """(status row, interrupted); `dtypes` overrides the configured restriction (None = keep).
+        The case directory is wiped first: a killed run's stale IR or autotune records must
+        never mix into this one's."""
+        cfg = self.cfg
+        out_dir = case_dir(cfg.batch_dir, e)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        out_dir.mkdir(parents=True)
+        console = self.console_path(e)
+        if console.exists():
+            console.unlink()
+        row = blank_row(e.repo, e.op, e.op_file, e.run_name, cfg.backend.name, device, str(out_dir))
+        replay = ""
+        if cfg.replay_root is not None:
+            src = Path(cfg.replay_root) / e.repo / e.run_name
+            if not src.is_dir():
+                row.update(status="FAIL", return_code="", elapsed_ms="0", rows_total="0",
+                           rows_success="0", notes=f"reason=no replay source {src}")
+                return row, False
+            replay = str(src.resolve())
+        t0 = time.monotonic()
+        restrict = cfg.dtypes if dtypes is None else dtypes
+        dtypes, notes, rcs = restrict, [], []
+        phase_rcs: List[int] = []
+        fell_back = False
+        retries = 0
+        n = 0
+        leftovers = 0
+        while True:
+            n += 1
+            if n > 1:
+                self._archive(out_dir, n - 1)
+            a = self.attempt(e, device, out_dir, dtypes, replay, n)
+            leftovers += a.leftover
+            rcs.append(a.rc)
+            phase_rcs.append(a.rc)
+            if a.interrupted:
+                row.update(status="INTERRUPTED", return_code=str(a.rc),
+                           elapsed_ms=str(int((time.monotonic() - t0) * 1000)), notes="interrupted")
+                return row, True
+            if a.timed_out or a.rc == 0:
+                break
+            text = self.log_text(e, out_dir)
+            if dtypes and not fell_back and UNSUPPORTED_DTYPE in text:
+                fell_back, dtypes, phase_rcs = True, "", []
+                notes.append("dtype_fallback")
+                continue
+            retryable = a.rc == 1 or a.rc >= 128
+            repeated = len(phase_rcs) >= 2 and phase_rcs[-1] == phase_rcs[-2]
+            if retryable and retries < cfg.retries and not repeated:
+                retries += 1
+                continue
+            break
+        result = self.classify(e, out_dir, rcs[-1], a.timed_out)
+        if (restrict and not fell_back and not a.timed_out
+                and result["status"] in ("FAIL", "NO_ROWS") and result["rows_success"] == "0"):
+            first = result["notes"].split("reason=", 1)[-1] if "reason=" in result["notes"] else result["status"]
+            notes.append(f"dtype_rescue(first: {_clean(first, 60)})")
+            n += 1
+            self._archive(out_dir, n - 1)
+            a = self.attempt(e, device, out_dir, "", replay, n)
+            rcs.append(a.rc)
+            if a.interrupted:
+                row.update(status="INTERRUPTED", return_code=str(a.rc), notes="interrupted")
+                return row, True
+            result = self.classify(e, out_dir, a.rc, a.timed_out)
+        if len(rcs) > 1:
+            notes.append("rc=" + "->".join(map(str, rcs)))
+        if leftovers:
+            notes.append(f"leftover_processes_killed={leftovers}")
+        row.update(result)
+        row["notes"] = join_notes(result["notes"], *notes)
+        row["elapsed_ms"] = str(int((time.monotonic() - t0) * 1000))
+        ident = caliber_of(out_dir) or {}
+        row["backend"] = ident.get("backend") or row["backend"]
+        row["device"] = row["gpu"] = ident.get("device") or device
+        row["timer"] = ident.get("timer", "")
+        if row["status"] in ("PASS", "SKIP"):
+            atomic.write_text(out_dir / COMPLETE_MARK, row["status"] + "\n")
+        return row, False
+
+    @staticmethod
+    def _archive(out_dir: Path, n: int) -> None:
+        """Keep attempt n's log; clear the rest so the next attempt starts a clean run dir."""
+        log = out_dir / "run.log"
+        if log.is_file():
+            os.replace(log, out_dir / f"run.attempt{n}.log")
+        for p in out_dir.iterdir():
+            if p.name.startswith("run.attempt"):
+                continue
+            if p.is_dir():
+                shutil.rmtree(p)
+            else:
+                p.unlink()

@@ -1,0 +1,345 @@
+"""run_batch.py: run many FlagGems benchmark nodes through run_pytest.sh, one case directory
+each, sharded over devices, one case at a time per device.
+
+    python run_batch.py --all --devices 0,1,2,3 --dtypes float16 --op-timeout 1800
+    python run_batch.py --ops softmax vllm:fused_marlin_moe nextafter_@nextafter_
+    python run_batch.py --ops-file my_ops.txt --replay-root runs/batch_X
+    python run_batch.py --resume --batch-dir runs/batch_X        # rerun only the unfinished
+
+Output: <batch>/<repo>/<run_name>/ (a single run's layout), <batch>/ops_status.csv (one row
+per case, rewritten atomically after every change), <batch>/summary.csv (batch_summary.py),
+<batch>/console/<repo>/<run_name>.log (run_pytest.sh's console, all attempts), batch.json.
+Statuses: PASS, SKIP (runtime skip/xfail, no rows), NO_ROWS (exit 0, nothing measured), FAIL,
+TIMEOUT; PENDING/RUNNING/INTERRUPTED for cases not finished (--resume reruns those and
+every FAIL/TIMEOUT/NO_ROWS; PASS/SKIP with .complete are reused untouched).
+Exit codes: 0 every case has a final status (the statuses carry the results); 2 bad input;
+3 cases left unstarted (--budget-s reached; rerun with --resume); 130 interrupted (Ctrl-C,
+SIGTERM): running cases killed, their rows INTERRUPTED.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from datetime import datetime
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from zl import atomic
+from zl.backends import UnknownBackendError, get_backend, parse_device_list
+from zl.batch import inventory as inv
+from zl.batch import shard
+from zl.batch.case import COMPLETE_MARK, CaseConfig, CaseRunner, case_dir
+from zl.batch.executor import GroupGuard, LocalExecutor
+from zl.batch.partition import PartitionError
+from zl.batch.select import SelectionError, Selector, read_dismiss, read_names_file
+from zl.batch.screen import SIDES, ScreenTable, read_screen_rows, screen_row
+from zl.batch.status import COMPLETE, UNFINISHED, StatusTable, blank_row, read_rows
+from zl.flaggems import checkout_commit
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+OPS_DIR = REPO_ROOT / "ops"
+EXIT_OK, EXIT_USAGE, EXIT_UNFINISHED, EXIT_INTERRUPTED = 0, 2, 3, 130
+LOG = "[batch]"
+
+
+class UsageError(ValueError):
+    """Bad arguments or input (exit 2)."""
+
+
+def _positive(kind):
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not v > 0:
+            raise argparse.ArgumentTypeError(f"must be > 0 (got {text})")
+        return v
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="run_batch.py", description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="\n".join(__doc__.splitlines()[2:]))
+    s = p.add_argument_group("selection")
+    s.add_argument("--all", action="store_true", help="every inventory case but marked-skip and dismissed")
+    s.add_argument("--ops", nargs="+", default=[], metavar="NAME", help="[repo:]run_name or [repo:]op")
+    s.add_argument("--ops-file", type=Path, help="names, one per line, # comments")
+    s.add_argument("--repo", action="append", choices=sorted(inv.REPO_ENV), help="with --all: only this repo")
+    s.add_argument("--include-skipped", action="store_true", help="with --all: keep marked-skip cases")
+    s.add_argument("--dismiss", type=Path, default=OPS_DIR / "dismiss.txt", help="left out of --all")
+    s.add_argument("--list", action="store_true", help="print the cases and their devices, run nothing")
+    d = p.add_argument_group("devices")
+    d.add_argument("--backend", default=None, help="cuda/musa/rocm/ascend (default $ZL_BACKEND or cuda)")
+    d.add_argument("--devices", default=None, help="comma separated ids (default: the backend's visible ones)")
+    d.add_argument("--gpus", default=None, help="alias of --devices (giving both is an error)")
+    d.add_argument("--balance", type=Path, help="screen.tsv or ops_status.csv: shard by measured time")
+    r = p.add_argument_group("running")
+    r.add_argument("--batch-dir", type=Path, help="output directory (default <runs>/batch_<timestamp>)")
+    r.add_argument("--resume", action="store_true", help="with --batch-dir: rerun only the unfinished")
+    r.add_argument("--op-timeout", type=_positive(float), default=1800.0, help="seconds per attempt")
+    r.add_argument("--kill-grace", type=_positive(float), default=10.0, help="seconds from TERM to KILL")
+    r.add_argument("--retries", type=int, default=2, choices=range(0, 10), metavar="N",
+                   help="retries after pytest rc 1 / a signal death (default 2)")
+    r.add_argument("--dtypes", default="", help="space or comma separated dtypes (with fallbacks)")
+    r.add_argument("--replay-root", type=Path, help="replay <root>/<repo>/<run_name> per case")
+    r.add_argument("--shape-file", default="", help="SHAPE_FILE for every case (default: upstream shapes)")
+    r.add_argument("--switch", metavar="NAME",
+                   help="screen NAME: per case NAME=0 records into <batch>/before, then NAME=1 "
+                        "replays it into <batch>/after; verdicts in <batch>/screen.tsv")
+    r.add_argument("--budget-s", type=_positive(float), default=None,
+                   help="start no case that could end after this many seconds (then exit 3)")
+    return p
+
+
+def _fail(msg: str) -> int:
+    print(f"!!! {LOG} {msg}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def load_inventories() -> Dict[str, List[inv.Entry]]:
+    out = {}
+    for repo, root in inv.repo_roots().items():
+        if not Path(root, "benchmark").is_dir():
+            raise UsageError(f"{inv.REPO_ENV[repo]}={root} has no benchmark/ directory")
+        entries, where = inv.load_for_tree(repo, Path(root), OPS_DIR, checkout_commit(root))
+        print(f"{LOG} inventory {repo}: {inv.summarize(entries)} ({where})")
+        out[repo] = entries
+    return out
+
+
+def select_cases(args, selector: Selector, old: Dict) -> List[inv.Entry]:
+    names = list(args.ops)
+    if args.ops_file:
+        names += read_names_file(args.ops_file)
+    if not names and not args.all and args.resume:
+        names = [f"{repo}:{run}" for repo, run in old]
+    if not names and not args.all:
+        raise UsageError("nothing selected: give --all, --ops or --ops-file")
+    cases, notes = selector.select(names, args.all, args.repo or (), read_dismiss(args.dismiss)
+                                   if args.all else {}, args.include_skipped)
+    for n in notes:
+        print(f"{LOG} {n}")
+    if not cases:
+        raise UsageError("the selection is empty")
+    return cases
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return run(args)
+    except (UsageError, SelectionError, inv.InventoryError, PartitionError, UnknownBackendError) as exc:
+        return _fail(str(exc))
+
+
+def run(args) -> int:
+    if args.devices is not None and args.gpus is not None:
+        raise UsageError("--devices and --gpus are the same option; give one")
+    if args.resume and args.batch_dir is None:
+        raise UsageError("--resume needs --batch-dir")
+    status_file = args.batch_dir / ("before" if args.switch else "") / "ops_status.csv" if args.batch_dir else None
+    if args.resume and not status_file.is_file():
+        raise UsageError(f"--resume: no {status_file}")
+    backend = get_backend(args.backend)
+    run_script = Path(os.environ.get("ZL_RUN_PYTEST") or REPO_ROOT / "run_pytest.sh").resolve()
+    if not run_script.is_file():
+        raise UsageError(f"run script not found: {run_script}")
+    if args.switch is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", args.switch):
+        raise UsageError(f"--switch is not a variable name: {args.switch!r}")
+    if args.switch and args.replay_root:
+        raise UsageError("--switch replays its own side A; it cannot take --replay-root")
+    if args.replay_root is not None and not args.replay_root.is_dir():
+        raise UsageError(f"--replay-root is not a directory: {args.replay_root}")
+    explicit = args.devices if args.devices is not None else args.gpus
+    if explicit is not None and not parse_device_list(explicit):
+        raise UsageError(f"--devices has no device id: {explicit!r}")
+    batch_dir = (args.batch_dir or Path(os.environ.get("ZL_RUNS_ROOT") or REPO_ROOT / "runs")
+                 / f"batch_{datetime.now():%Y%m%d-%H%M%S}").resolve()
+    # Side directories: one plain batch, or before/after of a switch screen.
+    sides = [("", {})] if not args.switch else [(s, {args.switch: str(i)}) for i, s in enumerate(SIDES)]
+    side_dir = {name: batch_dir / name if name else batch_dir for name, _ in sides}
+    old = {name: read_rows(side_dir[name] / "ops_status.csv") if args.resume else {} for name, _ in sides}
+    old_screen = read_screen_rows(batch_dir / "screen.tsv") if args.switch and args.resume else {}
+
+    inventories = load_inventories()
+    cases = select_cases(args, Selector(inventories), old[sides[0][0]])
+    missing_repo = sorted({c.repo for c in cases} - set(inv.repo_roots()))
+    if missing_repo:
+        raise UsageError(f"no checkout for repo(s) {missing_repo}")
+    # after the selection: without an explicit list this may probe the devices (seconds)
+    devices = backend.enumerate_devices(explicit)
+    if len(set(devices)) != len(devices):
+        raise UsageError(f"device listed twice: {','.join(devices)}")
+    if args.balance:
+        shards, unmeasured = shard.by_weight(cases, devices, shard.read_weights(args.balance))
+        print(f"{LOG} balanced by {args.balance}; {unmeasured} case(s) without a measured time")
+    else:
+        shards = shard.by_hash(cases, devices)
+    device_of = {(c.repo, c.run_name): d for d, cs in shards.items() for c in cs}
+    if args.list:
+        for c in cases:
+            print(f"{c.repo}:{c.run_name}\tdevice={device_of[(c.repo, c.run_name)]}\t{c.test_file}::test_{c.op}")
+        return EXIT_OK
+
+    keys = [(c.repo, c.run_name) for c in cases]
+    reused = set()
+    for c, key in zip(cases, keys):
+        if all(old[n].get(key, {}).get("status") in COMPLETE
+               and (case_dir(side_dir[n], c) / COMPLETE_MARK).is_file() for n, _ in sides) \
+                and (not args.switch or key in old_screen):
+            reused.add(key)
+    tables = {}
+    for name, _ in sides:
+        base = {k: old[name][k] if k in reused else
+                blank_row(c.repo, c.op, c.op_file, c.run_name, backend.name, device_of[k],
+                          str(case_dir(side_dir[name], c))) for c, k in zip(cases, keys)}
+        tables[name] = StatusTable(side_dir[name] / "ops_status.csv", keys, base)
+        tables[name].write()
+    screen = ScreenTable(batch_dir / "screen.tsv", keys, old_screen) if args.switch else None
+    batch_id = f"{batch_dir.name}-{os.getpid()}-{int(time.time())}"
+    atomic.write_json(batch_dir / "batch.json", {
+        "argv": sys.argv, "backend": backend.name, "devices": devices, "cases": len(cases),
+        "reused": len(reused), "op_timeout_s": args.op_timeout, "dtypes": args.dtypes,
+        "switch": args.switch or "", "run_script": str(run_script),
+        "started": datetime.now().isoformat(timespec="seconds"), "batch_id": batch_id,
+        "roots": inv.repo_roots()})
+    todo = {d: [c for c in cs if (c.repo, c.run_name) not in reused] for d, cs in shards.items()}
+    n_todo = sum(len(v) for v in todo.values())
+    print(f"{LOG} backend={backend.name} {len(cases)} case(s), {len(reused)} reused, {n_todo} to run "
+          f"on {len([d for d in todo if todo[d]])} device(s) {devices}  out={batch_dir}"
+          + (f"  screen of {args.switch}: before=0 (record), after=1 (replay)" if args.switch else ""))
+
+    roots = {repo: str(Path(root).resolve()) for repo, root in inv.repo_roots().items()}
+    dtypes = " ".join(args.dtypes.replace(",", " ").split())
+    stop = threading.Event()
+    guard = GroupGuard(args.kill_grace)
+    runners = {}
+    for name, extra in sides:
+        replay = (args.replay_root.resolve() if args.replay_root else
+                  side_dir[SIDES[0]] if name == SIDES[1] else None)
+        runners[name] = CaseRunner(CaseConfig(
+            batch_dir=side_dir[name], run_script=run_script, roots=roots, backend=backend,
+            op_timeout=args.op_timeout, kill_grace=args.kill_grace, retries=args.retries,
+            dtypes=dtypes, replay_root=replay, shape_file=args.shape_file, batch_id=batch_id,
+            extra_env=extra), guard, stop)
+    t0 = time.monotonic()
+    lock = threading.Lock()
+    progress = {"done": 0, "spent": 0.0}
+    worst_case = args.op_timeout * len(sides) + args.kill_grace + 5
+
+    def may_start() -> bool:
+        if stop.is_set():
+            return False
+        return args.budget_s is None or time.monotonic() - t0 + worst_case <= args.budget_s
+
+    def run_side(name: str, c: inv.Entry, device: str, dt: Optional[str]) -> Dict[str, str]:
+        key = (c.repo, c.run_name)
+        tables[name].set(key, status="RUNNING", device=device, gpu=device)
+        try:
+            row, _ = runners[name].run(c, device, dtypes=dt)
+        except Exception as exc:  # one case's harness error must not stop its device's shard
+            row = blank_row(c.repo, c.op, c.op_file, c.run_name, backend.name, device,
+                            str(case_dir(side_dir[name], c)), status="FAIL",
+                            notes=f"reason=harness error {type(exc).__name__}: {exc}")
+        tables[name].replace(key, row)
+        return row
+
+    def work(c: inv.Entry, device: str) -> None:
+        row = run_side(sides[0][0], c, device, None)
+        shown, verdict = row["status"], ""
+        if screen is not None and row["status"] != "INTERRUPTED":
+            # B measures what A measured: after a dtype fallback, without the restriction too
+            dt = "" if "dtype_" in row["notes"] else dtypes
+            if row["status"] == "PASS":
+                row_b = run_side(SIDES[1], c, device, dt)
+            else:
+                row_b = blank_row(c.repo, c.op, c.op_file, c.run_name, backend.name, device,
+                                  str(case_dir(side_dir[SIDES[1]], c)), status="NOT_RUN",
+                                  notes=f"side before ended {row['status']}")
+                tables[SIDES[1]].replace((c.repo, c.run_name), row_b)
+            if row_b["status"] != "INTERRUPTED":
+                srow = screen_row(row, row_b, dt)
+                screen.set((c.repo, c.run_name), srow)
+                verdict = f" {srow['verdict']}"
+            shown = f"{row['status']}/{row_b['status']}"
+            row = dict(row, elapsed_ms=str(int(row["elapsed_ms"] or 0) + int(row_b.get("elapsed_ms") or 0)))
+        with lock:
+            progress["done"] += 1
+            progress["spent"] += int(row.get("elapsed_ms") or 0) / 1000.0
+            done = progress["done"]
+            active = max(1, len([d for d in todo if todo[d]]))
+            eta = progress["spent"] / done * (n_todo - done) / active
+            print(f"{LOG} ({done:>{len(str(n_todo))}}/{n_todo}) {shown:<11}{verdict} "
+                  f"{int(row.get('elapsed_ms') or 0) / 1000:7.1f}s rows={row['rows_success']}/"
+                  f"{row['rows_total']} {c.repo}:{c.run_name} device={device} ETA {eta / 60:.1f}min"
+                  + (f"  {row['notes']}" if row.get("notes") else ""), flush=True)
+
+    executor = LocalExecutor()
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    interrupted = False
+    try:
+        executor.run(todo, work, may_start)
+    except KeyboardInterrupt:
+        interrupted = True
+        stop.set()
+        print(f"\n!!! {LOG} interrupted: killing running cases", file=sys.stderr, flush=True)
+        guard.abort_all()
+        executor.join()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        guard.close()
+    for table in tables.values():
+        for key in table.order:
+            if table.get(key)["status"] == "RUNNING":   # a worker that never got to write its row
+                table.set(key, status="INTERRUPTED", notes="interrupted")
+    for exc in executor.errors:
+        print(f"!!! {LOG} worker error: {exc!r}", file=sys.stderr)
+    code = EXIT_OK
+    for name, _ in sides:
+        print(f"{LOG} ---- {name}" if name else f"{LOG} ----")
+        code = max(code, finish(tables[name], side_dir[name], interrupted,
+                                f"python run_batch.py --resume --batch-dir {batch_dir}"
+                                + (f" --switch {args.switch}" if args.switch else "")))
+    if screen is not None:
+        verdicts = Counter(r["verdict"] for r in screen.rows.values())
+        print(f"{LOG} screen of {args.switch}: " + ", ".join(f"{k}={v}" for k, v in sorted(verdicts.items()))
+              + f" -> {batch_dir / 'screen.tsv'} (campaign.sh SCREEN=)")
+    return EXIT_INTERRUPTED if interrupted else code
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def finish(table: StatusTable, batch_dir: Path, interrupted: bool, resume: str) -> int:
+    counts = table.counts()
+    print(f"{LOG} status: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
+    reasons = Counter()
+    for key in table.order:
+        for part in table.get(key).get("notes", "").split(";"):
+            if part.startswith("reason="):
+                reasons[part[len("reason="):][:80]] += 1
+    for reason, n in reasons.most_common(10):
+        print(f"{LOG}   {n:>4} x {reason}")
+    if any(batch_dir.glob("*/*/run.log")):
+        r = subprocess.run([sys.executable, str(REPO_ROOT / "batch_summary.py"), str(batch_dir)],
+                           capture_output=True, text=True)
+        print((r.stdout or r.stderr).strip())
+    print(f"{LOG} table: {batch_dir / 'ops_status.csv'}")
+    if interrupted:
+        return EXIT_INTERRUPTED
+    left = sum(counts.get(s, 0) for s in UNFINISHED)
+    if left:
+        print(f"!!! {LOG} {left} case(s) not run; continue with: {resume}")
+        return EXIT_UNFINISHED
+    return EXIT_OK
