@@ -26,8 +26,16 @@ def add(parser: Any, flag: str, env: str, help: str, default: str = "") -> None:
     it parses the variable, so an option and a variable can never be read differently.
     """
     dest = flag.lstrip("-").replace("-", "_")
-    group(parser).addoption(flag, dest=dest, default=None, metavar="VALUE",
-                            help=f"{help} [env {env}; default {default!r}]")
+    known = _ENV_OF.get(dest)
+    if known is not None and known != (env, default):
+        raise ValueError(f"{flag} is declared twice with different variables/defaults: "
+                         f"{known} and {(env, default)}")
+    opts = group(parser)
+    # Two plugins that read the same variable (ZL_BACKEND, OUT_DIR) both declare it;
+    # the option is added once per parser, whichever plugin comes first.
+    if not any(flag in opt.names() for opt in opts.options):
+        opts.addoption(flag, dest=dest, default=None, metavar="VALUE",
+                       help=f"{help} [env {env}; default {default!r}]")
     _ENV_OF[dest] = (env, default)
 
 
