@@ -10,5 +10,6 @@ from _device_setup_plugin import (  # noqa: F401
     foreign_vendor_modules,
     pytest_addoption,
     pytest_configure,
+    pytest_load_initial_conftests,
     pytest_unconfigure,
 )

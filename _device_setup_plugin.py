@@ -11,8 +11,9 @@ import). The previous value is recorded and restored at unconfigure.
 When it steps back: at import, an unknown ZL_BACKEND leaves GEMS_VENDOR to flag_gems (one
 log line); at configure the same name is a usage error (exit 4) naming the known backends,
 because a run on an unnamed backend must not produce a valid-looking identity.
-`--zl-backend` / `--zl-device` on the command line replace the import-time values (flag_gems
-is not imported yet at configure).
+`--zl-backend` / `--zl-device` on the command line replace the import-time values in
+`pytest_load_initial_conftests`, before the benchmark's conftest imports flag_gems; given
+after an earlier `-p` plugin imported FlagGems they are a usage error.
 
 Why: both sides of an A/B must run the same vendor's kernels on the card they name;
 run_identity.json records backend, device, vendor and versions so the comparison tools
@@ -21,13 +22,17 @@ can refuse a pair that differs.
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from zl import options, registry
 from zl.backends import UnknownBackendError
+from zl.flaggems import PACKAGES
 from zl.device import DeviceSetup, foreign_vendor_modules, log  # noqa: F401  (re-exported for the alias)
 
 NAME = "zl_device_setup"
+_STASH = pytest.StashKey[DeviceSetup]()
 
 
 def _prepare_at_import() -> DeviceSetup:
@@ -51,25 +56,43 @@ def pytest_addoption(parser):
                 "device id recorded in run_identity.json; empty = the inherited visibility list's first")
 
 
-def _wanted(config) -> tuple:
-    """(backend, device) given on the command line; None where the environment decides."""
-    return (config.getoption("zl_backend", default=None), config.getoption("zl_device", default=None))
+def _setup_for(backend, device) -> DeviceSetup:
+    """The import-time setup while it stands for what was asked, else a fresh one."""
+    explicit = (backend, device) != (None, None)
+    if not explicit and not _AT_IMPORT.closed and _AT_IMPORT.backend is not None:
+        return _AT_IMPORT
+    if explicit and any(pkg in sys.modules for pkg in PACKAGES):
+        # FlagGems picked its vendor when it was imported; changing GEMS_VENDOR now would
+        # record one vendor in run_identity.json while the kernels come from another.
+        raise pytest.UsageError("--zl-backend/--zl-device given after FlagGems was imported "
+                                "(by an earlier -p plugin); set ZL_BACKEND/ZL_DEVICE instead")
+    if not _AT_IMPORT.closed:
+        _AT_IMPORT.close()
+    setup = DeviceSetup()
+    try:
+        setup.prepare(backend, device)
+    except UnknownBackendError as exc:
+        raise pytest.UsageError(str(exc))
+    return setup
+
+
+def pytest_load_initial_conftests(early_config, parser, args):
+    """Apply command-line values before the benchmark's conftest imports flag_gems."""
+    if _STASH in early_config.stash:  # loaded under both names
+        return
+    ns = early_config.known_args_namespace
+    early_config.stash[_STASH] = _setup_for(getattr(ns, "zl_backend", None), getattr(ns, "zl_device", None))
 
 
 def pytest_configure(config):
-    """Adopt the import-time setup (or redo it for command-line values), probe the device."""
+    """Register the session's setup and probe the device."""
     if registry.active(config, NAME) is not None:  # loaded under both names
         return
-    backend, device = _wanted(config)
-    setup = _AT_IMPORT
-    if setup.closed or setup.backend is None or (backend, device) != (None, None):
-        if not setup.closed:
-            setup.close()
-        setup = DeviceSetup()
-        try:
-            setup.prepare(backend, device)
-        except UnknownBackendError as exc:
-            raise pytest.UsageError(str(exc))
+    stash = getattr(config, "stash", None)
+    setup = stash.get(_STASH, None) if stash is not None else None
+    if setup is None:  # a configure without the early hook (in-process tests)
+        setup = _setup_for(config.getoption("zl_backend", default=None),
+                           config.getoption("zl_device", default=None))
     registry.register(config, NAME, setup)
     setup.probe()
 

@@ -1,6 +1,9 @@
 """zl.device + _device_setup_plugin: vendor env (restored), identity, foreign vendor report."""
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +13,8 @@ from harness.fake_config import FakeConfig
 from zl import identity as ri
 from zl.device import DeviceSetup, foreign_vendor_modules
 from zl.flaggems import VENDOR_ENV_KEYS
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def test_foreign_vendor_modules_by_segment_not_prefix():
@@ -81,3 +86,29 @@ def test_foreign_vendor_marker_is_reported(no_vendor, capsys):
     setup.close()
     assert found == ["mthreads"]
     assert "FOREIGN_VENDOR_MODULE active=nvidia loaded=mthreads" in capsys.readouterr().err
+
+
+def _pytest_in(tmp_path, *args):
+    env = {k: v for k, v in os.environ.items() if k not in VENDOR_ENV_KEYS and k != "OUT_DIR"}
+    env.update(PYTHONPATH=os.pathsep.join([str(REPO), str(tmp_path)]), ZL_BACKEND="cuda", NO_COLOR="1")
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_command_line_backend_reaches_flag_gems_before_the_conftest_imports_it(tmp_path):
+    (tmp_path / "conftest.py").write_text(
+        "import os, pathlib\n"
+        "pathlib.Path('seen').write_text(os.environ.get('GEMS_VENDOR', '(unset)'))\n")
+    (tmp_path / "test_x.py").write_text("def test_x():\n    pass\n")
+    proc = _pytest_in(tmp_path, "-p", "_device_setup_plugin", "--zl-backend", "musa")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "seen").read_text() == "mthreads"
+
+
+def test_command_line_backend_after_flag_gems_was_imported_is_a_usage_error(tmp_path):
+    (tmp_path / "flag_gems.py").write_text("vendor_name = 'nvidia'\n")
+    (tmp_path / "test_x.py").write_text("def test_x():\n    pass\n")
+    proc = _pytest_in(tmp_path, "-p", "flag_gems", "-p", "_device_setup_plugin", "--zl-backend", "musa")
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "after FlagGems was imported" in proc.stderr
+    assert _pytest_in(tmp_path, "-p", "flag_gems", "-p", "_device_setup_plugin").returncode == 0

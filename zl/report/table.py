@@ -66,9 +66,9 @@ class ResultTables:
     """Wraps `BenchmarkResult.__str__` once per class; `close` restores the originals."""
 
     def __init__(self, fold_inputs: bool):
-        self.fold_inputs = fold_inputs
+        self.patched: List[type] = []  # classes wrapped so far (a class is wrapped once)
         self.patches = PatchStack()
-        self.patched: List[type] = []
+        self.fold_inputs = fold_inputs
 
     def patch(self) -> int:
         n = 0
