@@ -47,3 +47,7 @@ def test_plugin_seeds_each_test_and_restores_host_generators(monkeypatch):
     sp.pytest_unconfigure(config)
     assert config.pluginmanager.get_plugin(sp.NAME) is None
     assert _draws() == expected_after  # as if the session had never seeded
+    from_env = FakeConfig(sp)
+    sp.pytest_configure(from_env)
+    assert from_env.pluginmanager.get_plugin(sp.NAME).seed == 11
+    sp.pytest_unconfigure(from_env)
