@@ -8,8 +8,11 @@ definition (`zl.runlog.sizefold`) and the parser unfolds it back to upstream's t
 
 When it steps back: `--zl-pretty-fold` / ZL_PRETTY_FOLD off keeps upstream's Size Detail
 verbatim (colour only); a table whose details are not safely reversible is left unfolded.
-Colour follows FLAGGEMS_PERF_COLOR / NO_COLOR; run.log is stripped of it anyway. A word
-that is neither on nor off is a usage error (exit 4).
+Colour follows `--zl-color` / FLAGGEMS_PERF_COLOR (always / never; empty = when the
+terminal is one) and NO_COLOR; run.log is stripped of it anyway. A command-line colour
+is exported as FLAGGEMS_PERF_COLOR for the session (every zl log line follows it) and
+the previous value restored at unconfigure. A fold word that is neither on nor off, or a
+colour other than always/never/empty, is a usage error (exit 4).
 
 Why: a 40-row table whose Size Detail repeats the same dtype and dim on every row hides
 the one column that varies; the fold is exactly reversible, so nothing is lost.
@@ -27,6 +30,8 @@ from zl.term import log
 TAG = "[pretty-report-plugin]"
 NAME = "zl_pretty_report"
 FOLD_ENV = "ZL_PRETTY_FOLD"
+COLOR_ENV = "FLAGGEMS_PERF_COLOR"
+COLOR_WORDS = ("", "always", "never")  # as run_pytest.sh accepts them
 
 
 class PrettyReport(ResultTables):
@@ -39,6 +44,8 @@ class PrettyReport(ResultTables):
 def pytest_addoption(parser):
     options.add(parser, "--zl-pretty-fold", FOLD_ENV,
                 "fold inputs constant down a result table into a legend line (on/off)", "1")
+    options.add(parser, "--zl-color", COLOR_ENV,
+                "console colour: always / never; empty = when stderr is a terminal (NO_COLOR disables)")
 
 
 def pytest_configure(config):
@@ -46,7 +53,12 @@ def pytest_configure(config):
         fold_inputs = parse_switch(options.value(config, "--zl-pretty-fold"), True, name=FOLD_ENV)
     except SwitchError as exc:
         raise pytest.UsageError(str(exc))
-    registry.register(config, NAME, PrettyReport(fold_inputs))
+    color = options.value(config, "--zl-color").strip().lower()
+    if color not in COLOR_WORDS:
+        raise pytest.UsageError(f"{COLOR_ENV}={color!r} must be always, never or empty")
+    report = registry.register(config, NAME, PrettyReport(fold_inputs))
+    if config.getoption("zl_color", default=None) is not None:
+        report.patches.setenv(COLOR_ENV, color)
 
 
 def pytest_unconfigure(config):

@@ -18,7 +18,7 @@ PLUGIN_OPTIONS = {
     "_device_guard_plugin": ("--zl-backend", "--zl-device"),
     "_seed_plugin": ("--zl-seed",),
     "_shape_inject_plugin": ("--zl-shape-file", "--zl-shape-mode"),
-    "_pretty_report_plugin": ("--zl-pretty-fold",),
+    "_pretty_report_plugin": ("--zl-pretty-fold", "--zl-color"),
 }
 
 

@@ -1,5 +1,6 @@
 """zl.report.table + _pretty_report_plugin: exact fold/unfold, colour, the switch, restore."""
 
+import os
 import sys
 
 import pytest
@@ -82,3 +83,15 @@ def test_plugin_patches_result_str_and_restores(monkeypatch):
     assert parse_legend_line(folded.splitlines()[4]) == {"n": 2, "fixed": {"1": "1"}}
     prp.pytest_unconfigure(config)
     assert BenchmarkResult.__dict__["__str__"] is original
+
+
+def test_command_line_colour_is_exported_for_the_session_and_restored(monkeypatch):
+    monkeypatch.setenv("FLAGGEMS_PERF_COLOR", "never")
+    config = FakeConfig(prp, zl_color="always")
+    prp.pytest_configure(config)
+    assert render(_Result([["A"]]), _upstream_str).count("\x1b[32mSUCCESS") == 1
+    prp.pytest_unconfigure(config)
+    assert os.environ["FLAGGEMS_PERF_COLOR"] == "never"
+    monkeypatch.setenv("FLAGGEMS_PERF_COLOR", "sometimes")
+    with pytest.raises(pytest.UsageError, match="FLAGGEMS_PERF_COLOR='sometimes'"):
+        prp.pytest_configure(FakeConfig(prp))
