@@ -9,7 +9,7 @@ so neither interface changes what the other sees.
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from typing import Any, Dict, Optional, Tuple
 
 GROUP = "zl_bench"
 GROUP_DESCRIPTION = "zl_bench (honest A/B timing of FlagGems operators; each default is read from the variable named)"
@@ -19,34 +19,48 @@ def group(parser: Any):
     return parser.getgroup(GROUP, GROUP_DESCRIPTION)
 
 
+def _dest(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
+# dest -> (environment variable, default). Module-level on purpose: several plugins read the
+# same setting (e.g. the backend), and each may declare it; the first declaration in a
+# parser wins and the others must agree, or the two readings could differ.
+_ENV_OF: Dict[str, Tuple[str, str]] = {}
+
+
 def add(parser: Any, flag: str, env: str, help: str, default: str = "") -> None:
     """Register `flag` (string-valued) whose default is $env, else `default`.
 
     The value stays a string: the plugin parses it with its own named error, exactly as
     it parses the variable, so an option and a variable can never be read differently.
+    Declaring the same flag again (another plugin reading the same setting) is a no-op
+    when it names the same variable and default, and an error otherwise.
     """
-    dest = flag.lstrip("-").replace("-", "_")
+    dest = _dest(flag)
     known = _ENV_OF.get(dest)
     if known is not None and known != (env, default):
-        raise ValueError(f"{flag} is declared twice with different variables/defaults: "
-                         f"{known} and {(env, default)}")
-    opts = group(parser)
-    # Two plugins that read the same variable (ZL_BACKEND, OUT_DIR) both declare it;
-    # the option is added once per parser, whichever plugin comes first.
-    if not any(flag in opt.names() for opt in opts.options):
-        opts.addoption(flag, dest=dest, default=None, metavar="VALUE",
-                       help=f"{help} [env {env}; default {default!r}]")
+        raise ValueError(f"option {flag} declared with {known} and with {(env, default)}")
     _ENV_OF[dest] = (env, default)
-
-
-_ENV_OF: dict = {}
+    declared = parser.__dict__.setdefault("_zl_declared", set())
+    if dest in declared:
+        return
+    declared.add(dest)
+    group(parser).addoption(flag, dest=dest, default=None, metavar="VALUE",
+                            help=f"{help} [env {env}; default {default!r}]")
 
 
 def value(config: Any, flag: str) -> str:
-    """The option's value: the command line, else its environment variable, else its default."""
-    dest = flag.lstrip("-").replace("-", "_")
-    given: Optional[str] = config.getoption(dest, default=None)
+    """The option's value: the command line, else its environment variable, else its default.
+
+    A flag nobody declared is a programming error (LookupError), never a silent default:
+    the variable would otherwise be ignored without a word.
+    """
+    dest = _dest(flag)
+    if dest not in _ENV_OF:
+        raise LookupError(f"zl_bench option {flag} was never declared (zl.options.add)")
+    given: Optional[str] = config.getoption(dest, default=None) if config is not None else None
     if given is not None:
         return str(given)
-    env, default = _ENV_OF.get(dest, ("", ""))
-    return os.environ.get(env, default) if env else default
+    env, default = _ENV_OF[dest]
+    return os.environ.get(env, default)

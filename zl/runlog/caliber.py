@@ -21,12 +21,11 @@ import json
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from zl.identity import IDENTITY_NAME
-
 CALIBER_FIELDS = (
     "backend", "device", "timer", "bench_level", "shape_mode",
     "tuner_cache", "direct_repeat",
 )
+IDENTITY_NAME = "run_identity.json"
 
 
 def run_dir_of(path: Path) -> Path:
