@@ -36,7 +36,7 @@ from typing import Dict, List, Optional
 
 from zl.runlog.sizefold import parse_legend_line, unfold
 
-from zl.term import ANSI_RE  # noqa: E402  (the one ANSI regex)
+from zl.term import ANSI_RE  # the one ANSI regex
 TITLE_RE = re.compile(
     r"^Operator:\s*(?P<op>\S+)\s+Performance Test\s*\(dtype=(?P<dtype>[^,]*),\s*"
     r"mode=(?P<mode>[^,]*),\s*level=(?P<level>[^)]*)\)\s*$")
