@@ -20,6 +20,6 @@ Rooms behind the plugins and tools:
 - `zl.device`    GEMS_VENDOR from the backend, device identity, foreign-vendor report.
 - `zl.seed`      fixed seeds and the generator states restored afterwards.
 - `zl.shapes`    the shape yaml laid over Benchmark classes; shapes.yaml record.
-- `zl.report`    console result tables (fold constant inputs, colour status words).
+- `zl.report.table` console result tables (fold constant inputs, colour status words).
 - `zl/sh/`       shell libraries the drivers source (A/B prologue, IR fingerprint wrappers).
 """
