@@ -1,150 +1,102 @@
-"""Set FlagGems' vendor from the zl_bench backend before flag_gems is imported,
-record the run's device identity, and report foreign-vendor modules at the end.
+"""Set FlagGems' vendor from the zl_bench backend before flag_gems is imported, record the
+run's device identity, and report foreign-vendor modules at the end (code: `zl.device`).
 
-Import time, on purpose: pytest imports `-p` plugins before it collects the
-benchmark module, and FlagGems detects its vendor while that module imports
-flag_gems. With GEMS_VENDOR set, FlagGems takes its env fast path instead of
-running every vendor's query tool concurrently with no timeout (one hanging
-tool blocks `import flag_gems`; the seed saw it hang in wait4 with the GPU idle).
-A vendor the user chose (GEMS_VENDOR / FLAGGEMS_VENDOR / GEMS_BACKEND /
-FLAGGEMS_BACKEND) is never overridden.
+What it patches: the environment variable GEMS_VENDOR only, and only when the user chose
+no vendor (GEMS_VENDOR / FLAGGEMS_VENDOR / GEMS_BACKEND / FLAGGEMS_BACKEND). It is set at
+import time, on purpose: pytest imports `-p` plugins before it collects the benchmark
+module, and FlagGems detects its vendor while that module imports flag_gems (without
+GEMS_VENDOR it runs every vendor's query tool with no timeout; one hanging tool blocks the
+import). The previous value is recorded and restored at unconfigure.
 
-Device name and arch are probed in pytest_configure rather than at import, and
-package versions at session end, so importing this module never initialises a
-device context or imports flag_gems itself.
+When it steps back: at import, an unknown ZL_BACKEND leaves GEMS_VENDOR to flag_gems (one
+log line); at configure the same name is a usage error (exit 4) naming the known backends,
+because a run on an unnamed backend must not produce a valid-looking identity.
+`--zl-backend` / `--zl-device` on the command line replace the import-time values in
+`pytest_load_initial_conftests`, before the benchmark's conftest imports flag_gems; given
+after an earlier `-p` plugin imported FlagGems they are a usage error.
+
+Why: both sides of an A/B must run the same vendor's kernels on the card they name;
+run_identity.json records backend, device, vendor and versions so the comparison tools
+can refuse a pair that differs.
 """
 
 from __future__ import annotations
 
-import os
 import sys
-from typing import Iterable, List, Optional
 
-from zl.identity import load_identity, update_identity
-from zl.term import log
-from zl.backends import get_backend
-from zl.flaggems import apply_vendor_env, configured_vendor
+import pytest
 
-TAG = "[device-setup-plugin]"
-# Packages whose vendor implementations live under <pkg>.runtime.backend._<vendor>.
-FLAGGEMS_PACKAGES = ("flag_gems", "flaggems_vllm")
+from zl import options, registry
+from zl.backends import UnknownBackendError
+from zl.flaggems import PACKAGES
+from zl.device import DeviceSetup, foreign_vendor_modules, log  # noqa: F401  (re-exported for the alias)
 
-_state = {"backend": None, "vendor": None}
+NAME = "zl_device_setup"
+_STASH = pytest.StashKey[DeviceSetup]()
 
 
-def _setup_at_import() -> None:
+def _prepare_at_import() -> DeviceSetup:
+    setup = DeviceSetup()
     try:
-        backend = get_backend()
-    except Exception as exc:  # unknown backend: run_pytest.sh already refused; ad-hoc use only
-        log(TAG, f"cannot resolve backend ({exc}); leaving GEMS_VENDOR to flag_gems")
+        setup.prepare()
+    except UnknownBackendError as exc:  # run_pytest.sh already refused; ad-hoc use only
+        log(f"cannot resolve backend ({exc}); leaving GEMS_VENDOR to flag_gems")
+    return setup
+
+
+# The one object made before configure: GEMS_VENDOR must be set before flag_gems is
+# imported, i.e. before any hook runs. pytest_configure adopts it (or a fresh one).
+_AT_IMPORT = _prepare_at_import()
+
+
+def pytest_addoption(parser):
+    options.add(parser, "--zl-backend", "ZL_BACKEND",
+                "device backend: cuda, musa, rocm, ascend (aliases nvidia, nv, amd, hip, npu, huawei)", "cuda")
+    options.add(parser, "--zl-device", "ZL_DEVICE",
+                "device id recorded in run_identity.json; empty = the inherited visibility list's first")
+
+
+def _setup_for(backend, device) -> DeviceSetup:
+    """The import-time setup while it stands for what was asked, else a fresh one."""
+    explicit = (backend, device) != (None, None)
+    if not explicit and not _AT_IMPORT.closed and _AT_IMPORT.backend is not None:
+        return _AT_IMPORT
+    if explicit and any(pkg in sys.modules for pkg in PACKAGES):
+        # FlagGems picked its vendor when it was imported; changing GEMS_VENDOR now would
+        # record one vendor in run_identity.json while the kernels come from another.
+        raise pytest.UsageError("--zl-backend/--zl-device given after FlagGems was imported "
+                                "(by an earlier -p plugin); set ZL_BACKEND/ZL_DEVICE instead")
+    if not _AT_IMPORT.closed:
+        _AT_IMPORT.close()
+    setup = DeviceSetup()
+    try:
+        setup.prepare(backend, device)
+    except UnknownBackendError as exc:
+        raise pytest.UsageError(str(exc))
+    return setup
+
+
+def pytest_load_initial_conftests(early_config, parser, args):
+    """Apply command-line values before the benchmark's conftest imports flag_gems."""
+    if _STASH in early_config.stash:  # loaded under both names
         return
-    user_choice = configured_vendor()
-    vendor = apply_vendor_env(backend)
-    _state.update(backend=backend, vendor=vendor)
-    device = os.environ.get("ZL_DEVICE", "").strip()
-    if not device:
-        inherited = backend.inherited_devices()
-        device = inherited[0] if inherited else ""
-    update_identity(backend=backend.name, device=device, flaggems_vendor=vendor or "",
-                    visibility_env=backend.visibility_env_keys[0] if backend.visibility_env_keys else "")
-    how = "kept user's choice" if user_choice else "set from backend"
-    log(TAG, f"backend={backend.name} GEMS_VENDOR={vendor or '(unset)'} ({how})")
-
-
-def _version(module_name: str) -> str:
-    mod = sys.modules.get(module_name)
-    if mod is not None and getattr(mod, "__version__", None):
-        return str(mod.__version__)
-    try:
-        from importlib.metadata import version
-
-        return version(module_name)
-    except Exception:
-        return ""
-
-
-def _current_device_index(backend) -> Optional[str]:
-    try:
-        import torch
-
-        api = getattr(torch, backend.torch_namespace, None) if backend.torch_namespace else None
-        if api is None or not api.is_available() or api.device_count() <= 0:
-            return None
-        return str(api.current_device())
-    except Exception:
-        return None
+    ns = early_config.known_args_namespace
+    early_config.stash[_STASH] = _setup_for(getattr(ns, "zl_backend", None), getattr(ns, "zl_device", None))
 
 
 def pytest_configure(config):
-    """Record device name/arch and the compiler/framework versions."""
-    backend = _state["backend"]
-    if backend is None:
+    """Register the session's setup and probe the device."""
+    if registry.active(config, NAME) is not None:  # loaded under both names
         return
-    fields = {}
-    try:
-        ident = backend.device_identity()
-        fields.update(device_name=ident.get("device_name", ""), device_arch=ident.get("device_arch", ""))
-    except Exception as exc:
-        log(TAG, f"identity probe failed ({exc})")
-    if not load_identity().get("device"):
-        # Nothing pinned a card: record the one the framework actually uses, so a
-        # run on the default card and one pinned elsewhere do not look alike.
-        current = _current_device_index(backend)
-        if current is not None:
-            fields["device"] = current
-    try:
-        import triton
-
-        fields["triton_version"] = str(getattr(triton, "__version__", ""))
-    except Exception:
-        fields["triton_version"] = ""
-    try:
-        import torch
-
-        fields["torch_version"] = str(torch.__version__)
-    except Exception:
-        fields["torch_version"] = ""
-    update_identity(**fields)
-    log(TAG, f"device={fields.get('device_name') or '(none)'} arch={fields.get('device_arch') or '-'} "
-             f"triton={fields.get('triton_version') or '-'} torch={fields.get('torch_version') or '-'}")
+    stash = getattr(config, "stash", None)
+    setup = stash.get(_STASH, None) if stash is not None else None
+    if setup is None:  # a configure without the early hook (in-process tests)
+        setup = _setup_for(config.getoption("zl_backend", default=None),
+                           config.getoption("zl_device", default=None))
+    registry.register(config, NAME, setup)
+    setup.probe()
 
 
-def foreign_vendor_modules(active_vendor: str, modules: Optional[Iterable[str]] = None) -> List[str]:
-    """FlagGems vendor roots imported in this process that are not the active vendor.
-
-    Compared by path segment, not prefix: `_nvidia_x` must not pass for `_nvidia`.
-    """
-    names = list(sys.modules) if modules is None else list(modules)
-    found = set()
-    for name in names:
-        for pkg in FLAGGEMS_PACKAGES:
-            prefix = f"{pkg}.runtime.backend._"
-            if name.startswith(prefix):
-                root = name[len(prefix):].split(".")[0]
-                if root and root != active_vendor:
-                    found.add(root)
-    return sorted(found)
-
-
-def pytest_sessionfinish(session, exitstatus):
-    """Record the FlagGems package actually used, and report foreign vendor modules."""
-    pkg_name = next((p for p in FLAGGEMS_PACKAGES if p in sys.modules), "")
-    active = _state["vendor"] or ""
-    if pkg_name:
-        pkg = sys.modules[pkg_name]
-        active = str(getattr(pkg, "vendor_name", "") or active)
-        update_identity(flaggems_package=pkg_name, flag_gems_version=_version(pkg_name), flaggems_vendor=active)
-    if not active:
-        return
-    foreign = foreign_vendor_modules(active)
-    if foreign:
-        # Report, never block: a shared utility may legitimately live under another
-        # vendor. But `import` succeeding proves only that the file exists; the seed
-        # saw router_gemm run NVIDIA's Hopper kernel on a MUSA card and die deep in
-        # the JIT with an error that pointed nowhere near the cause.
-        log(TAG, f"FOREIGN_VENDOR_MODULE active={active} loaded={','.join(foreign)}")
-        log(TAG, "another vendor's FlagGems implementation was imported; if this operator's result "
-                 "looks wrong, check whether the benchmark gates on vendor_name or only on import success")
-
-
-_setup_at_import()
+def pytest_unconfigure(config):
+    """Restore GEMS_VENDOR."""
+    registry.release(config, NAME)

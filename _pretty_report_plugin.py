@@ -1,101 +1,66 @@
-"""Tidy FlagGems' result tables: fold inputs that are identical down a table into
-one legend line, keep only the varying part of each row's Size Detail, colour
-SUCCESS green and FAILED red.
+"""Tidy FlagGems' result tables on the console: fold inputs identical down a table into
+one legend line and colour SUCCESS / FAILED (code: `zl.report.table`).
 
-Column names, the `SUCCESS` / `FAILED` words and every number stay exactly
-upstream's, so grep and the run.log parser keep working; the fold format has one
-definition (`runlog/sizefold.py`) and the parser unfolds it back to upstream's
-text. Colour follows FLAGGEMS_PERF_COLOR / NO_COLOR; run.log is stripped anyway.
-Set ZL_PRETTY_FOLD=0 to keep upstream's Size Detail verbatim.
+What it patches: `BenchmarkResult.__str__` of the imported `*consts` modules, after
+collection; restored at unconfigure. Column names, the status words and every number
+stay upstream's, so grep and the run.log parser keep working; the fold format has one
+definition (`zl.runlog.sizefold`) and the parser unfolds it back to upstream's text.
+
+When it steps back: `--zl-pretty-fold` / ZL_PRETTY_FOLD off keeps upstream's Size Detail
+verbatim (colour only); a table whose details are not safely reversible is left unfolded.
+Colour follows `--zl-color` / FLAGGEMS_PERF_COLOR (always / never; empty = when the
+terminal is one) and NO_COLOR; run.log is stripped of it anyway. A command-line colour
+is exported as FLAGGEMS_PERF_COLOR for the session (every zl log line follows it) and
+the previous value restored at unconfigure. A fold word that is neither on nor off, or a
+colour other than always/never/empty, is a usage error (exit 4).
+
+Why: a 40-row table whose Size Detail repeats the same dtype and dim on every row hides
+the one column that varies; the fold is exactly reversible, so nothing is lost.
 """
 
 from __future__ import annotations
 
-import inspect
-import os
-import re
-import sys
-from typing import Any, List, Optional, Tuple
+import pytest
 
-from zl.term import log, style
-from zl.runlog.sizefold import fold, legend_line
+from zl import options, registry
+from zl.report.table import ResultTables
+from zl.switches import SwitchError, parse_switch
+from zl.term import log
 
 TAG = "[pretty-report-plugin]"
-_STATUS_RE = re.compile(r"^(SUCCESS|FAILED)(?= )", re.MULTILINE)
-_patched: List[Tuple[type, Any]] = []
+NAME = "zl_pretty_report"
+FOLD_ENV = "ZL_PRETTY_FOLD"
+COLOR_ENV = "FLAGGEMS_PERF_COLOR"
+COLOR_WORDS = ("", "always", "never")  # as run_pytest.sh accepts them
 
 
-def _fold_enabled() -> bool:
-    return os.environ.get("ZL_PRETTY_FOLD", "1").strip().lower() not in ("0", "false", "no", "off")
+class PrettyReport(ResultTables):
+    def pytest_collection_finish(self, session):
+        """consts is imported with the benchmark modules, i.e. by now."""
+        if self.patch():
+            log(TAG, "result tables: folding constant inputs" if self.fold_inputs else "result tables: colour only")
 
 
-def render(result: Any, original_str) -> str:
-    metrics = list(getattr(result, "result", None) or [])
-    folded = None
-    if _fold_enabled() and metrics:
-        details = [None if m.shape_detail is None else f"{m.shape_detail}" for m in metrics]
-        folded = fold(details)
-    if folded is None:
-        text = original_str(result)
-    else:
-        legend, shown = folded
-        saved = [m.shape_detail for m in metrics]
-        try:
-            for m, s in zip(metrics, shown):
-                m.shape_detail = s
-            text = original_str(result)
-        finally:
-            for m, s in zip(metrics, saved):
-                m.shape_detail = s
-        lines = text.split("\n")
-        for i, line in enumerate(lines):
-            if line and set(line) == {"-"}:
-                lines.insert(i + 1, legend_line(legend))
-                break
-        text = "\n".join(lines)
-    return _STATUS_RE.sub(lambda m: style(m.group(1), "green" if m.group(1) == "SUCCESS" else "red",
-                                          stream=sys.stdout), text)
+def pytest_addoption(parser):
+    options.add(parser, "--zl-pretty-fold", FOLD_ENV,
+                "fold inputs constant down a result table into a legend line (on/off)", "1")
+    options.add(parser, "--zl-color", COLOR_ENV,
+                "console colour: always / never; empty = when stderr is a terminal (NO_COLOR disables)")
 
 
-def find_result_classes() -> List[type]:
-    found = []
-    for name, mod in list(sys.modules.items()):
-        if mod is None or not name.endswith("consts"):
-            continue
-        cls = getattr(mod, "BenchmarkResult", None)
-        if inspect.isclass(cls) and "__str__" in cls.__dict__ and cls not in found:
-            found.append(cls)
-    return found
-
-
-def patch() -> int:
-    done = {cls for cls, _ in _patched}
-    n = 0
-    for cls in find_result_classes():
-        if cls in done:
-            continue
-        original = cls.__dict__["__str__"]
-
-        def __str__(self, _orig=original):
-            return render(self, _orig)
-
-        cls.__str__ = __str__
-        _patched.append((cls, original))
-        n += 1
-    return n
-
-
-def restore() -> None:
-    while _patched:
-        cls, original = _patched.pop()
-        cls.__str__ = original
-
-
-def pytest_collection_finish(session):
-    """consts is imported with the benchmark modules, i.e. by now."""
-    if patch():
-        log(TAG, "result tables: folding constant inputs" if _fold_enabled() else "result tables: colour only")
+def pytest_configure(config):
+    try:
+        fold_inputs = parse_switch(options.value(config, "--zl-pretty-fold"), True, name=FOLD_ENV)
+    except SwitchError as exc:
+        raise pytest.UsageError(str(exc))
+    color = options.value(config, "--zl-color").strip().lower()
+    if color not in COLOR_WORDS:
+        raise pytest.UsageError(f"{COLOR_ENV}={color!r} must be always, never or empty")
+    report = registry.register(config, NAME, PrettyReport(fold_inputs))
+    if config.getoption("zl_color", default=None) is not None:
+        report.patches.setenv(COLOR_ENV, color)
 
 
 def pytest_unconfigure(config):
-    restore()
+    """Put every wrapped BenchmarkResult.__str__ back."""
+    registry.release(config, NAME)

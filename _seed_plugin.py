@@ -1,55 +1,34 @@
-"""Fix the random / numpy / torch seeds before every test.
+"""Fix the random / numpy / torch seeds at configure and before every test (code: `zl.seed`).
 
-Data-dependent operators (sort, topk, unique, masked_select...) take different
-paths for different inputs; with fixed seeds both sides of an A/B build
-byte-identical inputs, so a latency change cannot come from the data.
-`ZL_SEED` overrides the value (default 0).
+What it patches: the global generators' state only (random, numpy, torch; torch's
+manual_seed seeds the device generators too). The host generators' previous states are
+restored at unconfigure, so a later session in the same process is not seeded by this one.
+
+When it steps back: never while loaded (a fixed seed costs nothing). `--zl-seed` / ZL_SEED
+sets the value (default 0); a non-integer falls back to 0 and says so.
+
+Why: data-dependent operators (sort, topk, unique, masked_select...) take different paths
+for different inputs; with fixed seeds both sides of an A/B build byte-identical inputs,
+so a latency change cannot come from the data.
 """
 
 from __future__ import annotations
 
-import os
-import random
+from zl import options, registry
+from zl.seed import DEFAULT_SEED, SEED_ENV, SeedSession, log, seed_value
 
-from zl.term import log
-
-TAG = "[seed-plugin]"
-DEFAULT_SEED = 0
+NAME = "zl_seed"
 
 
-def seed_value() -> int:
-    raw = os.environ.get("ZL_SEED", "").strip()
-    try:
-        return int(raw) if raw else DEFAULT_SEED
-    except ValueError:
-        log(TAG, f"ZL_SEED={raw!r} is not an integer; using {DEFAULT_SEED}")
-        return DEFAULT_SEED
-
-
-def apply_seeds(seed: int) -> None:
-    random.seed(seed)
-    try:
-        import numpy as np
-
-        np.random.seed(seed)
-    except ImportError:
-        pass
-    try:
-        import torch
-
-        # manual_seed seeds every device generator too (CUDA/MUSA included).
-        torch.manual_seed(seed)
-    except ImportError:
-        pass
+def pytest_addoption(parser):
+    options.add(parser, "--zl-seed", SEED_ENV, "random/numpy/torch seed for every test", str(DEFAULT_SEED))
 
 
 def pytest_configure(config):
-    seed = seed_value()
-    config._zl_seed = seed
-    apply_seeds(seed)
-    log(TAG, f"seed={seed}")
+    session = registry.register(config, NAME, SeedSession(seed_value(options.value(config, "--zl-seed"))))
+    log(f"seed={session.seed}")
 
 
-def pytest_runtest_setup(item):
-    """Reseed per test so a test's inputs do not depend on what ran before it."""
-    apply_seeds(getattr(item.config, "_zl_seed", DEFAULT_SEED))
+def pytest_unconfigure(config):
+    """Restore the host generators' states."""
+    registry.release(config, NAME)

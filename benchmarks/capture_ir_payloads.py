@@ -4,14 +4,14 @@ Only the project's own tiny kernels are compiled here (nothing from FlagGems), s
 output can be committed as test fixtures:
 
     $OUT/payloads_h200.json   -> tests/fixtures/ir/payloads_h200.json (as is)
-    $OUT/plugin_tree.tar.gz   the real _ir_meta_plugin dump of the same session (evidence)
+    $OUT/plugin_tree.tar.gz   the real IR plugin dump (zl.ir) of the same session (evidence)
     $OUT/capture.log          versions, counts, the plugin's own log lines
 
 Kernels: `fill_kernel` (jit, constexpr BLOCK; launched once per input like an input
 builder), `scale_kernel` (jit) launched with fp16 and fp32 and with an aligned and an
 unaligned x pointer (dtype and alignment collisions), and `tile_kernel` (autotuned,
 3 configs differing in BLOCK_SIZE_M and num_warps: sweep losers vs the winner).
-The event stream has the structure tests/test_ir_meta_plugin.py::replay reads.
+The event stream has the structure tests/harness/ir_replay.py::replay reads.
 
     python benchmarks/capture_ir_payloads.py          (needs a GPU, triton 3.6 or 3.9)
 """
@@ -39,7 +39,8 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-import _ir_meta_plugin as plugin  # noqa: E402
+from zl.ir.collect import UNSCOPED, parse_levels, shape_label  # noqa: E402
+from zl.ir.hooks import IRSession  # noqa: E402
 from zl.ir.variants import serialise_payload  # noqa: E402
 
 events = []
@@ -104,8 +105,9 @@ def tile_kernel(a_ptr, out_ptr, M, N: tl.constexpr, BLOCK_SIZE_M: tl.constexpr):
 def main() -> int:
     log = io.StringIO()
     dev = "cuda"
-    collector = plugin.activate(triton, dump_dir=str(OUT / "plugin_ttgir"),
-                                levels=plugin.parse_levels(os.environ["ZL_IR_LEVELS"]))
+    session = IRSession.start(triton, dump_dir=str(OUT / "plugin_ttgir"),
+                              levels=parse_levels(os.environ["ZL_IR_LEVELS"]))
+    collector = session.collector
     knobs = triton.knobs
     prev = knobs.compilation.listener
 
@@ -156,7 +158,7 @@ def main() -> int:
     knobs.runtime.launch_enter_hook.remove(recorder_launch)
     knobs.runtime.kernel_load_end_hook.remove(recorder_load)
     knobs.compilation.listener = prev
-    summary = plugin.deactivate("capture")
+    summary = session.close("capture")
 
     doc = {
         "source": "benchmarks/capture_ir_payloads.py on a GPU",
@@ -197,9 +199,9 @@ def _with_events(it):
         try:
             item = next(it)
         except StopIteration:
-            events.append({"kind": "end_input", "label": plugin.UNSCOPED})
+            events.append({"kind": "end_input", "label": UNSCOPED})
             return
-        events.append({"kind": "end_input", "label": plugin.shape_label(item)})
+        events.append({"kind": "end_input", "label": shape_label(item)})
         yield item
 
 

@@ -54,6 +54,7 @@ if str(ROOT) not in sys.path:
 
 from zl import atomic, markers  # noqa: E402
 from zl.flaggems import checkout_commit  # noqa: E402
+from zl.identity import IDENTITY_NAME  # noqa: E402
 from zl.runlog.parse import RunLogError, parse_run_log  # noqa: E402
 
 # FlagGems test function -> benchmark file stem (checked against the checkout at start).
@@ -165,7 +166,7 @@ def run_one(timer: str, op: str, op_file: str, args, run_dir: Path,
     (run_dir / "output.log").write_text(text)
     rows = parse_tables(text)
     identity = {}
-    ident_path = run_dir / "zl" / "run_identity.json"
+    ident_path = run_dir / "zl" / IDENTITY_NAME
     if ident_path.is_file():
         identity = json.loads(ident_path.read_text())
     return {"timer": timer, "op": op, "rc": rc, "wall_s": round(time.monotonic() - t0, 1),

@@ -9,12 +9,17 @@ Shared kit (every plugin and tool uses these, nothing re-implements them):
 - `zl.markers`   the grep-able marker vocabulary.
 - `zl.patching`  one patch/undo stack for what plugins change in the process.
 - `zl.options`   the `zl_bench` pytest option group (environment variables as defaults).
+- `zl.registry`  a plugin's session object: registered when active, closed at unconfigure.
 - `zl.plan`      which `-p` plugins a run loads (plugin_plan.py is its CLI).
 - `zl.backends`  device adapters (cuda, musa, rocm, ascend); resolves ZL_BACKEND once.
 - `zl.flaggems`  FlagGems facts: node parsing, Benchmark classes, vendor env, commit.
 
 Rooms behind the plugins and tools:
 - `zl.runlog`    run.log parsing, size folding, caliber fields, A/B statistics.
-- `zl.ir`        IR dumping, naming and the one fingerprint rule.
+- `zl.ir`        IR collection (collect, hooks), dumping, naming and the one fingerprint rule.
+- `zl.device`    GEMS_VENDOR from the backend, device identity, foreign-vendor report.
+- `zl.seed`      fixed seeds and the generator states restored afterwards.
+- `zl.shapes`    the shape yaml laid over Benchmark classes; shapes.yaml record.
+- `zl.report.table` console result tables (fold constant inputs, colour status words).
 - `zl/sh/`       shell libraries the drivers source (A/B prologue, IR fingerprint wrappers).
 """

@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
+from zl.patching import PatchStack
+
 _ROOT = Path(__file__).resolve().parent.parent
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
@@ -26,6 +28,10 @@ if str(_ROOT) not in sys.path:
 # configured root lacks the requested test file; ZL_FLAGGEMS_FALLBACK_ROOTS
 # (colon-separated) replaces the list.
 DEFAULT_FALLBACK_ROOTS = ("/workspace/dev/FlagGems", "/workspace/FlagGems")
+
+# FlagGems' importable packages (upstream and the vllm fork); both keep vendor code under
+# <package>.runtime.backend._<vendor>. Every module that names them imports this.
+PACKAGES = ("flag_gems", "flaggems_vllm")
 
 VENDOR_ENV_KEYS = ("GEMS_VENDOR", "FLAGGEMS_VENDOR", "GEMS_BACKEND", "FLAGGEMS_BACKEND")
 
@@ -53,14 +59,20 @@ def configured_vendor() -> Optional[str]:
     return None
 
 
-def apply_vendor_env(backend) -> Optional[str]:
-    """Set GEMS_VENDOR from the backend unless the user already chose one; return the value."""
+def apply_vendor_env(backend, patches: Optional[PatchStack] = None) -> Optional[str]:
+    """Set GEMS_VENDOR from the backend unless the user already chose one; return the value.
+
+    With `patches`, the previous value is recorded there so the caller can restore it.
+    """
     chosen = configured_vendor()
     if chosen:
         return chosen
     vendor = getattr(backend, "flaggems_vendor", "") or ""
     if vendor:
-        os.environ["GEMS_VENDOR"] = vendor
+        if patches is not None:
+            patches.setenv("GEMS_VENDOR", vendor)
+        else:
+            os.environ["GEMS_VENDOR"] = vendor
     return vendor or None
 
 
@@ -89,7 +101,7 @@ class BenchmarkMethodPatch:
 
     `make_wrapper(original)` returns the replacement; `required` names methods the base
     class must also have. The shape-inject and graph-timing plugins share this so their
-    wrap/undo bookkeeping cannot drift apart.
+    wrap/undo bookkeeping cannot drift apart; the undo itself is a `PatchStack`.
     """
 
     def __init__(self, method: str, make_wrapper: Callable[[Callable], Callable], *required: str):
@@ -97,6 +109,7 @@ class BenchmarkMethodPatch:
         self.make_wrapper = make_wrapper
         self.required = required
         self.patched: List[Tuple[type, Callable]] = []
+        self._patches = PatchStack()
 
     def apply(self) -> int:
         """Wrap the classes not wrapped yet; returns how many were wrapped now."""
@@ -112,16 +125,15 @@ class BenchmarkMethodPatch:
                 original = cls.__dict__[self.method]
                 wrapper = self.make_wrapper(original)
                 wrapper.__wrapped__ = original
-                setattr(cls, self.method, wrapper)
+                self._patches.setattr(cls, self.method, wrapper)
                 self.patched.append((cls, original))
                 done.add(cls)
                 count += 1
         return count
 
     def restore(self) -> None:
-        while self.patched:
-            cls, original = self.patched.pop()
-            setattr(cls, self.method, original)
+        self.patched.clear()
+        self._patches.undo_all()
 
 
 def make_test_node(flaggems_dir: str, op_file: str, op: str) -> str:

@@ -8,4 +8,8 @@
 - `zl.ir.naming`: readable, collision-free file names for the variants of one
   (shape, kernel) group, plus the abbreviation legend.
 - `zl.ir.dump`: writes the `ttgir/` tree, `index.tsv` and `naming.md`.
+- `zl.ir.collect`: what the IR plugin learns from Triton's callbacks (variants,
+  launches per benchmark input, sweep vs measured) and its dump.
+- `zl.ir.hooks`: attaches a collector to Triton and FlagGems' Benchmark and takes it
+  off again (`IRSession`); used by `_ir_meta_plugin` and benchmarks/capture_ir_payloads.py.
 """

@@ -83,60 +83,95 @@ def write_tree(
     """
     root = Path(dump_dir)
     root.mkdir(parents=True, exist_ok=True)
-    unknown_names = dict(unknown_names or {})
     levels = ["ttgir"] + [lv for lv in levels if lv != "ttgir"]
+    by_kernel = variants_by_kernel(variants)
+    abbr_by_kernel = {k: naming.legend(naming.all_param_names(vs)) for k, vs in by_kernel.items()}
 
+    rows, files, missing = write_launched(root, variants, counts, levels, abbr_by_kernel)
+    rows += audit_rows(variants, counts, unknown_names or {})
+    write_index(root, rows)
+    atomic.write_text(root / "naming.md", naming_markdown(by_kernel, abbr_by_kernel, levels))
+    return {"files": files, "rows": len(rows), "shapes": len({r[0] for r in rows}), "missing": missing}
+
+
+def variants_by_kernel(variants: Mapping[str, Mapping[str, Any]]) -> Dict[str, List[Mapping[str, Any]]]:
     by_kernel: Dict[str, List[Mapping[str, Any]]] = defaultdict(list)
     for v in variants.values():
         by_kernel[v["kernel"]].append(v)
-    abbr_by_kernel = {k: naming.legend(naming.all_param_names(vs)) for k, vs in by_kernel.items()}
+    return by_kernel
 
-    launched: Dict[Tuple[str, str], List[str]] = defaultdict(list)  # (shape, kernel) -> hashes
+
+def launched_groups(variants: Mapping[str, Mapping[str, Any]],
+                    counts: Mapping[Tuple[str, str], Sequence[int]]) -> Dict[Tuple[str, str], List[str]]:
+    """(shape, kernel) -> hashes of the known variants launched outside the sweep there.
+
+    Names are unique within such a group, so this is the unit `naming.name_group` works on.
+    """
+    launched: Dict[Tuple[str, str], List[str]] = defaultdict(list)
     for (shape, h), (n, _sweep) in counts.items():
         if n > 0 and h in variants:
             launched[(shape, variants[h]["kernel"])].append(h)
+    return {key: sorted(hashes) for key, hashes in launched.items()}
 
+
+def write_launched(root: Path, variants: Mapping[str, Mapping[str, Any]],
+                   counts: Mapping[Tuple[str, str], Sequence[int]], levels: Sequence[str],
+                   abbr_by_kernel: Mapping[str, Mapping[str, str]]) -> Tuple[List[List[str]], int, List[str]]:
+    """Copy each launched variant's IR out of the Triton cache; -> (rows, files written, missing)."""
     rows: List[List[str]] = []
     files = 0
     missing: List[str] = []
-    seen_hashes = set()
-    for (shape, kernel), hashes in sorted(launched.items()):
-        members = [variants[h] for h in sorted(hashes)]
-        names = naming.name_group(members, abbr_by_kernel.get(kernel))
-        for h in sorted(hashes):
+    for (shape, kernel), hashes in sorted(launched_groups(variants, counts).items()):
+        names = naming.name_group([variants[h] for h in hashes], abbr_by_kernel.get(kernel))
+        directory = root / naming.safe(shape) / naming.safe(kernel)
+        for h in hashes:
             v = variants[h]
-            n, sweep = counts[(shape, h)]
-            directory = root / naming.safe(shape) / naming.safe(kernel)
-            text = _read_ir(v, "ttgir")
-            if text is None:
+            if write_variant(directory, names[h], v, levels):
+                file = f"{names[h]}.ttgir"
+                files += 1
+            else:
                 missing.append(f"{shape}/{kernel}/{names[h]}")
                 file = PH_UNREADABLE
-            else:
-                file = f"{names[h]}.ttgir"
-                atomic.write_text(directory / file, text)
-                files += 1
-                for level in levels[1:]:
-                    extra = _read_ir(v, level)
-                    if extra is not None:
-                        atomic.write_text(directory / f"{names[h]}.{level}", extra)
+            n, sweep = counts[(shape, h)]
             rows.append(_row(naming.safe(shape), naming.safe(kernel), file, n, sweep, v, h))
+    return rows, files, missing
 
+
+def write_variant(directory: Path, stem: str, v: Mapping[str, Any], levels: Sequence[str]) -> bool:
+    """Write `<stem>.ttgir` and the other levels found; False when the TTGIR is unreadable."""
+    text = _read_ir(v, "ttgir")
+    if text is None:
+        return False
+    atomic.write_text(directory / f"{stem}.ttgir", text)
+    for level in levels[1:]:
+        extra = _read_ir(v, level)
+        if extra is not None:
+            atomic.write_text(directory / f"{stem}.{level}", extra)
+    return True
+
+
+def audit_rows(variants: Mapping[str, Mapping[str, Any]], counts: Mapping[Tuple[str, str], Sequence[int]],
+               unknown_names: Mapping[str, str]) -> List[List[str]]:
+    """Rows with no file: launches of unseen variants, sweep-only losers, never-launched variants."""
+    rows: List[List[str]] = []
     for (shape, h), (n, sweep) in sorted(counts.items()):
-        seen_hashes.add(h)
         if h not in variants:
             kernel = unknown_names.get(h, "unknown_kernel")
             rows.append(_row(naming.safe(shape), naming.safe(kernel), PH_UNKNOWN, n, sweep, None, h))
         elif n <= 0 and sweep > 0:
             v = variants[h]
             rows.append(_row(naming.safe(shape), naming.safe(v["kernel"]), PH_SWEEP_ONLY, n, sweep, v, h))
+    counted = {h for _shape, h in counts}
     for h, v in sorted(variants.items()):
-        if h not in seen_hashes:
+        if h not in counted:
             rows.append(_row(NEVER_LAUNCHED_SHAPE, naming.safe(v["kernel"]), PH_NEVER_LAUNCHED, 0, 0, v, h))
+    return rows
 
+
+def write_index(root: Path, rows: List[List[str]]) -> None:
+    """index.tsv sorted by shape, kernel, then named files before placeholders."""
     rows.sort(key=lambda r: (r[0], r[1], r[2].startswith("("), r[2], r[10]))
     atomic.write_text(root / "index.tsv", "\n".join("\t".join(r) for r in [list(INDEX_COLUMNS)] + rows) + "\n")
-    atomic.write_text(root / "naming.md", naming_markdown(by_kernel, abbr_by_kernel, levels))
-    return {"files": files, "rows": len(rows), "shapes": len({r[0] for r in rows}), "missing": missing}
 
 
 def naming_markdown(by_kernel: Mapping[str, Sequence[Mapping[str, Any]]], abbr_by_kernel: Mapping[str, Mapping[str, str]], levels: Sequence[str]) -> str:

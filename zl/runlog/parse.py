@@ -37,7 +37,7 @@ from typing import Dict, List, Optional
 from zl import markers as markers_vocab
 from zl.runlog.sizefold import LegendError, parse_legend_line, unfold
 
-ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+from zl.term import ANSI_RE  # the one ANSI regex
 TITLE_RE = re.compile(
     r"^Operator:\s*(?P<op>\S+)\s+Performance Test\s*\(dtype=(?P<dtype>[^,]*),\s*"
     r"mode=(?P<mode>[^,]*),\s*level=(?P<level>[^)]*)\)\s*$")

@@ -1,0 +1,147 @@
+"""zl.ir.hooks: the collector chained onto Triton and FlagGems' Benchmark, restored after."""
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from harness.ir_replay import Launch, first_compile_payload
+from zl.ir import collect
+from zl.ir.hooks import IRSession, TritonHooks
+from zl.ir.variants import replay_kwargs
+
+
+class OldStyleRuntime:
+    """triton < 3.4: hooks are plain attributes (None or a callable)."""
+
+    def __init__(self, prev_launch=None):
+        self.kernel_load_end_hook = None
+        self.launch_enter_hook = prev_launch
+
+
+def fake_triton(listener=None, runtime=None, with_knobs=True):
+    mod = types.SimpleNamespace(__version__="fake")
+    if with_knobs:
+        mod.knobs = types.SimpleNamespace(compilation=types.SimpleNamespace(listener=listener),
+                                          runtime=runtime or OldStyleRuntime())
+    return mod
+
+
+@pytest.fixture
+def start():
+    """IRSession.start that closes every session it started when the test ends."""
+    started = []
+
+    def _start(*args, **kwargs):
+        session = IRSession.start(*args, **kwargs)
+        if session is not None:
+            started.append(session)
+        return session
+    yield _start
+    for session in started:
+        session.close("test-cleanup")
+
+
+def test_listener_and_old_style_hooks_are_chained_and_restored(start, tmp_path):
+    seen = []
+    prev_listener = lambda **kw: seen.append(("prev", kw["metadata"]["hash"]))  # noqa: E731
+    prev_launch = lambda md: seen.append(("prev-launch", md.data["name"]))  # noqa: E731
+    runtime = OldStyleRuntime(prev_launch)
+    tri = fake_triton(prev_listener, runtime)
+    session = start(tri, dump_dir=str(tmp_path / "ttgir"))
+    assert session is not None
+    collector = session.collector
+    payload = first_compile_payload()
+    tri.knobs.compilation.listener(**replay_kwargs(payload))
+    assert seen == [("prev", payload["metadata"]["hash"])]
+    assert payload["metadata"]["hash"] in collector.variants
+    runtime.kernel_load_end_hook(None, 7, "fill_kernel", {}, payload["metadata"]["hash"])
+    runtime.launch_enter_hook(Launch({"name": "fill_kernel", "function": 7}))
+    assert seen[-1] == ("prev-launch", "fill_kernel")
+    assert collector.counts[(collect.UNSCOPED, payload["metadata"]["hash"])] == [1, 0]
+    session.close()
+    assert tri.knobs.compilation.listener is prev_listener
+    assert runtime.launch_enter_hook is prev_launch and runtime.kernel_load_end_hook is None
+    assert (tmp_path / "ttgir" / "index.tsv").is_file()
+
+
+def test_prev_listener_error_still_records(start, tmp_path):
+    def broken(**kw):
+        raise RuntimeError("someone else's listener")
+    tri = fake_triton(broken)
+    collector = start(tri, dump_dir=str(tmp_path / "ttgir")).collector
+    with pytest.raises(RuntimeError):
+        tri.knobs.compilation.listener(**replay_kwargs(first_compile_payload()))
+    assert len(collector.variants) == 1
+
+
+def test_real_triton_knobs_hookchain_and_autotuner_restored(start, tmp_path, monkeypatch):
+    import triton
+    from triton.runtime.autotuner import Autotuner
+    knobs = triton.knobs
+    seen_depth = []
+    holder = {}
+
+    def probe(self, *args, **kwargs):
+        seen_depth.append(holder["collector"].sweep_depth)
+        raise RuntimeError("probe")
+    monkeypatch.setattr(Autotuner, "_bench", probe)
+    before = (knobs.compilation.listener, list(knobs.runtime.launch_enter_hook.calls),
+              list(knobs.runtime.kernel_load_end_hook.calls))
+    session = start(triton, dump_dir=str(tmp_path / "ttgir"))
+    assert session is not None
+    collector = holder["collector"] = session.collector
+    assert collector.on_launch in knobs.runtime.launch_enter_hook.calls
+    assert collector.on_kernel_load in knobs.runtime.kernel_load_end_hook.calls
+    assert knobs.compilation.listener is not before[0]
+    with pytest.raises(RuntimeError, match="probe"):
+        Autotuner._bench(object(), config=None)
+    assert seen_depth == [1] and collector.sweep_depth == 0  # raised inside, unwound after
+    session.close()
+    after = (knobs.compilation.listener, list(knobs.runtime.launch_enter_hook.calls),
+             list(knobs.runtime.kernel_load_end_hook.calls))
+    assert after == before and Autotuner.__dict__["_bench"] is probe
+
+
+def test_triton_without_knobs_fails_soft(start, capsys):
+    assert start(fake_triton(with_knobs=False), dump_dir="/nonexistent") is None
+    err = capsys.readouterr().err
+    assert err.count("[ir-meta-plugin]") == 1 and "IR collection off" in err
+    no_hooks = fake_triton(runtime=types.SimpleNamespace(launch_enter_hook=None))
+    assert start(no_hooks, dump_dir="/nonexistent") is None
+    assert no_hooks.knobs.compilation.listener is None
+    assert "kernel_load_end_hook missing" in capsys.readouterr().err
+
+
+def test_benchmark_run_wrapper_labels_launches_by_input(start, tmp_path, monkeypatch):
+    collector = collect.IRCollector(str(tmp_path / "ttgir"))
+    installer = TritonHooks(collector)
+
+    class Benchmark:
+        def get_input_iter(self, dtype):
+            for shape in ((16, 16), (32, 8)):
+                collector.on_launch(Launch({"name": "randn", "function": 1}))  # input construction
+                yield (np.zeros(shape, dtype), 1)
+
+        def run(self):
+            for inp in self.get_input_iter(np.float32):
+                for _ in range(3):
+                    collector.on_launch(Launch({"name": "op", "function": 2}))
+            collector.on_launch(Launch({"name": "op", "function": 2}))  # after the loop
+
+    mod = types.ModuleType("fakebench.base")
+    mod.Benchmark = Benchmark
+    monkeypatch.setitem(sys.modules, "fakebench.base", mod)
+    collector.functions.update({1: "h_randn", 2: "h_op"})
+    original_run = Benchmark.run
+    installer.patch_benchmarks()
+    installer.patch_benchmarks()  # idempotent
+    Benchmark().run()
+    counts = {k: v for k, v in collector.counts.items()}
+    assert counts[("16x16", "h_randn")] == [1, 0] and counts[("32x8", "h_randn")] == [1, 0]
+    assert counts[("16x16", "h_op")] == [3, 0]
+    assert counts[("32x8", "h_op")] == [3, 0]
+    assert counts[(collect.UNSCOPED, "h_op")] == [1, 0]
+    installer.uninstall()
+    assert Benchmark.run is original_run
+
