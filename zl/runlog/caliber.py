@@ -40,7 +40,7 @@ CALIBER_FIELDS = (
     "backend", "device", "timer", "bench_level", "shape_mode",
     "tuner_cache", "direct_repeat", "use_flagtune", "seed",
 )
-IDENTITY_NAME = "run_identity.json"
+from zl.identity import IDENTITY_NAME  # noqa: E402  (one definition of the file name)
 # Fields holding an on/off word: " 1", "on" and "1" are one value (zl.switches decides).
 SWITCH_FIELDS = ("use_flagtune",)
 
