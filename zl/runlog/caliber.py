@@ -34,13 +34,13 @@ import json
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from zl.identity import IDENTITY_NAME
 from zl.switches import SwitchError, parse_switch
 
 CALIBER_FIELDS = (
     "backend", "device", "timer", "bench_level", "shape_mode",
     "tuner_cache", "direct_repeat", "use_flagtune", "seed",
 )
-from zl.identity import IDENTITY_NAME  # noqa: E402  (one definition of the file name)
 # Fields holding an on/off word: " 1", "on" and "1" are one value (zl.switches decides).
 SWITCH_FIELDS = ("use_flagtune",)
 
