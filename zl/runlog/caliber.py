@@ -13,6 +13,8 @@ because changing it alone moved a measured result (seed, S5000 / H200):
   shape_mode       inline / file / upstream shape sets are different sets
   tuner_cache      a shared libtuner store made mm look like 945 -> 33 variants
   direct_repeat    median over N direct calls vs one call is a different statistic
+  shape_source     op=yaml|upstream|hardcoded per op: a yaml that did not reach a class
+                   measured the class's own shapes under the same op name
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 CALIBER_FIELDS = (
     "backend", "device", "timer", "bench_level", "shape_mode",
-    "tuner_cache", "direct_repeat",
+    "tuner_cache", "direct_repeat", "shape_source",
 )
 IDENTITY_NAME = "run_identity.json"
 

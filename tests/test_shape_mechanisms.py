@@ -1,0 +1,155 @@
+"""Shape mechanisms: the survey, the iter-list and bespoke injections, the statements where a
+yaml cannot apply, shape provenance in run_identity.json / shapes.yaml, and its caliber refusal."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from zl.runlog import caliber
+from zl.shapes import coverage, mechanism as mech
+
+REPO = Path(__file__).resolve().parent.parent
+FAST = dict(ZL_ENABLE_IR="0", ZL_ENABLE_AUTOTUNE="0")
+
+
+def _identity(res):
+    return json.loads((res.out_dir / "run_identity.json").read_text())
+
+
+def _yaml(tmp_path, text, name="shapes.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+# ------------------------------------------------------------------ static survey
+
+def test_survey_of_fake_tree_names_each_mechanism(fake_flaggems_dir):
+    rows = {r.name: r for r in coverage.survey(fake_flaggems_dir)}
+    assert rows["Conv2DPaddingBenchmark"].mechanism == "get_input_iter class list"
+    assert rows["Conv2DPaddingBenchmark"].controlled.startswith("yes (_shape_iter_inject_plugin")
+    assert rows["MaxPool2dBenchmark"].mechanism == "get_input_iter local list"
+    assert rows["MaxPool2dBenchmark"].controlled.startswith("yes (_bespoke_shape_plugin")
+    assert rows["VarDimBenchmark"].mechanism == "bespoke inputs"
+    assert rows["VarDimBenchmark"].controlled.startswith("no")
+    assert rows["PadBenchmark"].mechanism == "set_shapes override"
+    assert rows["BlasBenchmark"].mechanism == "yaml lookup" and "mm" in rows["BlasBenchmark"].ops
+
+
+@pytest.mark.parametrize("src,kind", [
+    ("def get_input_iter(self, d):\n    for s in self.shapes:\n        yield s", mech.SELF_SHAPES),
+    ("def get_input_iter(self, d):\n    for s in type(self).LIST:\n        yield s", mech.CLASS_LIST),
+    ("def get_input_iter(self, d):\n    xs = [(1, 2)]\n    for s in xs:\n        yield s", mech.LOCAL_LIST),
+    ("def get_input_iter(self, d):\n    for p in self.params():\n        yield p", mech.BESPOKE),
+])
+def test_iter_classification(src, kind):
+    import ast
+    assert mech.classify_iter(ast.parse(src).body[0], {"LIST", "params"}).kind == kind
+
+
+@pytest.mark.parametrize("src,how", [
+    ("def set_shapes(self, p=None):\n    super().set_shapes(p)\n    self.shapes = self.shapes[:1]", mech.YAML),
+    ("def set_shapes(self, p=None):\n    self.shapes = [(1, 2)]", mech.OVERRIDE),
+    ("def set_shapes(self, p=None):\n    '''doc'''\n    pass", mech.NOOP),
+    ("def set_shapes(self, *a):\n    self.shapes = self.DEFAULT_SHAPES", mech.NOOP),
+])
+def test_set_shapes_classification(src, how):
+    import ast
+    assert mech.classify_set_shapes(ast.parse(src).body[0]) == how
+
+
+def test_coverage_cli_markdown_and_bad_dir(fake_flaggems_dir, tmp_path):
+    ok = subprocess.run([sys.executable, "-m", "zl.shapes.coverage", str(fake_flaggems_dir), "--commit", "abc"],
+                        capture_output=True, text=True, cwd=REPO)
+    assert ok.returncode == 0 and "commit abc" in ok.stdout
+    assert "| test_conv2d.py | Conv2DPaddingBenchmark | conv2d_padding | get_input_iter class list" in ok.stdout
+    bad = subprocess.run([sys.executable, "-m", "zl.shapes.coverage", str(tmp_path)],
+                         capture_output=True, text=True, cwd=REPO)
+    assert bad.returncode == 2 and "no benchmark/ directory" in bad.stderr
+
+
+# ------------------------------------------------------------------ runs on the fake tree
+
+def test_iter_list_class_measures_the_yaml_shape(zl_run, tmp_path):
+    shape_file = _yaml(tmp_path, "conv2d_padding:\n  shapes:\n    - [1, 2, 5, 5, 3, 3, 3, 1, valid, 1]\n")
+    res = zl_run(OP="conv2d_padding", OP_FILE="conv2d", SHAPE_FILE=shape_file, **FAST)
+    assert res.returncode == 0, res.explain()
+    assert "torch.Size([1, 2, 5, 5])" in res.log_text
+    assert "torch.Size([1, 2, 6, 6])" not in res.log_text  # the class's own list is not measured too
+    ident = _identity(res)
+    assert ident["shape_source"] == "conv2d_padding=yaml"
+    assert ident["shape_sources"]["conv2d_padding"]["mechanism"] == "class_list:DEFAULT_SHAPES"
+    written = yaml.safe_load((res.out_dir / "shapes.yaml").read_text())
+    assert written["conv2d_padding"]["shapes"] == [[1, 2, 5, 5, 3, 3, 3, 1, "valid", 1]]
+
+
+def test_iter_list_arity_mismatch_says_so_and_keeps_upstream(zl_run, tmp_path):
+    shape_file = _yaml(tmp_path, "conv2d_padding:\n  shapes:\n    - [1, 2, 5, 5]\n")
+    res = zl_run(OP="conv2d_padding", OP_FILE="conv2d", SHAPE_FILE=shape_file, **FAST)
+    assert res.returncode == 0, res.explain()
+    assert ("yaml key 'conv2d_padding' has shape arity [4] but Conv2DPaddingBenchmark.DEFAULT_SHAPES "
+            "holds arity [10]") in res.log_text
+    assert "torch.Size([1, 2, 6, 6])" in res.log_text and "torch.Size([1, 2, 5, 5])" not in res.log_text
+    assert _identity(res)["shape_source"] == "conv2d_padding=hardcoded"
+
+
+def test_iter_list_no_key_says_so(zl_run, tmp_path):
+    shape_file = _yaml(tmp_path, "softmax:\n  shapes:\n    - [4, 64]\n")
+    res = zl_run(OP="conv2d_padding", OP_FILE="conv2d", SHAPE_FILE=shape_file, **FAST)
+    assert res.returncode == 0, res.explain()
+    assert "no yaml key for Conv2DPaddingBenchmark (op=conv2d_padding; tried: conv2d_padding, " \
+           "Conv2DPaddingBenchmark, GenericBenchmark, Benchmark)" in res.log_text
+    assert _identity(res)["shape_source"] == "conv2d_padding=hardcoded"
+
+
+def test_bespoke_class_measures_the_yaml_shape(zl_run, tmp_path):
+    shape_file = _yaml(tmp_path, "max_pool2d:\n  shapes:\n    - [1, 3, 7, 7]\n")
+    res = zl_run(OP="max_pool2d", OP_FILE="max_pool2d", SHAPE_FILE=shape_file, **FAST)
+    assert res.returncode == 0, res.explain()
+    assert "MaxPool2dBenchmark (op=max_pool2d): 1 shape(s) from yaml key 'max_pool2d' as (N, C, H, W)" \
+        in res.log_text
+    assert "torch.Size([1, 3, 7, 7])" in res.log_text and "torch.Size([1, 2, 8, 8])" not in res.log_text
+    entry = _identity(res)["shape_sources"]["max_pool2d"]
+    assert entry["source"] == "yaml" and entry["mechanism"] == "bespoke:MaxPool2dBenchmark"
+
+
+def test_class_without_mechanism_says_so(zl_run, tmp_path):
+    shape_file = _yaml(tmp_path, "var_dim:\n  shapes:\n    - [8, 8]\n")
+    res = zl_run(OP="var_dim", OP_FILE="max_pool2d", SHAPE_FILE=shape_file, **FAST)
+    assert res.returncode == 0, res.explain()
+    assert "no mechanism for VarDimBenchmark (op=var_dim)" in res.log_text
+    assert _identity(res)["shape_source"] == "var_dim=hardcoded"
+
+
+def test_set_shapes_class_provenance_and_upstream_mode(zl_run, tmp_path):
+    shape_file = _yaml(tmp_path, "pad:\n  shapes:\n    - [3, 5]\n")
+    res = zl_run(OP="pad", OP_FILE="pad", SHAPE_FILE=shape_file, **FAST)
+    assert res.returncode == 0, res.explain()
+    assert _identity(res)["shape_source"] == "pad=yaml"
+    up = zl_run(OP="pad", OP_FILE="pad", SHAPE_FILE="upstream", **FAST)
+    assert up.returncode == 0, up.explain()
+    assert _identity(up)["shape_source"] == "pad=upstream"
+    # Two runs whose shapes came from different places are refused like any caliber mismatch.
+    problems = caliber.complaints([("A", res.out_dir), ("B", up.out_dir)])
+    assert any(p.startswith("shape_source differs: A=pad=yaml, B=pad=upstream") for p in problems)
+
+
+# ------------------------------------------------------------------ caliber unit
+
+def test_caliber_refuses_different_shape_sources(tmp_path):
+    base = {"backend": "cuda", "device": "0", "timer": "direct", "bench_level": "core",
+            "shape_mode": "file", "tuner_cache": "isolated", "direct_repeat": 1}
+    runs = []
+    for name, source, mode in (("A", "conv2d=yaml", "record"), ("B", "conv2d=hardcoded", "replay")):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "run_identity.json").write_text(json.dumps({**base, "shape_source": source, "autotune_mode": mode}))
+        runs.append((name, d))
+    assert caliber.complaints(runs) == ["shape_source differs: A=conv2d=yaml, B=conv2d=hardcoded"]
+    (runs[1][1] / "run_identity.json").write_text(json.dumps({**base, "shape_source": "conv2d=yaml",
+                                                               "autotune_mode": "replay"}))
+    assert caliber.complaints(runs) == []
