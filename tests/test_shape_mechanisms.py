@@ -153,3 +153,41 @@ def test_caliber_refuses_different_shape_sources(tmp_path):
     (runs[1][1] / "run_identity.json").write_text(json.dumps({**base, "shape_source": "conv2d=yaml",
                                                                "autotune_mode": "replay"}))
     assert caliber.complaints(runs) == []
+
+
+# ------------------------------------------------------------------ ops/shapes_single.yaml
+
+def _single(*args, cwd=REPO):
+    return subprocess.run([sys.executable, "-m", "zl.shapes.single", *map(str, args)],
+                          capture_output=True, text=True, cwd=cwd)
+
+
+def test_single_shapes_generated_and_checked_against_the_scan(fake_flaggems_dir, tmp_path):
+    gen = _single(fake_flaggems_dir)
+    assert gen.returncode == 0
+    data = yaml.safe_load(gen.stdout)
+    # every mechanism a yaml reaches gets a key; the class nothing reaches is named instead
+    assert data["conv2d_padding"]["shapes"] == [[1, 2, 6, 6, 2, 3, 3, 1, "valid", 1]]
+    assert data["max_pool2d"]["shapes"] == [[1, 2, 8, 8]] and data["pad"]["shapes"] == [[4, 8]]
+    assert data["mm"]["shapes"] == [[1, 32, 32, 32]] and "var_dim" not in data
+    assert "#   var_dim: VarDimBenchmark: no yaml reaches it" in gen.stdout
+    good = tmp_path / "single.yaml"
+    good.write_text(gen.stdout)
+    assert _single(fake_flaggems_dir, "--check", good).returncode == 0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("sofmax:\n  shapes: [[4, 64]]\nmm:\n  shapes: [[32, 32]]\n")
+    res = _single(fake_flaggems_dir, "--check", bad)
+    assert res.returncode == 1
+    assert "sofmax: not an op_name" in res.stderr and "mm: shape [32, 32] has arity 2" in res.stderr
+    assert _single(tmp_path, "--check", good).returncode == 2
+
+
+def test_committed_single_shapes_name_real_keys():
+    # The committed file is checked against the FlagGems tree it was generated from when that
+    # tree is present (the lead's checkout exports it to .fg); its header names the commit.
+    fg = REPO / ".fg"
+    committed = REPO / "ops" / "shapes_single.yaml"
+    assert committed.read_text().startswith("# One representative shape per FlagGems operator key")
+    if not (fg / "benchmark").is_dir():
+        pytest.skip("no exported FlagGems tree at .fg to check against")
+    assert _single(fg, "--check", committed).returncode == 0

@@ -60,11 +60,17 @@ def _op_names(tree: ast.AST) -> Dict[str, List[str]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             cls = _base_name(node.func)
-            for kw in node.keywords:
-                if kw.arg == "op_name" and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
-                    ops = found.setdefault(cls, [])
-                    if kw.value.value not in ops:
-                        ops.append(kw.value.value)
+            kws = {kw.arg: kw.value for kw in node.keywords}
+            name = kws.get("op_name")
+            if isinstance(name, ast.Constant) and isinstance(name.value, str):
+                op = name.value
+                # Benchmark.__init__ appends "_backward" for is_backward=True: that is the yaml key.
+                backward = kws.get("is_backward")
+                if isinstance(backward, ast.Constant) and backward.value is True and "_backward" not in op:
+                    op += "_backward"
+                ops = found.setdefault(cls, [])
+                if op not in ops:
+                    ops.append(op)
     return found
 
 
