@@ -191,3 +191,75 @@ def test_committed_single_shapes_name_real_keys():
     if not (fg / "benchmark").is_dir():
         pytest.skip("no exported FlagGems tree at .fg to check against")
     assert _single(fg, "--check", committed).returncode == 0
+
+
+# ------------------------------------------------------------------ bespoke registry units
+# The registered upstream classes need a GPU; stand-ins with the same names and the attributes
+# each entry drives check that the yaml fields reach the class's own input code.
+
+def _bespoke_bench(name, module, **attrs):
+    cls = type(name, (), {"__module__": module.__name__, **attrs})
+    bench = cls()
+    bench.op_name, bench.device = "op_x", "cpu"
+    return bench
+
+
+@pytest.fixture
+def bespoke_env(tmp_path, monkeypatch):
+    monkeypatch.delenv("OUT_DIR", raising=False)
+    monkeypatch.setenv("ZL_SHAPE_MODE", "file")
+
+    def use(text):
+        path = tmp_path / f"y{len(list(tmp_path.iterdir()))}.yaml"
+        path.write_text(text)
+        monkeypatch.setenv("ZL_SHAPE_FILE", str(path))
+    return use
+
+
+def test_bespoke_flash_mla_fields_become_test_params(bespoke_env, monkeypatch):
+    from zl.shapes import bespoke
+    module = type(sys)("zl_test_flash_mla")
+
+    class TestParam:
+        def __init__(self, **kw):
+            self.kw = kw
+    module.TestParam = TestParam
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    bench = _bespoke_bench("FlashMLAWithKVCacheBenchmark", module,
+                           make_input=lambda self, p: iter([p.kw]))
+    bespoke_env("op_x:\n  shapes:\n    - [64, 256, 128, 576, 1, 0]\n")
+    inj = bespoke.BespokeInjector(lambda m: None)
+    entry = bespoke.REGISTRY["FlashMLAWithKVCacheBenchmark"]
+    out = list(inj.replacement(entry, lambda b, d: iter(["upstream"]))(bench, None))
+    assert out == [dict(batch=64, topk=256, h_q=128, d_qk=576, is_fp8=True, have_attn_sink=False)]
+
+
+def test_bespoke_upsample_cfgs_feed_the_class_iterator(bespoke_env):
+    from zl.shapes import bespoke
+    bench = _bespoke_bench("UpsampleBilinear2dAaBackwardBenchmark", sys.modules[__name__])
+    bench._cfgs = [(4, 16, 4, 4, 1, 1, False, "tiny")]
+    bespoke_env("op_x:\n  shapes:\n    - [1, 2, 8, 8, 4, 4, 0]\n    - [1, 2, 4, 4, 8, 8, 1]\n")
+
+    def upstream_iter(b, dtype):  # the class's own loop over self._cfgs
+        for n, c, hi, wi, ho, wo, ac, _label in b._cfgs:
+            yield [n, c, ho, wo], [ho, wo], [n, c, hi, wi], ac
+    inj = bespoke.BespokeInjector(lambda m: None)
+    fn = inj.replacement(bespoke.REGISTRY["UpsampleBilinear2dAaBackwardBenchmark"], upstream_iter)
+    assert list(fn(bench, None)) == [([1, 2, 4, 4], [4, 4], [1, 2, 8, 8], 0),
+                                     ([1, 2, 8, 8], [8, 8], [1, 2, 4, 4], 1)]
+
+
+def test_bespoke_steps_back_on_arity_and_on_a_changed_class(bespoke_env):
+    from zl.shapes import bespoke
+    said = []
+    inj = bespoke.BespokeInjector(said.append)
+    entry = bespoke.REGISTRY["MaxPool2dBenchmark"]
+    bench = _bespoke_bench("MaxPool2dBenchmark", sys.modules[__name__],
+                           input_fn=lambda self, s, d, dev: iter([s]))
+    bespoke_env("op_x:\n  shapes:\n    - [8, 8]\n")
+    assert list(inj.replacement(entry, lambda b, d: iter(["upstream"]))(bench, None)) == ["upstream"]
+    assert "takes 4 fields (N, C, H, W); upstream's shapes are measured" in said[-1]
+    gone = _bespoke_bench("MaxPool2dBenchmark", sys.modules[__name__])  # upstream dropped input_fn
+    bespoke_env("op_x:\n  shapes:\n    - [1, 2, 8, 8]\n")
+    assert list(inj.replacement(entry, lambda b, d: iter(["upstream"]))(gone, None)) == ["upstream"]
+    assert "no longer has input_fn" in said[-1]
