@@ -72,8 +72,20 @@ def test_mm_cluster_opt_in_only_where_supported(monkeypatch):
     monkeypatch.setenv("ZL_ENABLE_MM_CLUSTER", "1")
     assert "_mm_cluster_fix_plugin" in pp.plan_plugins("cuda")
     assert "_mm_cluster_fix_plugin" not in pp.plan_plugins("musa")
-    # not shipped here: the CLI refuses by name rather than running without it
     env = dict(__import__("os").environ, ZL_ENABLE_MM_CLUSTER="1", PYTHONPATH=str(REPO))
-    proc = subprocess.run([sys.executable, str(REPO / "plugin_plan.py"), "--backend", "cuda"],
+    proc = subprocess.run([sys.executable, str(REPO / "plugin_plan.py"), "--backend", "cuda", "--one-per-line"],
                           capture_output=True, text=True, env=env, cwd=REPO)
-    assert proc.returncode == 2 and "_mm_cluster_fix_plugin" in proc.stderr
+    assert proc.returncode == 0 and "_mm_cluster_fix_plugin" in proc.stdout.split()
+
+
+def test_shape_plugins_follow_shape_inject():
+    plan = pp.plan_plugins("cuda")
+    i = plan.index("_shape_inject_plugin")
+    assert plan[i + 1:i + 3] == ["_shape_iter_inject_plugin", "_bespoke_shape_plugin"]
+    assert not pp.missing_modules(plan)
+
+
+def test_musa_loads_its_compat_plugin_first():
+    assert pp.plan_plugins("musa")[0] == "_musa_benchmark_compat_plugin"
+    for name in ("cuda", "rocm", "ascend"):
+        assert "_musa_benchmark_compat_plugin" not in pp.plan_plugins(name)

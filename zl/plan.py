@@ -39,14 +39,16 @@ CORE_PLUGINS = (
     "_parallel_warmup_plugin",
     "_seed_plugin",
     "_shape_inject_plugin",
+    "_shape_iter_inject_plugin",
+    "_bespoke_shape_plugin",
 )
 TIMING_PLUGIN = "_timing_plugin"
 REPORT_PLUGIN = "_pretty_report_plugin"
 AUTOTUNE_PLUGIN = "_autotune_record_plugin"
 IR_PLUGIN = "_ir_meta_plugin"
-# The seed's Hopper fp16 mm cluster workaround; opt-in, and only where the backend says it
-# applies. This tree does not ship it, so asking for it fails the plan (exit 2) by name
-# instead of silently running without the workaround.
+# The Hopper fp16 mm cluster workaround; opt-in (ZL_ENABLE_MM_CLUSTER=1), and only where the
+# backend declares supports_mm_cluster_fix. Backends' compat_plugins (e.g. musa's skip-gate
+# fix) come first: they rewrite collected items before anything else reads them.
 MM_CLUSTER_PLUGIN = "_mm_cluster_fix_plugin"
 
 

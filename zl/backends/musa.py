@@ -21,6 +21,10 @@ class MusaBackend(DeviceBackend):
     supports_cuda_graph = True
     supports_mm_cluster_fix = False
     supports_triton_hooks = True
+    # Upstream benchmarks gated on `torch.cuda.is_available()` although they dispatch through
+    # flag_gems.device: on MThreads those gates turn working operators into "not measured".
+    # The plugin drops them, each pinned to one file and one exact skip reason.
+    compat_plugins = ("_musa_benchmark_compat_plugin",)
     # "unknown error" during a MUSA capture is not survivable: the fallback runs, then the process
     # dies at teardown with zero rows. Poisoned, so the operator is reported as capture-incompatible
     # instead of silently losing its measurement.

@@ -15,6 +15,8 @@ because changing it alone moved a measured result (seed, S5000 / H200):
   direct_repeat    median over N direct calls vs one call is a different statistic
   use_flagtune     FlagGems' widened tuning space: a different set of candidate configs
   seed             data-dependent operators (sort, topk, nonzero) see different inputs
+  shape_source     op=yaml|upstream|hardcoded per op: a yaml that did not reach a class
+                   measured the class's own shapes under the same op name
 
 A field absent on one side only is a mismatch (one run cannot show it matched); absent
 on every side is accepted, so runs written before a field existed still compare.
@@ -39,7 +41,7 @@ from zl.switches import SwitchError, parse_switch
 
 CALIBER_FIELDS = (
     "backend", "device", "timer", "bench_level", "shape_mode",
-    "tuner_cache", "direct_repeat", "use_flagtune", "seed",
+    "tuner_cache", "direct_repeat", "use_flagtune", "seed", "shape_source",
 )
 # Fields holding an on/off word: " 1", "on" and "1" are one value (zl.switches decides).
 SWITCH_FIELDS = ("use_flagtune",)

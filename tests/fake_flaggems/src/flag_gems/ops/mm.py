@@ -1,6 +1,18 @@
+import os
+
 import torch
 import triton
 import triton.language as tl
+
+# Upstream's Hopper fp16 cluster path (src/flag_gems/ops/mm.py and
+# runtime/backend/_nvidia/hopper/ops/mm.py): `mm` calls `cluster_remote_mm` when
+# `cluster_remote_mm_scenario` holds, which needs FlagTree's TLE extension (HAS_TLE) and a
+# device mesh. Here FAKE_FLAGGEMS_HAS_TLE=1 stands in for FlagTree, read at import like
+# upstream's HAS_TLE; the fake has no cluster kernel, so reaching it raises the crash the
+# _mm_cluster_fix_plugin routes around.
+HAS_TLE = os.environ.get("FAKE_FLAGGEMS_HAS_TLE", "0") == "1"
+BLOCK_CLUSTER_MESH = object() if HAS_TLE else None
+TLE_REMOTE_BM = TLE_REMOTE_BN = TLE_REMOTE_BK = 16
 
 # Three configs so the autotuner has a real choice to record and replay.
 MM_CONFIGS = [
@@ -35,6 +47,18 @@ def mm_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
              mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
+def cluster_remote_mm_scenario(a, b, c, M, N, K):
+    return (HAS_TLE and BLOCK_CLUSTER_MESH is not None and a.dtype == torch.float16
+            and b.dtype == torch.float16 and c.dtype == torch.float16
+            and a.is_contiguous() and b.is_contiguous()
+            and M >= TLE_REMOTE_BM and N >= TLE_REMOTE_BN and K >= TLE_REMOTE_BK)
+
+
+def cluster_remote_mm(a, b, c, M, N, K):
+    raise RuntimeError("CUDA error: an illegal memory access was encountered "
+                       f"(fake cluster_remote_mm, M={M} N={N} K={K})")
+
+
 def mm(a, b):
     """aten::mm for 2-D inputs of one dtype; strided (transposed) inputs are fine."""
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
@@ -42,7 +66,12 @@ def mm(a, b):
     M, K = a.shape
     N = b.shape[1]
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)
+    if cluster_remote_mm_scenario(a, b, c, M, N, K):
+        return cluster_remote_mm(a, b, c, M, N, K)
+    return general_mm(a, b, c, M, N, K)
 
+
+def general_mm(a, b, c, M, N, K):
     def grid(meta):
         return (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
 

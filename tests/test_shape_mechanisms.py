@@ -1,0 +1,265 @@
+"""Shape mechanisms: the survey, the iter-list and bespoke injections, the statements where a
+yaml cannot apply, shape provenance in run_identity.json / shapes.yaml, and its caliber refusal."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from zl.runlog import caliber
+from zl.shapes import coverage, mechanism as mech
+
+REPO = Path(__file__).resolve().parent.parent
+FAST = dict(ZL_ENABLE_IR="0", ZL_ENABLE_AUTOTUNE="0")
+
+
+def _identity(res):
+    return json.loads((res.out_dir / "run_identity.json").read_text())
+
+
+def _yaml(tmp_path, text, name="shapes.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+# ------------------------------------------------------------------ static survey
+
+def test_survey_of_fake_tree_names_each_mechanism(fake_flaggems_dir):
+    rows = {r.name: r for r in coverage.survey(fake_flaggems_dir)}
+    assert rows["Conv2DPaddingBenchmark"].mechanism == "get_input_iter class list"
+    assert rows["Conv2DPaddingBenchmark"].controlled.startswith("yes (_shape_iter_inject_plugin")
+    assert rows["MaxPool2dBenchmark"].mechanism == "get_input_iter local list"
+    assert rows["MaxPool2dBenchmark"].controlled.startswith("yes (_bespoke_shape_plugin")
+    assert rows["VarDimBenchmark"].mechanism == "bespoke inputs"
+    assert rows["VarDimBenchmark"].controlled.startswith("no")
+    assert rows["PadBenchmark"].mechanism == "set_shapes override"
+    assert rows["BlasBenchmark"].mechanism == "yaml lookup" and "mm" in rows["BlasBenchmark"].ops
+
+
+@pytest.mark.parametrize("src,kind", [
+    ("def get_input_iter(self, d):\n    for s in self.shapes:\n        yield s", mech.SELF_SHAPES),
+    ("def get_input_iter(self, d):\n    for s in type(self).LIST:\n        yield s", mech.CLASS_LIST),
+    ("def get_input_iter(self, d):\n    xs = [(1, 2)]\n    for s in xs:\n        yield s", mech.LOCAL_LIST),
+    ("def get_input_iter(self, d):\n    for p in self.params():\n        yield p", mech.BESPOKE),
+])
+def test_iter_classification(src, kind):
+    import ast
+    assert mech.classify_iter(ast.parse(src).body[0], {"LIST", "params"}).kind == kind
+
+
+@pytest.mark.parametrize("src,how", [
+    ("def set_shapes(self, p=None):\n    super().set_shapes(p)\n    self.shapes = self.shapes[:1]", mech.YAML),
+    ("def set_shapes(self, p=None):\n    self.shapes = [(1, 2)]", mech.OVERRIDE),
+    ("def set_shapes(self, p=None):\n    '''doc'''\n    pass", mech.NOOP),
+    ("def set_shapes(self, *a):\n    self.shapes = self.DEFAULT_SHAPES", mech.NOOP),
+])
+def test_set_shapes_classification(src, how):
+    import ast
+    assert mech.classify_set_shapes(ast.parse(src).body[0]) == how
+
+
+def test_coverage_cli_markdown_and_bad_dir(fake_flaggems_dir, tmp_path):
+    ok = subprocess.run([sys.executable, "-m", "zl.shapes.coverage", str(fake_flaggems_dir), "--commit", "abc"],
+                        capture_output=True, text=True, cwd=REPO)
+    assert ok.returncode == 0 and "commit abc" in ok.stdout
+    assert "| test_conv2d.py | Conv2DPaddingBenchmark | conv2d_padding | get_input_iter class list" in ok.stdout
+    bad = subprocess.run([sys.executable, "-m", "zl.shapes.coverage", str(tmp_path)],
+                         capture_output=True, text=True, cwd=REPO)
+    assert bad.returncode == 2 and "no benchmark/ directory" in bad.stderr
+
+
+# ------------------------------------------------------------------ runs on the fake tree
+
+def test_iter_list_class_measures_the_yaml_shape(zl_run, tmp_path):
+    shape_file = _yaml(tmp_path, "conv2d_padding:\n  shapes:\n    - [1, 2, 5, 5, 3, 3, 3, 1, valid, 1]\n")
+    res = zl_run(OP="conv2d_padding", OP_FILE="conv2d", SHAPE_FILE=shape_file, **FAST)
+    assert res.returncode == 0, res.explain()
+    assert "torch.Size([1, 2, 5, 5])" in res.log_text
+    assert "torch.Size([1, 2, 6, 6])" not in res.log_text  # the class's own list is not measured too
+    ident = _identity(res)
+    assert ident["shape_source"] == "conv2d_padding=yaml"
+    assert ident["shape_sources"]["conv2d_padding"]["mechanism"] == "class_list:DEFAULT_SHAPES"
+    written = yaml.safe_load((res.out_dir / "shapes.yaml").read_text())
+    assert written["conv2d_padding"]["shapes"] == [[1, 2, 5, 5, 3, 3, 3, 1, "valid", 1]]
+
+
+def test_iter_list_arity_mismatch_says_so_and_keeps_upstream(zl_run, tmp_path):
+    shape_file = _yaml(tmp_path, "conv2d_padding:\n  shapes:\n    - [1, 2, 5, 5]\n")
+    res = zl_run(OP="conv2d_padding", OP_FILE="conv2d", SHAPE_FILE=shape_file, **FAST)
+    assert res.returncode == 0, res.explain()
+    assert ("yaml key 'conv2d_padding' has shape arity [4] but Conv2DPaddingBenchmark.DEFAULT_SHAPES "
+            "holds arity [10]") in res.log_text
+    assert "torch.Size([1, 2, 6, 6])" in res.log_text and "torch.Size([1, 2, 5, 5])" not in res.log_text
+    assert _identity(res)["shape_source"] == "conv2d_padding=hardcoded"
+
+
+def test_iter_list_no_key_says_so(zl_run, tmp_path):
+    shape_file = _yaml(tmp_path, "softmax:\n  shapes:\n    - [4, 64]\n")
+    res = zl_run(OP="conv2d_padding", OP_FILE="conv2d", SHAPE_FILE=shape_file, **FAST)
+    assert res.returncode == 0, res.explain()
+    assert "no yaml key for Conv2DPaddingBenchmark (op=conv2d_padding; tried: conv2d_padding, " \
+           "Conv2DPaddingBenchmark, GenericBenchmark, Benchmark)" in res.log_text
+    assert _identity(res)["shape_source"] == "conv2d_padding=hardcoded"
+
+
+def test_bespoke_class_measures_the_yaml_shape(zl_run, tmp_path):
+    shape_file = _yaml(tmp_path, "max_pool2d:\n  shapes:\n    - [1, 3, 7, 7]\n")
+    res = zl_run(OP="max_pool2d", OP_FILE="max_pool2d", SHAPE_FILE=shape_file, **FAST)
+    assert res.returncode == 0, res.explain()
+    assert "MaxPool2dBenchmark (op=max_pool2d): 1 shape(s) from yaml key 'max_pool2d' as (N, C, H, W)" \
+        in res.log_text
+    assert "torch.Size([1, 3, 7, 7])" in res.log_text and "torch.Size([1, 2, 8, 8])" not in res.log_text
+    entry = _identity(res)["shape_sources"]["max_pool2d"]
+    assert entry["source"] == "yaml" and entry["mechanism"] == "bespoke:MaxPool2dBenchmark"
+
+
+def test_class_without_mechanism_says_so(zl_run, tmp_path):
+    shape_file = _yaml(tmp_path, "var_dim:\n  shapes:\n    - [8, 8]\n")
+    res = zl_run(OP="var_dim", OP_FILE="max_pool2d", SHAPE_FILE=shape_file, **FAST)
+    assert res.returncode == 0, res.explain()
+    assert "no mechanism for VarDimBenchmark (op=var_dim)" in res.log_text
+    assert _identity(res)["shape_source"] == "var_dim=hardcoded"
+
+
+def test_set_shapes_class_provenance_and_upstream_mode(zl_run, tmp_path):
+    shape_file = _yaml(tmp_path, "pad:\n  shapes:\n    - [3, 5]\n")
+    res = zl_run(OP="pad", OP_FILE="pad", SHAPE_FILE=shape_file, **FAST)
+    assert res.returncode == 0, res.explain()
+    assert _identity(res)["shape_source"] == "pad=yaml"
+    up = zl_run(OP="pad", OP_FILE="pad", SHAPE_FILE="upstream", **FAST)
+    assert up.returncode == 0, up.explain()
+    assert _identity(up)["shape_source"] == "pad=upstream"
+    # Two runs whose shapes came from different places are refused like any caliber mismatch.
+    problems = caliber.complaints([("A", res.out_dir), ("B", up.out_dir)])
+    assert any(p.startswith("shape_source differs: A=pad=yaml, B=pad=upstream") for p in problems)
+
+
+# ------------------------------------------------------------------ caliber unit
+
+def test_caliber_refuses_different_shape_sources(tmp_path):
+    base = {"backend": "cuda", "device": "0", "timer": "direct", "bench_level": "core",
+            "shape_mode": "file", "tuner_cache": "isolated", "direct_repeat": 1}
+    runs = []
+    for name, source, mode in (("A", "conv2d=yaml", "record"), ("B", "conv2d=hardcoded", "replay")):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "run_identity.json").write_text(json.dumps({**base, "shape_source": source, "autotune_mode": mode}))
+        runs.append((name, d))
+    assert caliber.complaints(runs) == ["shape_source differs: A=conv2d=yaml, B=conv2d=hardcoded"]
+    (runs[1][1] / "run_identity.json").write_text(json.dumps({**base, "shape_source": "conv2d=yaml",
+                                                               "autotune_mode": "replay"}))
+    assert caliber.complaints(runs) == []
+
+
+# ------------------------------------------------------------------ ops/shapes_single.yaml
+
+def _single(*args, cwd=REPO):
+    return subprocess.run([sys.executable, "-m", "zl.shapes.single", *map(str, args)],
+                          capture_output=True, text=True, cwd=cwd)
+
+
+def test_single_shapes_generated_and_checked_against_the_scan(fake_flaggems_dir, tmp_path):
+    gen = _single(fake_flaggems_dir)
+    assert gen.returncode == 0
+    data = yaml.safe_load(gen.stdout)
+    # every mechanism a yaml reaches gets a key; the class nothing reaches is named instead
+    assert data["conv2d_padding"]["shapes"] == [[1, 2, 6, 6, 2, 3, 3, 1, "valid", 1]]
+    assert data["max_pool2d"]["shapes"] == [[1, 2, 8, 8]] and data["pad"]["shapes"] == [[4, 8]]
+    assert data["mm"]["shapes"] == [[1, 32, 32, 32]] and "var_dim" not in data
+    assert "#   var_dim: VarDimBenchmark: no yaml reaches it" in gen.stdout
+    good = tmp_path / "single.yaml"
+    good.write_text(gen.stdout)
+    assert _single(fake_flaggems_dir, "--check", good).returncode == 0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("sofmax:\n  shapes: [[4, 64]]\nmm:\n  shapes: [[32, 32]]\n")
+    res = _single(fake_flaggems_dir, "--check", bad)
+    assert res.returncode == 1
+    assert "sofmax: not an op_name" in res.stderr and "mm: shape [32, 32] has arity 2" in res.stderr
+    assert _single(tmp_path, "--check", good).returncode == 2
+
+
+def test_committed_single_shapes_name_real_keys():
+    # The committed file is checked against the FlagGems tree it was generated from when that
+    # tree is present (the lead's checkout exports it to .fg); its header names the commit.
+    fg = REPO / ".fg"
+    committed = REPO / "ops" / "shapes_single.yaml"
+    assert committed.read_text().startswith("# One representative shape per FlagGems operator key")
+    if not (fg / "benchmark").is_dir():
+        pytest.skip("no exported FlagGems tree at .fg to check against")
+    assert _single(fg, "--check", committed).returncode == 0
+
+
+# ------------------------------------------------------------------ bespoke registry units
+# The registered upstream classes need a GPU; stand-ins with the same names and the attributes
+# each entry drives check that the yaml fields reach the class's own input code.
+
+def _bespoke_bench(name, module, **attrs):
+    cls = type(name, (), {"__module__": module.__name__, **attrs})
+    bench = cls()
+    bench.op_name, bench.device = "op_x", "cpu"
+    return bench
+
+
+@pytest.fixture
+def bespoke_env(tmp_path, monkeypatch):
+    monkeypatch.delenv("OUT_DIR", raising=False)
+    monkeypatch.setenv("ZL_SHAPE_MODE", "file")
+
+    def use(text):
+        path = tmp_path / f"y{len(list(tmp_path.iterdir()))}.yaml"
+        path.write_text(text)
+        monkeypatch.setenv("ZL_SHAPE_FILE", str(path))
+    return use
+
+
+def test_bespoke_flash_mla_fields_become_test_params(bespoke_env, monkeypatch):
+    from zl.shapes import bespoke
+    module = type(sys)("zl_test_flash_mla")
+
+    class TestParam:
+        def __init__(self, **kw):
+            self.kw = kw
+    module.TestParam = TestParam
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    bench = _bespoke_bench("FlashMLAWithKVCacheBenchmark", module,
+                           make_input=lambda self, p: iter([p.kw]))
+    bespoke_env("op_x:\n  shapes:\n    - [64, 256, 128, 576, 1, 0]\n")
+    inj = bespoke.BespokeInjector(lambda m: None)
+    entry = bespoke.REGISTRY["FlashMLAWithKVCacheBenchmark"]
+    out = list(inj.replacement(entry, lambda b, d: iter(["upstream"]))(bench, None))
+    assert out == [dict(batch=64, topk=256, h_q=128, d_qk=576, is_fp8=True, have_attn_sink=False)]
+
+
+def test_bespoke_upsample_cfgs_feed_the_class_iterator(bespoke_env):
+    from zl.shapes import bespoke
+    bench = _bespoke_bench("UpsampleBilinear2dAaBackwardBenchmark", sys.modules[__name__])
+    bench._cfgs = [(4, 16, 4, 4, 1, 1, False, "tiny")]
+    bespoke_env("op_x:\n  shapes:\n    - [1, 2, 8, 8, 4, 4, 0]\n    - [1, 2, 4, 4, 8, 8, 1]\n")
+
+    def upstream_iter(b, dtype):  # the class's own loop over self._cfgs
+        for n, c, hi, wi, ho, wo, ac, _label in b._cfgs:
+            yield [n, c, ho, wo], [ho, wo], [n, c, hi, wi], ac
+    inj = bespoke.BespokeInjector(lambda m: None)
+    fn = inj.replacement(bespoke.REGISTRY["UpsampleBilinear2dAaBackwardBenchmark"], upstream_iter)
+    assert list(fn(bench, None)) == [([1, 2, 4, 4], [4, 4], [1, 2, 8, 8], 0),
+                                     ([1, 2, 8, 8], [8, 8], [1, 2, 4, 4], 1)]
+
+
+def test_bespoke_steps_back_on_arity_and_on_a_changed_class(bespoke_env):
+    from zl.shapes import bespoke
+    said = []
+    inj = bespoke.BespokeInjector(said.append)
+    entry = bespoke.REGISTRY["MaxPool2dBenchmark"]
+    bench = _bespoke_bench("MaxPool2dBenchmark", sys.modules[__name__],
+                           input_fn=lambda self, s, d, dev: iter([s]))
+    bespoke_env("op_x:\n  shapes:\n    - [8, 8]\n")
+    assert list(inj.replacement(entry, lambda b, d: iter(["upstream"]))(bench, None)) == ["upstream"]
+    assert "takes 4 fields (N, C, H, W); upstream's shapes are measured" in said[-1]
+    gone = _bespoke_bench("MaxPool2dBenchmark", sys.modules[__name__])  # upstream dropped input_fn
+    bespoke_env("op_x:\n  shapes:\n    - [1, 2, 8, 8]\n")
+    assert list(inj.replacement(entry, lambda b, d: iter(["upstream"]))(gone, None)) == ["upstream"]
+    assert "no longer has input_fn" in said[-1]
