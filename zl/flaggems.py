@@ -27,6 +27,9 @@ if str(_ROOT) not in sys.path:
 # (colon-separated) replaces the list.
 DEFAULT_FALLBACK_ROOTS = ("/workspace/dev/FlagGems", "/workspace/FlagGems")
 
+# The importable FlagGems packages (upstream and the vLLM fork share the layout).
+FLAGGEMS_PACKAGES = ("flag_gems", "flaggems_vllm")
+
 VENDOR_ENV_KEYS = ("GEMS_VENDOR", "FLAGGEMS_VENDOR", "GEMS_BACKEND", "FLAGGEMS_BACKEND")
 
 UPSTREAM_SHAPE_WORDS = ("-", "upstream", "none")

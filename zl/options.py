@@ -26,8 +26,15 @@ def add(parser: Any, flag: str, env: str, help: str, default: str = "") -> None:
     it parses the variable, so an option and a variable can never be read differently.
     """
     dest = flag.lstrip("-").replace("-", "_")
-    group(parser).addoption(flag, dest=dest, default=None, metavar="VALUE",
-                            help=f"{help} [env {env}; default {default!r}]")
+    grp = group(parser)
+    # Several plugins read the same variable (OUT_DIR, ZL_OP ...): the first one to load
+    # declares it, later identical declarations are no-ops, a different variable is an error.
+    if any(flag in opt.names() for opt in grp.options):
+        if _ENV_OF.get(dest, (env, default))[0] != env:
+            raise ValueError(f"{flag} is declared for both ${_ENV_OF[dest][0]} and ${env}")
+        return
+    grp.addoption(flag, dest=dest, default=None, metavar="VALUE",
+                  help=f"{help} [env {env}; default {default!r}]")
     _ENV_OF[dest] = (env, default)
 
 

@@ -1,4 +1,4 @@
-"""Parallel autotune sweep (`_parallel_warmup_plugin`).
+"""Parallel autotune sweep (`_parallel_warmup_plugin` over `zl.warmup`).
 
 Step-back reasons are checked in-process against a stand-in pytest config; the
 sweep itself runs for real through run_pytest.sh on the fake FlagGems tree, with
@@ -15,6 +15,13 @@ from pathlib import Path
 import pytest
 
 import _parallel_warmup_plugin as pw
+from harness.pluginconfig import PluginConfig
+from zl.backends import get_backend
+from zl.warmup import DEVICES_ENV, GPUS_ENV, WORKER_ENV
+from zl.warmup.plan import Plan, StepBack, make_plan, requested_gpus
+from zl.warmup.shards import child_argv, merge, shard
+from zl.warmup.sweep import shard_jobs
+from zl.warmup.yamlkeys import read_shapes, yaml_key_candidates
 
 FAKE = Path(__file__).resolve().parent / "fake_flaggems"
 SWEEP_TEST = FAKE / "benchmark" / "test_zl_autotune_sweep.py"
@@ -23,37 +30,25 @@ GLOBAL = "benchmark.test_zl_autotune_sweep.zl_global_kernel"
 SHAPES = "zl_sweep:\n  shapes:\n    - [64]\n    - [128]\n    - [192]\n    - [256]\n    - [320]\n"
 
 
-class FakeConfig:
-    def __init__(self, options, args, plugins=("_autotune_record_plugin",)):
-        self._options = options
-        self._plugins = set(plugins)
-        self.invocation_params = types.SimpleNamespace(args=tuple(args), dir=str(FAKE))
-        self.pluginmanager = types.SimpleNamespace(
-            get_plugin=lambda name: object() if name in self._plugins else None)
-
-    def getoption(self, name):
-        if name not in self._options:
-            raise ValueError(name)
-        return self._options[name]
-
-
 @pytest.fixture
 def plan_env(tmp_path, monkeypatch):
     for k in ("FLAGGEMS_PERF_AUTOTUNE_REPLAY_DIR", "ZL_BENCH_LEVEL", "ZL_SHAPE_FILE",
-              "CUDA_VISIBLE_DEVICES", pw.WORKER_ENV, "OUT_DIR"):
+              "CUDA_VISIBLE_DEVICES", WORKER_ENV, "OUT_DIR"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("FLAGGEMS_PERF_AUTOTUNE_RECORD_DIR", str(tmp_path / "rec"))
     monkeypatch.setenv("ZL_OP", "zl_sweep")
     monkeypatch.setenv("ZL_BACKEND", "cuda")
-    monkeypatch.setenv(pw.DEVICES_ENV, "0,1")
+    monkeypatch.setenv(DEVICES_ENV, "0,1")
     shapes = tmp_path / "shapes.yaml"
     shapes.write_text(SHAPES)
     return shapes
 
 
-def plan(shape_file, level="core", args=None, **kw):
+def plan(shape_file, level="core", args=None, plugins=("_autotune_record_plugin",)):
     args = args if args is not None else [f"{SWEEP_TEST}::test_zl_sweep"]
-    return pw._plan(FakeConfig({"level": level, "shape_file": str(shape_file)}, args, **kw))
+    config = PluginConfig(pw, {"level": level, "shape_file": str(shape_file)}, args, plugins, cwd=FAKE)
+    p = make_plan(pw.WarmupControl(config, get_backend(), 2).facts())
+    return p.op, p.doc, p.key, p.shapes, p.devices
 
 
 def test_plan_accepts_a_core_run_with_two_devices(plan_env):
@@ -64,7 +59,7 @@ def test_plan_accepts_a_core_run_with_two_devices(plan_env):
 @pytest.mark.parametrize("setup,code,wording", [
     (lambda m, p: None, "bench_level", "--level comprehensive merges shapes this plugin cannot enumerate"),
     (lambda m, p: m.setenv("FLAGGEMS_PERF_AUTOTUNE_REPLAY_DIR", "/x"), "replay", "REPLAY_FROM is set"),
-    (lambda m, p: m.setenv(pw.DEVICES_ENV, "3"), "few_devices", "only 1 device(s) visible (3)"),
+    (lambda m, p: m.setenv(DEVICES_ENV, "3"), "few_devices", "only 1 device(s) visible (3)"),
     (lambda m, p: p.write_text("zl_sweep:\n  shapes:\n    - [64]\n"), "few_shapes",
      "only 1 shape(s) under yaml key 'zl_sweep'; sharding would not pay off"),
     (lambda m, p: p.write_text("softmax:\n  shapes:\n    - [4, 64]\n    - [8, 8]\n"), "no_yaml_entry",
@@ -74,20 +69,20 @@ def test_plan_accepts_a_core_run_with_two_devices(plan_env):
 def test_each_step_back_has_its_own_wording(plan_env, monkeypatch, setup, code, wording):
     setup(monkeypatch, plan_env)
     level = "comprehensive" if code == "bench_level" else "core"
-    with pytest.raises(pw.StepBack) as info:
+    with pytest.raises(StepBack) as info:
         plan(plan_env, level=level)
     assert info.value.code == code and wording in str(info.value)
 
 
 def test_no_yaml_entry_lists_the_class_chain_it_tried(plan_env):
     plan_env.write_text("softmax:\n  shapes:\n    - [4, 64]\n    - [8, 8]\n")
-    with pytest.raises(pw.StepBack) as info:
+    with pytest.raises(StepBack) as info:
         plan(plan_env)
     assert "tried: zl_sweep, GenericBenchmark, Benchmark" in str(info.value)
 
 
 def test_missing_autotune_plugin_steps_back(plan_env):
-    with pytest.raises(pw.StepBack) as info:
+    with pytest.raises(StepBack) as info:
         plan(plan_env, plugins=())
     assert info.value.code == "no_autotune_plugin"
 
@@ -95,9 +90,9 @@ def test_missing_autotune_plugin_steps_back(plan_env):
 def test_blas_ops_reach_their_shapes_through_the_class_chain(tmp_path):
     """mm has no `mm:` key upstream; set_shapes finds `BlasBenchmark:` on the MRO."""
     test_mm = FAKE / "benchmark" / "test_mm.py"
-    cands = pw.yaml_key_candidates(test_mm, "mm")
+    cands = yaml_key_candidates(test_mm, "mm")
     assert cands[:2] == ["mm", "BlasBenchmark"] and "Benchmark" in cands
-    doc, key, shapes = pw.read_shapes(str(FAKE / "benchmark" / "core_shapes.yaml"), cands)
+    doc, key, shapes = read_shapes(str(FAKE / "benchmark" / "core_shapes.yaml"), cands)
     assert key == "BlasBenchmark" and len(shapes) == 2
 
 
@@ -106,40 +101,46 @@ def test_backward_benchmarks_use_the_backward_key(tmp_path):
     mod.write_text("from . import base\n"
                    "def test_softmax_backward():\n"
                    "    base.UnaryReductionBenchmark(op_name='softmax', is_backward=True).run()\n")
-    assert pw.yaml_key_candidates(mod, "softmax_backward")[0] == "softmax_backward"
+    assert yaml_key_candidates(mod, "softmax_backward")[0] == "softmax_backward"
 
 
 def test_unset_or_below_two_is_silent(monkeypatch, capfd):
     for raw in ("", "1", "0"):
-        monkeypatch.setenv(pw.GPUS_ENV, raw)
-        assert pw.requested_gpus() == 0
+        monkeypatch.setenv(GPUS_ENV, raw)
+        config = PluginConfig(pw)
+        pw.pytest_configure(config)  # not active: registers nothing, says nothing
+        assert config.pluginmanager.get_plugin(pw.NAME) is None
     assert capfd.readouterr().err == ""
-    monkeypatch.setenv(pw.GPUS_ENV, "two")
-    assert pw.requested_gpus() == 0
+    assert requested_gpus("two", pw._log) == 0
     assert "not an integer" in capfd.readouterr().err
 
 
 def test_round_robin_shards_and_merge_counts_conflicts():
-    assert pw.shard([1, 2, 3, 4, 5], 2) == [[1, 3, 5], [2, 4]]
+    assert shard([1, 2, 3, 4, 5], 2) == [[1, 3, 5], [2, 4]]
     a = {"k": {"1": {"w": 1}, "g": {"w": 1}}}
     b = {"k": {"2": {"w": 2}, "g": {"w": 2}}, "k2": {"x": {"w": 0}}}
-    merged, total, conflicts = pw.merge([a, b])
+    merged, total, conflicts = merge([a, b])
     assert merged["k"] == {"1": {"w": 1}, "2": {"w": 2}, "g": {"w": 1}}  # lowest shard wins
     assert (total, conflicts) == (4, 1)
 
 
 def test_child_argv_replaces_the_shape_file():
     args = ["t.py::test_x", "-p", "_a", "--shape_file", "old.yaml", "--shape_file=o2", "--level", "core"]
-    assert pw.child_argv(args, "new.yaml") == ["t.py::test_x", "-p", "_a", "--level", "core",
+    assert child_argv(args, "new.yaml") == ["t.py::test_x", "-p", "_a", "--level", "core",
                                                 "--shape_file", "new.yaml"]
 
 
-def test_shards_respect_an_inherited_device_selection(monkeypatch):
-    monkeypatch.delenv(pw.DEVICES_ENV, raising=False)
+def test_shards_respect_an_inherited_device_selection(monkeypatch, tmp_path):
+    monkeypatch.delenv(DEVICES_ENV, raising=False)
     monkeypatch.setenv("ZL_BACKEND", "cuda")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,6")
-    assert pw.visible_devices() == ["5", "6"]
-    env = pw.pin_env({"CUDA_VISIBLE_DEVICES": "5,6", "HIP_VISIBLE_DEVICES": "1"}, "6")
+    config = PluginConfig(pw, {"level": "core", "shape_file": ""}, cwd=FAKE)
+    assert pw.WarmupControl(config, get_backend(), 2).facts().devices == ["5", "6"]
+    doc = {"zl_sweep": {"shapes": [[64], [128]]}}
+    jobs = shard_jobs(Plan("zl_sweep", doc, "zl_sweep", [[64], [128]], ["5", "6"]), [[[64]], [[128]]],
+                      tmp_path, ["t.py"], FAKE, get_backend(),
+                      {"CUDA_VISIBLE_DEVICES": "5,6", "HIP_VISIBLE_DEVICES": "1"})
+    env = jobs[1].env
     assert env["CUDA_VISIBLE_DEVICES"] == "6" and "HIP_VISIBLE_DEVICES" not in env
 
 
