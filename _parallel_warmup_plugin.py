@@ -67,6 +67,7 @@ class WarmupControl:
         self.want = want
         self.out_dir = value(config, "--zl-out-dir").strip()
         self.stack = PatchStack()
+        self.isolate = False
 
     def identity(self, **fields) -> None:
         try:
@@ -96,6 +97,7 @@ class WarmupControl:
 
     def sweep(self) -> None:
         try:
+            self.isolate = _switch(self.config, "--zl-isolate-tuner-cache")
             timeout_s = sweep_plan.sweep_timeout(value(self.config, "--zl-parallel-warmup-timeout"))
             plan = sweep_plan.make_plan(self.facts())
         except sweep_plan.StepBack as sb:
@@ -109,13 +111,20 @@ class WarmupControl:
                             Path(self.config.invocation_params.dir), self.backend,
                             value(self.config, "--zl-autotune-record-dir").strip(),
                             value(self.config, "--zl-provider").strip() or "flaggems",
-                            timeout_s, os.environ, _log)
+                            timeout_s, os.environ, _log, isolate=self.isolate)
         if outcome.preswept:
             self.stack.setenv(PRESWEPT_ENV, "1")
         self.identity(**outcome.identity)
 
     def close(self) -> None:
         self.stack.undo_all()
+
+
+def _switch(config, flag: str) -> bool:
+    try:
+        return parse_switch(value(config, flag), False, name=flag)
+    except SwitchError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _option(config, name: str):
@@ -129,11 +138,8 @@ def _option(config, name: str):
 def pytest_configure(config):
     """Sweep before any measurement plugin configures (tryfirst), then hand the
     merge to _autotune_record_plugin through ZL_AUTOTUNE_PRESWEPT."""
-    try:
-        if parse_switch(value(config, "--zl-parallel-worker"), False, name="ZL_PARALLEL_WORKER"):
-            return
-    except SwitchError as exc:
-        raise pytest.UsageError(str(exc)) from None
+    if _switch(config, "--zl-parallel-worker"):
+        return
     want = sweep_plan.requested_gpus(value(config, "--zl-parallel-warmup-gpus"), _log)
     if not want:
         return

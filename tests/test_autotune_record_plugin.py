@@ -373,6 +373,121 @@ def test_unreadable_record_is_a_named_fallback(env, monkeypatch, capfd):
     assert identity(env)["autotune_mode"] == "replay_fallback"
 
 
+# ----------------------------- autotune_mode is what ran (issue 15), never the intent
+
+@pytest.mark.parametrize("damage,reason", [
+    ("no_dir", "missing_records"),          # REPLAY_FROM run left no autotune_records/
+    ("no_file", "missing_record"),          # ... or nothing for this op
+    ("truncated", "unreadable_record"),     # cut mid-write
+    ("not_configs", "unreadable_record"),   # valid JSON, not {kernel: {key: config}}
+    ("other_backend", "backend_mismatch"),
+])
+def test_an_unusable_replay_record_is_a_whole_run_fallback(env, monkeypatch, capfd, damage, reason):
+    rec, _, _ = record_session(env, monkeypatch, [100])
+    path = rec / "add_one.json"
+    if damage == "no_dir":
+        rec = env / "never_recorded" / "autotune_records"
+    elif damage == "no_file":
+        path.unlink()
+    elif damage == "truncated":
+        path.write_text(path.read_text()[:40])
+    elif damage == "not_configs":
+        path.write_text(json.dumps({KERNEL: {"100,torch.float32,torch.float32": 32}}))
+    else:
+        (rec / "meta.json").write_text(json.dumps({"backend": "rocm"}))
+    capfd.readouterr()
+    used, _, bench = replay_session(monkeypatch, rec, [100])
+    err = capfd.readouterr().err
+    assert f"{MARKER} op=add_one kernel=* key=* reason={reason}" in err
+    assert bench.calls == 3 and used[100]["kwargs"] == {"BLOCK": 16}  # tuned live
+    ident = identity(env)
+    assert ident["autotune_mode"] == "replay_fallback"
+    assert ident["replay_fallback_scope"] == "all" and ident["replay_fallback_reason"] == reason
+
+
+def test_a_partial_replay_counts_its_fallback_keys(env, monkeypatch, capfd):
+    rec, _, _ = record_session(env, monkeypatch, [100, 300])
+    used, _, _ = replay_session(monkeypatch, rec, [100, 300, 200, 400, 200])
+    ident = identity(env)
+    assert ident["autotune_mode"] == "replay_fallback" and ident["replay_fallback_scope"] == "keys"
+    assert "replay_fallback_reason" not in ident
+    assert ident["replay_fallback_keys"] == 2 and ident["replay_replayed_keys"] == 2
+    assert ident["replay_fallback_kernels"] == {KERNEL: 2}
+    assert ident["replay_fallback_reasons"] == {"key_missing": 2}
+
+
+def test_the_plugin_overrides_the_shells_intent(env, monkeypatch):
+    """run_pytest.sh's stub may have claimed `replay`; the plugin writes what ran."""
+    from zl.identity import update_identity
+
+    update_identity(str(env / "run"), autotune_mode="replay")
+    monkeypatch.setenv(REPLAY_DIR_ENV, str(env / "missing"))
+    configure()
+    assert identity(env)["autotune_mode"] == "replay_fallback"
+    unconfigure()
+    monkeypatch.delenv(REPLAY_DIR_ENV)
+    update_identity(str(env / "run"), autotune_mode="replay")
+    configure()
+    assert identity(env)["autotune_mode"] == "uncontrolled"
+    assert identity(env)["autotune_mode_reason"] == "no_dir"
+
+
+def test_options_work_without_the_environment(env, monkeypatch):
+    rec, _, _ = record_session(env, monkeypatch, [100])
+    monkeypatch.delenv("ZL_OP")
+    monkeypatch.delenv("OUT_DIR")
+    out = env / "other_run"
+    configure(zl_autotune_replay_dir=str(rec), zl_op="add_one", zl_out_dir=str(out))
+    tuner, bench = make_tuner((1.0, 2.0, 3.0))
+    launch(tuner, 100)
+    unconfigure()
+    assert bench.calls == 0 and tuner.best_config.kwargs == {"BLOCK": 32}
+    assert json.loads((out / "run_identity.json").read_text())["autotune_mode"] == "replay"
+    assert (out / "autotune_records" / "add_one.used.json").is_file()
+
+
+def test_an_unknown_backend_is_a_usage_error(env, monkeypatch):
+    monkeypatch.setenv("ZL_BACKEND", "tpu")
+    monkeypatch.setenv(RECORD_DIR_ENV, str(env / "r"))
+    with pytest.raises(pytest.UsageError, match="unknown ZL_BACKEND 'tpu'"):
+        configure()
+    _CONFIG["current"] = None
+
+
+def test_the_session_lives_on_a_registered_object_and_leaves_nothing_behind(env, monkeypatch):
+    """State on the registered object; tuners and FlagGems' LibEntry caches as before."""
+    class LibEntry:
+        def __init__(self):
+            self.kernel_cache = {"earlier": "cfg"}
+
+    fake = types.ModuleType("flag_gems.utils.libentry")
+    fake.LibEntry = LibEntry
+    monkeypatch.setitem(sys.modules, "flag_gems.utils.libentry", fake)
+    entry = LibEntry()
+    per_device = LibEntry()
+    per_device.kernel_cache = ({"d0": 1}, {"d1": 2})
+    tuner, _ = make_tuner()
+    before = set(vars(tuner))
+    monkeypatch.setenv(RECORD_DIR_ENV, str(env / "r"))
+    config = configure()
+    plugin = config.pluginmanager.get_plugin(plug.NAME)
+    assert plugin is not None and plugin.session.mode == "record"
+    assert entry.kernel_cache == {} and per_device.kernel_cache == ({}, {})  # no earlier pick bypasses
+    entry.kernel_cache["this session"] = "cfg"
+    launch(tuner, 100)
+    unconfigure()
+    assert config.pluginmanager.get_plugin(plug.NAME) is None
+    assert entry.kernel_cache == {"earlier": "cfg"} and per_device.kernel_cache == ({"d0": 1}, {"d1": 2})
+    assert not [a for a in set(vars(tuner)) - before if a.startswith("_zl")]
+
+
+def test_nothing_is_registered_when_inactive(env):
+    config = configure()
+    assert config.pluginmanager.get_plugin(plug.NAME) is None
+    assert identity(env)["autotune_mode"] == "uncontrolled"
+    assert not getattr(triton.runtime.autotuner.Autotuner.__dict__["run"], "_zl_wrapped", False)
+
+
 def test_preswept_records_seed_a_recording_run(env, monkeypatch, capfd):
     rec = env / "A" / "autotune_records"
     rec.mkdir(parents=True)

@@ -7,9 +7,12 @@ devices faked by ZL_PARALLEL_DEVICES and shards as real CPU subprocesses.
 
 from __future__ import annotations
 
+import ast
 import json
+import os
 import shutil
-import types
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -128,6 +131,11 @@ def test_child_argv_replaces_the_shape_file():
     args = ["t.py::test_x", "-p", "_a", "--shape_file", "old.yaml", "--shape_file=o2", "--level", "core"]
     assert child_argv(args, "new.yaml") == ["t.py::test_x", "-p", "_a", "--level", "core",
                                                 "--shape_file", "new.yaml"]
+    # The shard's own record dir, OUT_DIR and worker flag come from its environment: the
+    # parent's command-line values would send every shard's records into the parent's run.
+    args = ["t.py", "--zl-autotune-record-dir", "/run/a", "--zl-out-dir=/run", "--zl-op", "mm",
+            "--zl-parallel-warmup-gpus", "2", "--zl-shape-file", "s.yaml"]
+    assert child_argv(args, "new.yaml") == ["t.py", "--zl-op", "mm", "--shape_file", "new.yaml"]
 
 
 def test_shards_respect_an_inherited_device_selection(monkeypatch, tmp_path):
@@ -211,3 +219,63 @@ def test_a_failing_shard_discards_the_sweep(zl_run, tmp_path):
     ident = json.loads((res.out_dir / "run_identity.json").read_text())
     assert ident["autotune_sweep"] == "serial" and ident["autotune_sweep_reason"] == "shard_failed"
     assert len(_records(res)[SCALE]) == 5
+
+
+# ------------------------------------------------- structure (issue 14) and lifetime (issue 15)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_help_lists_both_plugins_options_in_the_zl_bench_group(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    out = subprocess.run([sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider",
+                          "-p", "_autotune_record_plugin", "-p", "_parallel_warmup_plugin"],
+                         cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout.split("zl_bench", 1)[1]
+    for flag, variable in [("--zl-autotune-record-dir", "FLAGGEMS_PERF_AUTOTUNE_RECORD_DIR"),
+                           ("--zl-autotune-replay-dir", "FLAGGEMS_PERF_AUTOTUNE_REPLAY_DIR"),
+                           ("--zl-autotune-preswept", "ZL_AUTOTUNE_PRESWEPT"),
+                           ("--zl-parallel-warmup-gpus", "PARALLEL_WARMUP_GPUS"),
+                           ("--zl-parallel-devices", "ZL_PARALLEL_DEVICES"),
+                           ("--zl-parallel-warmup-timeout", "ZL_PARALLEL_WARMUP_TIMEOUT"),
+                           ("--zl-parallel-worker", "ZL_PARALLEL_WORKER"),
+                           ("--zl-isolate-tuner-cache", "ZL_ISOLATE_TUNER_CACHE"),
+                           ("--zl-op", "ZL_OP"), ("--zl-out-dir", "OUT_DIR")]:
+        assert flag in text and f"env {variable};" in " ".join(text.split()), flag
+
+
+def test_neither_plugin_imports_another_plugin():
+    for name in ("_autotune_record_plugin.py", "_parallel_warmup_plugin.py"):
+        tree = ast.parse((REPO / name).read_text())
+        imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert not [m for m in imported if m.split(".")[0].endswith("_plugin")
+                    or m in ("plugin_plan", "zl.plan")], (name, imported)
+
+
+def test_an_active_sweep_registers_and_undoes_its_hand_over(plan_env, monkeypatch, tmp_path):
+    """A bad timeout steps back by name; the object is registered only while active."""
+    monkeypatch.setenv(GPUS_ENV, "2")
+    monkeypatch.setenv("ZL_PARALLEL_WARMUP_TIMEOUT", "0")
+    monkeypatch.setenv("OUT_DIR", str(tmp_path / "run"))
+    config = PluginConfig(pw, {"level": "core", "shape_file": str(plan_env)},
+                          [f"{SWEEP_TEST}::test_zl_sweep"], ["_autotune_record_plugin"], cwd=FAKE)
+    pw.pytest_configure(config)
+    ident = json.loads((tmp_path / "run" / "run_identity.json").read_text())
+    assert ident["autotune_sweep"] == "serial" and ident["autotune_sweep_reason"] == "bad_timeout"
+    plugin = config.pluginmanager.get_plugin(pw.NAME)
+    assert isinstance(plugin, pw.WarmupControl)
+    monkeypatch.delenv("ZL_AUTOTUNE_PRESWEPT", raising=False)
+    plugin.stack.setenv("ZL_AUTOTUNE_PRESWEPT", "1")  # what a finished sweep hands over
+    pw.pytest_unconfigure(config)
+    assert config.pluginmanager.get_plugin(pw.NAME) is None
+    assert "ZL_AUTOTUNE_PRESWEPT" not in os.environ
+
+
+def test_a_worker_never_sweeps(plan_env, monkeypatch):
+    monkeypatch.setenv(GPUS_ENV, "2")
+    monkeypatch.setenv(WORKER_ENV, "1")
+    config = PluginConfig(pw)
+    pw.pytest_configure(config)
+    assert config.pluginmanager.get_plugin(pw.NAME) is None

@@ -46,7 +46,9 @@ def isolate_kernel_caches(stack: PatchStack, classes: Iterable[type] = ()) -> in
         return 0
     held = 0
     for obj in gc.get_objects():
-        if not isinstance(obj, classes):
+        # type(), not isinstance(): isinstance reads obj.__class__, which some objects
+        # (torch's deprecated reduce_op) answer with a warning.
+        if not issubclass(type(obj), classes):
             continue
         for cache in _cache_dicts(getattr(obj, "kernel_cache", None)):
             saved = dict(cache)

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 _FORWARDED = (signal.SIGTERM, signal.SIGHUP)
@@ -48,18 +48,24 @@ def merge(records: Sequence[Dict[str, Dict[str, Any]]]) -> Tuple[Dict[str, Dict[
     return merged, sum(len(v) for v in merged.values()), len(conflicted)
 
 
+# zl options a shard gets through its own environment (its record dir, OUT_DIR, shape
+# file, worker flag): copied from the parent's command line they would override it, and
+# every shard would write into the parent's run directory.
+SHARD_OWNED_PREFIXES = ("--zl-autotune-", "--zl-parallel-", "--zl-out-dir", "--zl-shape-file")
+
+
 def child_argv(args: Sequence[str], shape_file: str) -> List[str]:
-    """The parent's pytest arguments with its --shape_file replaced by the shard's."""
+    """The parent's pytest arguments with its --shape_file replaced by the shard's and the
+    shard-owned zl options left out."""
     out: List[str] = []
     skip = False
     for a in args:
         if skip:
             skip = False
             continue
-        if a == "--shape_file":
-            skip = True
-            continue
-        if a.startswith("--shape_file="):
+        flag = a.split("=", 1)[0]
+        if flag == "--shape_file" or flag.startswith(SHARD_OWNED_PREFIXES):
+            skip = "=" not in a  # `--flag value`: drop the value too
             continue
         out.append(a)
     return out + ["--shape_file", shape_file]

@@ -18,7 +18,6 @@ from typing import Any, Callable, Dict, List, Mapping, Sequence
 
 from zl.autotune import PRESWEPT_ENV, RECORD_DIR_ENV, REPLAY_DIR_ENV
 from zl.autotune import records as store
-from zl.switches import env_switch
 from zl.warmup import GPUS_ENV, WORKER_ENV
 from zl.warmup.plan import Plan
 from zl.warmup.shards import Job, child_argv, merge, run_jobs, shard
@@ -31,7 +30,7 @@ class Outcome:
 
 
 def shard_jobs(plan: Plan, parts: List[List[Any]], scratch: Path, args: Sequence[str], cwd: Path,
-               backend: Any, environ: Mapping[str, str]) -> List[Job]:
+               backend: Any, environ: Mapping[str, str], isolate: bool = False) -> List[Job]:
     import yaml
 
     jobs = []
@@ -54,7 +53,7 @@ def shard_jobs(plan: Plan, parts: List[List[Any]], scratch: Path, args: Sequence
         })
         env.pop(REPLAY_DIR_ENV, None)   # a shard must sweep
         env.pop(PRESWEPT_ENV, None)
-        if env_switch("ZL_ISOLATE_TUNER_CACHE", False, environ=env):
+        if isolate:
             # One sqlite per shard: N writers on one store is what isolation avoids.
             fg = w / "flaggems_cache"
             (fg / "config_cache").mkdir(parents=True)
@@ -67,7 +66,7 @@ def shard_jobs(plan: Plan, parts: List[List[Any]], scratch: Path, args: Sequence
 
 def run_sweep(plan: Plan, n: int, args: Sequence[str], cwd: Path, backend: Any, record_dir: str,
               provider: str, timeout_s: float, environ: Mapping[str, str],
-              log: Callable[[str], None]) -> Outcome:
+              log: Callable[[str], None], isolate: bool = False) -> Outcome:
     """Sweep, merge and publish into `record_dir`; any failure -> serial, with the reason."""
     parts = shard(plan.shapes, n)
     scratch = Path(tempfile.mkdtemp(prefix=f"zl_warmup_{plan.op}_"))
@@ -78,7 +77,7 @@ def run_sweep(plan: Plan, n: int, args: Sequence[str], cwd: Path, backend: Any, 
     keep = True
     kept = f"(worker logs kept in {scratch})"
     try:
-        jobs = shard_jobs(plan, parts, scratch, args, cwd, backend, environ)
+        jobs = shard_jobs(plan, parts, scratch, args, cwd, backend, environ, isolate)
         rcs, timed_out = run_jobs(jobs, timeout_s)
         elapsed = time.time() - t0
         if timed_out:
