@@ -16,5 +16,9 @@ Shared kit (every plugin and tool uses these, nothing re-implements them):
 Rooms behind the plugins and tools:
 - `zl.runlog`    run.log parsing, size folding, caliber fields, A/B statistics.
 - `zl.ir`        IR dumping, naming and the one fingerprint rule.
+- `zl.autotune`  autotune record/replay: config store, tuner wrapper, session (behind
+                 `_autotune_record_plugin`).
+- `zl.warmup`    the parallel autotune sweep: plan, shard processes, merge (behind
+                 `_parallel_warmup_plugin`).
 - `zl/sh/`       shell libraries the drivers source (A/B prologue, IR fingerprint wrappers).
 """
