@@ -279,3 +279,22 @@ def test_a_worker_never_sweeps(plan_env, monkeypatch):
     config = PluginConfig(pw)
     pw.pytest_configure(config)
     assert config.pluginmanager.get_plugin(pw.NAME) is None
+
+
+def test_a_hanging_shard_is_killed_at_the_sweep_timeout(zl_run, tmp_path):
+    shapes = tmp_path / "shapes.yaml"
+    shapes.write_text(SHAPES)
+    pidfile = tmp_path / "hung.pid"
+    res = zl_run(OP="zl_sweep", OP_FILE="zl_autotune_sweep", SHAPE_FILE=str(shapes), ZL_ENABLE_IR="0",
+                 PARALLEL_WARMUP_GPUS="2", ZL_PARALLEL_DEVICES="0,1", ZL_TEST_HANG_DEVICE="1",
+                 ZL_TEST_HANG_PIDFILE=str(pidfile), ZL_PARALLEL_WARMUP_TIMEOUT="40")
+    assert res.returncode == 0, res.explain()
+    assert "shard(s) [1] still running after the 40s sweep limit" in res.output
+    pid = int(pidfile.read_text())
+    assert not Path(f"/proc/{pid}").exists() or \
+        Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    ident = json.loads((res.out_dir / "run_identity.json").read_text())
+    assert ident["autotune_sweep"] == "serial" and ident["autotune_sweep_reason"] == "shard_timeout"
+    assert len(_records(res)[SCALE]) == 5  # the serial measurement tuned every shape itself
+    kept = res.output.split("worker logs kept in ", 1)[1].split(")", 1)[0]
+    shutil.rmtree(kept, ignore_errors=True)
