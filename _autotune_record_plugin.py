@@ -36,7 +36,6 @@ from zl.backends import UnknownBackendError, get_backend
 from zl.flaggems import FLAGGEMS_PACKAGES
 from zl.identity import update_identity
 from zl.options import value
-from zl.switches import SwitchError, parse_switch
 from zl.term import log as _term_log
 
 NAME = "zl_autotune"
@@ -55,13 +54,6 @@ def pytest_addoption(parser):
     autotune_options.declare(parser)
 
 
-def _switch(config, flag: str) -> bool:
-    try:
-        return parse_switch(value(config, flag), False, name=flag)
-    except SwitchError as exc:
-        raise pytest.UsageError(str(exc)) from None
-
-
 def read_settings(config) -> control.Settings:
     try:
         backend = get_backend().name
@@ -72,7 +64,7 @@ def read_settings(config) -> control.Settings:
         op=op,
         record_dir=value(config, "--zl-autotune-record-dir").strip(),
         replay_dir=value(config, "--zl-autotune-replay-dir").strip(),
-        preswept=_switch(config, "--zl-autotune-preswept"),
+        preswept=autotune_options.switch(config, "--zl-autotune-preswept"),
         out_dir=value(config, "--zl-out-dir").strip(),
         provider=value(config, "--zl-provider").strip() or "flaggems",
         backend=backend,
@@ -90,7 +82,8 @@ def _identity_writer(out_dir: str):
 
 def pytest_configure(config):
     """Decide the mode, write it to run_identity.json, and install the wrappers when active."""
-    for problem in isolation_problems(_switch(config, "--zl-isolate-tuner-cache"), LOADED_AT_PLUGIN_IMPORT):
+    isolate = autotune_options.switch(config, "--zl-isolate-tuner-cache")
+    for problem in isolation_problems(isolate, LOADED_AT_PLUGIN_IMPORT):
         _log(f"!!! WARNING ZL_ISOLATE_TUNER_CACHE=1 but {problem}: the run may share tuned "
              "configs with other runs")
     settings = read_settings(config)

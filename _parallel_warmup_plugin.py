@@ -41,7 +41,6 @@ from zl.backends import UnknownBackendError, get_backend
 from zl.identity import update_identity
 from zl.options import value
 from zl.patching import PatchStack
-from zl.switches import SwitchError, parse_switch
 from zl.term import log as _term_log
 from zl.warmup import plan as sweep_plan
 from zl.warmup.sweep import run_sweep
@@ -97,7 +96,7 @@ class WarmupControl:
 
     def sweep(self) -> None:
         try:
-            self.isolate = _switch(self.config, "--zl-isolate-tuner-cache")
+            self.isolate = zl_options.switch(self.config, "--zl-isolate-tuner-cache")
             timeout_s = sweep_plan.sweep_timeout(value(self.config, "--zl-parallel-warmup-timeout"))
             plan = sweep_plan.make_plan(self.facts())
         except sweep_plan.StepBack as sb:
@@ -120,13 +119,6 @@ class WarmupControl:
         self.stack.undo_all()
 
 
-def _switch(config, flag: str) -> bool:
-    try:
-        return parse_switch(value(config, flag), False, name=flag)
-    except SwitchError as exc:
-        raise pytest.UsageError(str(exc)) from None
-
-
 def _option(config, name: str):
     try:
         return config.getoption(name)
@@ -138,7 +130,7 @@ def _option(config, name: str):
 def pytest_configure(config):
     """Sweep before any measurement plugin configures (tryfirst), then hand the
     merge to _autotune_record_plugin through ZL_AUTOTUNE_PRESWEPT."""
-    if _switch(config, "--zl-parallel-worker"):
+    if zl_options.switch(config, "--zl-parallel-worker"):
         return
     want = sweep_plan.requested_gpus(value(config, "--zl-parallel-warmup-gpus"), _log)
     if not want:

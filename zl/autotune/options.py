@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from zl import options
 from zl.autotune import PRESWEPT_ENV, RECORD_DIR_ENV, REPLAY_DIR_ENV
+from zl.switches import SwitchError, parse_switch
 
 AUTOTUNE = (
     ("--zl-autotune-record-dir", RECORD_DIR_ENV, "record mode: write <op>.json + meta.json here", ""),
@@ -36,3 +39,11 @@ WARMUP = (
 def declare(parser: Any, table=AUTOTUNE) -> None:
     for flag, env, help_text, default in table:
         options.add(parser, flag, env, help_text, default)
+
+
+def switch(config: Any, flag: str) -> bool:
+    """An on/off option through the one switch parser; a bad word is pytest's usage error."""
+    try:
+        return parse_switch(options.value(config, flag), False, name=flag)
+    except SwitchError as exc:
+        raise pytest.UsageError(str(exc)) from None
