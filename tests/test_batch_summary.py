@@ -157,6 +157,18 @@ def test_partial_replay_fallback_is_listed_per_key_not_refused(tmp_path, cli):
     assert fb["before"]["events"] == []
 
 
+@pytest.mark.parametrize("scope,code", [("keys", 0), ("all", 4)])
+def test_plugin_written_replay_fallback_refused_only_for_the_whole_run(tmp_path, cli, scope, code):
+    """The autotune plugin writes autotune_mode=replay_fallback for both a partial and a
+    whole-run fallback; replay_fallback_scope tells them apart, and only `all` is refused."""
+    a = make_run(tmp_path / "a", ONE_ROW, mode="record")
+    b = make_run(tmp_path / "b", ONE_ROW_B, mode="replay_fallback", replay_fallback_scope=scope,
+                 replay_fallback_keys=1)
+    r = cli("--ab", a, b, "--label", "relu")
+    assert r.returncode == code, r.stdout
+    assert ("could not use the recorded autotune configs" in r.stdout) == (scope == "all")
+
+
 @pytest.mark.parametrize("field,a_val,b_val", [("use_flagtune", 0, 1), ("seed", 0, 7),
                                                ("use_flagtune", None, 0), ("seed", 3, None)])
 def test_use_flagtune_and_seed_are_caliber_fields(tmp_path, cli, field, a_val, b_val):

@@ -1,5 +1,6 @@
 """zl.options: one zl_bench group, env defaults, shared flags declared once, no silent defaults."""
 import pytest
+from _pytest.config.argparsing import Parser
 
 from zl import options
 
@@ -47,10 +48,20 @@ def test_a_shared_flag_is_declared_once_per_parser_and_must_agree():
     other = FakeParser()
     options.add(other, "--zl-test-shared", "ZL_TEST_SHARED", "shared", "")
     assert other.groups[options.GROUP].added == ["--zl-test-shared"]
-    with pytest.raises(ValueError, match="ZL_OTHER"):
+    with pytest.raises(ValueError, match=r"\$ZL_TEST_SHARED and \$ZL_OTHER"):
         options.add(parser, "--zl-test-shared", "ZL_OTHER", "conflict", "")
 
 
 def test_undeclared_flag_is_an_error_not_a_default():
     with pytest.raises(LookupError, match="never declared"):
         options.value(FakeConfig(), "--zl-never-declared")
+
+
+def test_a_second_identical_declaration_is_a_no_op_and_a_conflicting_one_is_named():
+    parser = Parser(_ispytest=True)
+    options.add(parser, "--zl-test-shared", "ZL_TEST_SHARED", "shared by two plugins")
+    options.add(parser, "--zl-test-shared", "ZL_TEST_SHARED", "shared by two plugins")
+    group = options.group(parser)
+    assert [o.names() for o in group.options].count(["--zl-test-shared"]) == 1
+    with pytest.raises(ValueError, match=r"--zl-test-shared is declared for both \$ZL_TEST_SHARED and \$OTHER"):
+        options.add(parser, "--zl-test-shared", "OTHER", "another meaning")

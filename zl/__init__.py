@@ -21,5 +21,9 @@ Rooms behind the plugins and tools:
 - `zl.seed`      fixed seeds and the generator states restored afterwards.
 - `zl.shapes`    the shape yaml laid over Benchmark classes; shapes.yaml record.
 - `zl.report.table` console result tables (fold constant inputs, colour status words).
+- `zl.autotune`  autotune record/replay: config store, tuner wrapper, session (behind
+                 `_autotune_record_plugin`).
+- `zl.warmup`    the parallel autotune sweep: plan, shard processes, merge (behind
+                 `_parallel_warmup_plugin`).
 - `zl/sh/`       shell libraries the drivers source (A/B prologue, IR fingerprint wrappers).
 """

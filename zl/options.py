@@ -40,7 +40,8 @@ def add(parser: Any, flag: str, env: str, help: str, default: str = "") -> None:
     dest = _dest(flag)
     known = _ENV_OF.get(dest)
     if known is not None and known != (env, default):
-        raise ValueError(f"option {flag} declared with {known} and with {(env, default)}")
+        raise ValueError(f"{flag} is declared for both ${known[0]} and ${env} "
+                         f"(defaults {known[1]!r} and {default!r})")
     _ENV_OF[dest] = (env, default)
     declared = parser.__dict__.setdefault("_zl_declared", set())
     if dest in declared:

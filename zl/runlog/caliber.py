@@ -82,6 +82,9 @@ def caliber_of(run_dir: Path) -> Optional[Dict[str, Optional[str]]]:
         return None
     cal = {k: _field_text(k, data.get(k)) for k in CALIBER_FIELDS}
     cal["autotune_mode"] = str(data.get("autotune_mode") or "")
+    # The autotune plugin writes `replay_fallback` for a whole-run fallback (scope `all`)
+    # and for some keys tuned live (scope `keys`); only the former is record vs record.
+    cal["replay_fallback_scope"] = str(data.get("replay_fallback_scope") or "all")
     return cal
 
 
@@ -124,7 +127,8 @@ def autotune_complaints(known: Sequence[Tuple[str, Dict]]) -> List[str]:
         out.append(f"no run replayed recorded autotune configs ({shown}): nothing is pinned, "
                    "so each side may have picked a different winner; replay side B with "
                    "REPLAY_FROM=<side A>")
-    fell_back = [n for n, c in known if c["autotune_mode"] == "replay_fallback"]
+    fell_back = [n for n, c in known if c["autotune_mode"] == "replay_fallback"
+                 and c.get("replay_fallback_scope", "all") != "keys"]
     if fell_back:
         out.append(f"{', '.join(fell_back)} could not use the recorded autotune configs "
                    "(autotune_mode=replay_fallback: unreadable record, backend mismatch or no "

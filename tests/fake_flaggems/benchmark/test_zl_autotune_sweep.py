@@ -8,7 +8,8 @@ Two autotuned kernels whose winners the test controls through planted timers:
   cross-shard conflict the sweep must count.
 Each tuning sweep appends `<visible device> <kernel> <n>` to $ZL_TEST_SWEEP_TRACE,
 and a worker whose device equals $ZL_TEST_FAIL_DEVICE fails, to exercise the
-failing-shard path. `zl_lib_kernel` goes through the fake LibTuner, and the test
+failing-shard path (one on $ZL_TEST_HANG_DEVICE hangs, writing its pid to
+$ZL_TEST_HANG_PIDFILE, for the sweep timeout). `zl_lib_kernel` goes through the fake LibTuner, and the test
 prints where its sqlite store lives and how many tuned rows it holds.
 """
 import os
@@ -95,6 +96,12 @@ def zl_sweep_op(x):
     if (os.environ.get("ZL_PARALLEL_WORKER") == "1"
             and _device() and _device() == os.environ.get("ZL_TEST_FAIL_DEVICE")):
         raise RuntimeError(f"planted failure on device {_device()}")
+    if (os.environ.get("ZL_PARALLEL_WORKER") == "1"
+            and _device() and _device() == os.environ.get("ZL_TEST_HANG_DEVICE")):
+        import time
+        with open(os.environ["ZL_TEST_HANG_PIDFILE"], "w") as f:
+            f.write(f"{os.getpid()}\n")
+        time.sleep(3600)  # a shard that never finishes: the sweep's timeout must end it
     y = torch.empty_like(x)
     z = torch.empty_like(x)
     _scale_state["n"] = n

@@ -1,4 +1,4 @@
-"""Autotune record / replay (`_autotune_record_plugin`).
+"""Autotune record / replay (`_autotune_record_plugin` over `zl.autotune`).
 
 In-process tests drive the plugin's hooks directly around real `@triton.autotune`
 kernels run by the Triton interpreter on CPU tensors. The tuner gets a planted
@@ -26,6 +26,13 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 import _autotune_record_plugin as plug  # noqa: E402
+from harness.pluginconfig import PluginConfig  # noqa: E402
+from zl import markers  # noqa: E402
+from zl.autotune import PRESWEPT_ENV, RECORD_DIR_ENV, REPLAY_DIR_ENV  # noqa: E402
+from zl.autotune.configs import config_to_dict, key_to_str, record_dict  # noqa: E402
+from zl.autotune.isolation import isolation_problems  # noqa: E402
+
+MARKER = markers.REPLAY_FALLBACK
 
 REPO = Path(__file__).resolve().parents[1]
 KERNEL = f"{__name__}.add_one"
@@ -71,16 +78,32 @@ def launch(tuner, n):
     assert torch.equal(y, x + 1)
 
 
+_CONFIG = {"current": None}
+
+
+def configure(**options):
+    """One plugin session: a fresh stand-in config, the module's real hooks."""
+    _CONFIG["current"] = PluginConfig(plug, options)
+    plug.pytest_configure(_CONFIG["current"])
+    return _CONFIG["current"]
+
+
+def unconfigure():
+    if _CONFIG["current"] is not None:
+        plug.pytest_unconfigure(_CONFIG["current"])
+        _CONFIG["current"] = None
+
+
 @pytest.fixture
 def env(tmp_path, monkeypatch):
-    for k in (plug.RECORD_DIR_ENV, plug.REPLAY_DIR_ENV, plug.PRESWEPT_ENV,
+    for k in (RECORD_DIR_ENV, REPLAY_DIR_ENV, PRESWEPT_ENV,
               "ZL_ISOLATE_TUNER_CACHE", "FLAGGEMS_DB_URL", "FLAGGEMS_CACHE_DIR"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("ZL_OP", "add_one")
     monkeypatch.setenv("ZL_BACKEND", "cuda")
     monkeypatch.setenv("OUT_DIR", str(tmp_path / "run"))
     yield tmp_path
-    plug.pytest_unconfigure(None)
+    unconfigure()
 
 
 def identity(tmp_path):
@@ -90,28 +113,28 @@ def identity(tmp_path):
 
 def record_session(tmp_path, monkeypatch, sizes, times=(3.0, 1.0, 2.0), name="A"):
     rec = tmp_path / name / "autotune_records"
-    monkeypatch.setenv(plug.RECORD_DIR_ENV, str(rec))
-    monkeypatch.delenv(plug.REPLAY_DIR_ENV, raising=False)
-    plug.pytest_configure(None)
+    monkeypatch.setenv(RECORD_DIR_ENV, str(rec))
+    monkeypatch.delenv(REPLAY_DIR_ENV, raising=False)
+    configure()
     tuner, bench = make_tuner(times)
     for n in sizes:
         launch(tuner, n)
-    plug.pytest_unconfigure(None)
-    monkeypatch.delenv(plug.RECORD_DIR_ENV)
+    unconfigure()
+    monkeypatch.delenv(RECORD_DIR_ENV)
     return rec, tuner, bench
 
 
 def replay_session(monkeypatch, rec, sizes, times=(1.0, 2.0, 3.0), tuner=None):
-    monkeypatch.setenv(plug.REPLAY_DIR_ENV, str(rec))
-    plug.pytest_configure(None)
+    monkeypatch.setenv(REPLAY_DIR_ENV, str(rec))
+    configure()
     bench = None
     if tuner is None:
         tuner, bench = make_tuner(times)
     used = {}
     for n in sizes:
         launch(tuner, n)
-        used[n] = plug.config_to_dict(tuner.best_config)
-    plug.pytest_unconfigure(None)
+        used[n] = config_to_dict(tuner.best_config)
+    unconfigure()
     return used, tuner, bench
 
 
@@ -133,7 +156,7 @@ def test_record_then_replay_gives_identical_configs(env, monkeypatch, capfd):
     for n in (100, 300):
         assert used[n] == doc[KERNEL][f"{n},torch.float32,torch.float32"]
     assert identity(env)["autotune_mode"] == "replay"
-    assert plug.MARKER not in capfd.readouterr().err
+    assert MARKER not in capfd.readouterr().err
     used_file = env / "run" / "autotune_records" / "add_one.used.json"
     assert json.loads(used_file.read_text()) == doc  # what the replay ran == the record
 
@@ -154,8 +177,8 @@ def test_missing_key_gives_exactly_one_marker_and_tunes_live(env, monkeypatch, c
     capfd.readouterr()
     used, _, bench = replay_session(monkeypatch, rec, [100, 200, 200, 200])
     err = capfd.readouterr().err
-    lines = [ln for ln in err.splitlines() if ln.startswith(plug.MARKER)]
-    assert lines == [f"{plug.MARKER} op=add_one kernel={KERNEL} "
+    lines = [ln for ln in err.splitlines() if ln.startswith(MARKER)]
+    assert lines == [f"{MARKER} op=add_one kernel={KERNEL} "
                      "key=200,torch.float32,torch.float32 reason=key_missing"]
     assert bench.calls == 3 and used[200]["kwargs"] == {"BLOCK": 16}  # live winner
     assert identity(env)["autotune_mode"] == "replay_fallback"
@@ -167,11 +190,11 @@ def test_warm_cache_is_still_recorded(env, monkeypatch):
     launch(tuner, 100)  # tuned before recording starts: the recording run only hits
     assert bench.calls == 3
     rec = env / "A" / "autotune_records"
-    monkeypatch.setenv(plug.RECORD_DIR_ENV, str(rec))
-    plug.pytest_configure(None)
+    monkeypatch.setenv(RECORD_DIR_ENV, str(rec))
+    configure()
     launch(tuner, 100)
     assert bench.calls == 3  # really a warm hit
-    plug.pytest_unconfigure(None)
+    unconfigure()
     doc = json.loads((rec / "add_one.json").read_text())
     assert doc[KERNEL]["100,torch.float32,torch.float32"]["kwargs"] == {"BLOCK": 32}
 
@@ -184,7 +207,7 @@ def test_backend_mismatch_is_refused(env, monkeypatch, capfd):
     capfd.readouterr()
     used, _, bench = replay_session(monkeypatch, rec, [100])
     err = capfd.readouterr().err
-    assert (f"{plug.MARKER} op=add_one kernel=* key=* reason=backend_mismatch "
+    assert (f"{MARKER} op=add_one kernel=* key=* reason=backend_mismatch "
             "recorded=musa current=cuda") in err
     assert bench.calls == 3 and used[100]["kwargs"] == {"BLOCK": 16}  # tuned live
     assert identity(env)["autotune_mode"] == "replay_fallback"
@@ -192,9 +215,9 @@ def test_backend_mismatch_is_refused(env, monkeypatch, capfd):
 
 def test_record_and_replay_both_set_is_a_loud_noop(env, monkeypatch, capfd):
     original = triton.runtime.autotuner.Autotuner.run
-    monkeypatch.setenv(plug.RECORD_DIR_ENV, str(env / "r"))
-    monkeypatch.setenv(plug.REPLAY_DIR_ENV, str(env / "p"))
-    plug.pytest_configure(None)
+    monkeypatch.setenv(RECORD_DIR_ENV, str(env / "r"))
+    monkeypatch.setenv(REPLAY_DIR_ENV, str(env / "p"))
+    configure()
     assert "both" in capfd.readouterr().err
     assert triton.runtime.autotuner.Autotuner.run is original
     assert identity(env)["autotune_mode"] == "uncontrolled"
@@ -202,14 +225,14 @@ def test_record_and_replay_both_set_is_a_loud_noop(env, monkeypatch, capfd):
 
 
 def test_neither_set_is_uncontrolled(env):
-    plug.pytest_configure(None)
+    configure()
     assert identity(env)["autotune_mode"] == "uncontrolled"
 
 
 def test_triton_without_autotuner_fails_soft(env, monkeypatch, capfd):
     monkeypatch.setitem(sys.modules, "triton.runtime.autotuner", types.ModuleType("stub"))
-    monkeypatch.setenv(plug.RECORD_DIR_ENV, str(env / "r"))
-    plug.pytest_configure(None)
+    monkeypatch.setenv(RECORD_DIR_ENV, str(env / "r"))
+    configure()
     assert "Autotuner unavailable" in capfd.readouterr().err
     assert identity(env)["autotune_mode"] == "uncontrolled"
 
@@ -224,8 +247,8 @@ def test_unconfigure_restores_every_patch(env, monkeypatch):
             return super().run(*a, **k)
 
     early_run = Early.__dict__["run"]
-    monkeypatch.setenv(plug.RECORD_DIR_ENV, str(env / "r"))
-    plug.pytest_configure(None)
+    monkeypatch.setenv(RECORD_DIR_ENV, str(env / "r"))
+    configure()
     assert at.__dict__["run"] is not before_run and Early.__dict__["run"] is not early_run
 
     class Late(at):
@@ -233,7 +256,7 @@ def test_unconfigure_restores_every_patch(env, monkeypatch):
             return super().run(*a, **k)
 
     late_run = Late.run.__wrapped__
-    plug.pytest_unconfigure(None)
+    unconfigure()
     assert at.__dict__["run"] is before_run
     assert Early.__dict__["run"] is early_run and Late.__dict__["run"] is late_run
     assert ("__init_subclass__" in at.__dict__) == had_init
@@ -281,51 +304,51 @@ def libtuner_class():
 
 def test_libtuner_subclass_created_after_configure_is_recorded_and_replayed(env, monkeypatch, capfd):
     rec = env / "A" / "autotune_records"
-    monkeypatch.setenv(plug.RECORD_DIR_ENV, str(rec))
-    plug.pytest_configure(None)
+    monkeypatch.setenv(RECORD_DIR_ENV, str(rec))
+    configure()
     cls = libtuner_class()
     bench = PlantedBench((3.0, 1.0, 2.0))
     tuner = cls(add_one, add_one.arg_names, list(CONFIGS), ["n"], None, None, do_bench=bench)
     launch(tuner, 100)
     launch(tuner, 120)  # same aligned key (128): one record
-    plug.pytest_unconfigure(None)
-    monkeypatch.delenv(plug.RECORD_DIR_ENV)
+    unconfigure()
+    monkeypatch.delenv(RECORD_DIR_ENV)
     doc = json.loads((rec / "add_one.json").read_text())
     assert doc[KERNEL] == {"128,torch.float32": doc[KERNEL]["128,torch.float32"]}
     assert doc[KERNEL]["128,torch.float32"]["kwargs"] == {"BLOCK": 32}
 
-    monkeypatch.setenv(plug.REPLAY_DIR_ENV, str(rec))
-    plug.pytest_configure(None)
+    monkeypatch.setenv(REPLAY_DIR_ENV, str(rec))
+    configure()
     bench2 = PlantedBench((1.0, 2.0, 3.0))
     tuner2 = libtuner_class()(add_one, add_one.arg_names, list(CONFIGS), ["n"], None, None,
                               do_bench=bench2)
     launch(tuner2, 100)
     assert bench2.calls == 0 and tuner2.best_config.kwargs == {"BLOCK": 32}
     assert tuner2.cache.rows == {}, "replay wrote into the tuner's persistent cache"
-    assert plug.MARKER not in capfd.readouterr().err
+    assert MARKER not in capfd.readouterr().err
 
 
 def test_pre_hook_config_is_restored_or_refused(env, monkeypatch, capfd):
     hooked = [triton.Config({"BLOCK": 16}, num_warps=1),
               triton.Config({"BLOCK": 32}, num_warps=2, pre_hook=lambda nargs: None)]
     rec = env / "A" / "autotune_records"
-    monkeypatch.setenv(plug.RECORD_DIR_ENV, str(rec))
-    plug.pytest_configure(None)
+    monkeypatch.setenv(RECORD_DIR_ENV, str(rec))
+    configure()
     launch(triton.autotune(hooked, key=["n"], do_bench=PlantedBench((2.0, 1.0)))(add_one), 100)
-    plug.pytest_unconfigure(None)
-    monkeypatch.delenv(plug.RECORD_DIR_ENV)
+    unconfigure()
+    monkeypatch.delenv(RECORD_DIR_ENV)
     entry = json.loads((rec / "add_one.json").read_text())[KERNEL]["100,torch.float32,torch.float32"]
     assert entry["pre_hook"] is True
 
-    monkeypatch.setenv(plug.REPLAY_DIR_ENV, str(rec))
-    plug.pytest_configure(None)
+    monkeypatch.setenv(REPLAY_DIR_ENV, str(rec))
+    configure()
     same = triton.autotune(hooked, key=["n"], do_bench=PlantedBench((1.0, 2.0)))(add_one)
     launch(same, 100)
     assert same.best_config is hooked[1]  # the original object, hook included
     # A config space that lost the hooked config cannot be replayed faithfully.
     other = triton.autotune(CONFIGS[:2], key=["n"], do_bench=PlantedBench((1.0, 2.0)))(add_one)
     launch(other, 100)
-    plug.pytest_unconfigure(None)
+    unconfigure()
     assert "reason=pre_hook_lost" in capfd.readouterr().err
 
 
@@ -343,27 +366,142 @@ def test_unreadable_record_is_a_named_fallback(env, monkeypatch, capfd):
     rec = env / "A" / "autotune_records"
     rec.mkdir(parents=True)
     (rec / "add_one.json").write_text("{not json")
-    monkeypatch.setenv(plug.REPLAY_DIR_ENV, str(rec))
-    plug.pytest_configure(None)
+    monkeypatch.setenv(REPLAY_DIR_ENV, str(rec))
+    configure()
     err = capfd.readouterr().err
     assert "reason=unreadable_record" in err and "not valid JSON" in err
     assert identity(env)["autotune_mode"] == "replay_fallback"
 
 
+# ----------------------------- autotune_mode is what ran (issue 15), never the intent
+
+@pytest.mark.parametrize("damage,reason", [
+    ("no_dir", "missing_records"),          # REPLAY_FROM run left no autotune_records/
+    ("no_file", "missing_record"),          # ... or nothing for this op
+    ("truncated", "unreadable_record"),     # cut mid-write
+    ("not_configs", "unreadable_record"),   # valid JSON, not {kernel: {key: config}}
+    ("other_backend", "backend_mismatch"),
+])
+def test_an_unusable_replay_record_is_a_whole_run_fallback(env, monkeypatch, capfd, damage, reason):
+    rec, _, _ = record_session(env, monkeypatch, [100])
+    path = rec / "add_one.json"
+    if damage == "no_dir":
+        rec = env / "never_recorded" / "autotune_records"
+    elif damage == "no_file":
+        path.unlink()
+    elif damage == "truncated":
+        path.write_text(path.read_text()[:40])
+    elif damage == "not_configs":
+        path.write_text(json.dumps({KERNEL: {"100,torch.float32,torch.float32": 32}}))
+    else:
+        (rec / "meta.json").write_text(json.dumps({"backend": "rocm"}))
+    capfd.readouterr()
+    used, _, bench = replay_session(monkeypatch, rec, [100])
+    err = capfd.readouterr().err
+    assert f"{MARKER} op=add_one kernel=* key=* reason={reason}" in err
+    assert bench.calls == 3 and used[100]["kwargs"] == {"BLOCK": 16}  # tuned live
+    ident = identity(env)
+    assert ident["autotune_mode"] == "replay_fallback"
+    assert ident["replay_fallback_scope"] == "all" and ident["replay_fallback_reason"] == reason
+
+
+def test_a_partial_replay_counts_its_fallback_keys(env, monkeypatch, capfd):
+    rec, _, _ = record_session(env, monkeypatch, [100, 300])
+    used, _, _ = replay_session(monkeypatch, rec, [100, 300, 200, 400, 200])
+    ident = identity(env)
+    assert ident["autotune_mode"] == "replay_fallback" and ident["replay_fallback_scope"] == "keys"
+    assert "replay_fallback_reason" not in ident
+    assert ident["replay_fallback_keys"] == 2 and ident["replay_replayed_keys"] == 2
+    assert ident["replay_fallback_kernels"] == {KERNEL: 2}
+    assert ident["replay_fallback_reasons"] == {"key_missing": 2}
+
+
+def test_the_plugin_overrides_the_shells_intent(env, monkeypatch):
+    """run_pytest.sh's stub may have claimed `replay`; the plugin writes what ran."""
+    from zl.identity import update_identity
+
+    update_identity(str(env / "run"), autotune_mode="replay")
+    monkeypatch.setenv(REPLAY_DIR_ENV, str(env / "missing"))
+    configure()
+    assert identity(env)["autotune_mode"] == "replay_fallback"
+    unconfigure()
+    monkeypatch.delenv(REPLAY_DIR_ENV)
+    update_identity(str(env / "run"), autotune_mode="replay")
+    configure()
+    assert identity(env)["autotune_mode"] == "uncontrolled"
+    assert identity(env)["autotune_mode_reason"] == "no_dir"
+
+
+def test_options_work_without_the_environment(env, monkeypatch):
+    rec, _, _ = record_session(env, monkeypatch, [100])
+    monkeypatch.delenv("ZL_OP")
+    monkeypatch.delenv("OUT_DIR")
+    out = env / "other_run"
+    configure(zl_autotune_replay_dir=str(rec), zl_op="add_one", zl_out_dir=str(out))
+    tuner, bench = make_tuner((1.0, 2.0, 3.0))
+    launch(tuner, 100)
+    unconfigure()
+    assert bench.calls == 0 and tuner.best_config.kwargs == {"BLOCK": 32}
+    assert json.loads((out / "run_identity.json").read_text())["autotune_mode"] == "replay"
+    assert (out / "autotune_records" / "add_one.used.json").is_file()
+
+
+def test_an_unknown_backend_is_a_usage_error(env, monkeypatch):
+    monkeypatch.setenv("ZL_BACKEND", "tpu")
+    monkeypatch.setenv(RECORD_DIR_ENV, str(env / "r"))
+    with pytest.raises(pytest.UsageError, match="unknown ZL_BACKEND 'tpu'"):
+        configure()
+    _CONFIG["current"] = None
+
+
+def test_the_session_lives_on_a_registered_object_and_leaves_nothing_behind(env, monkeypatch):
+    """State on the registered object; tuners and FlagGems' LibEntry caches as before."""
+    class LibEntry:
+        def __init__(self):
+            self.kernel_cache = {"earlier": "cfg"}
+
+    fake = types.ModuleType("flag_gems.utils.libentry")
+    fake.LibEntry = LibEntry
+    monkeypatch.setitem(sys.modules, "flag_gems.utils.libentry", fake)
+    entry = LibEntry()
+    per_device = LibEntry()
+    per_device.kernel_cache = ({"d0": 1}, {"d1": 2})
+    tuner, _ = make_tuner()
+    before = set(vars(tuner))
+    monkeypatch.setenv(RECORD_DIR_ENV, str(env / "r"))
+    config = configure()
+    plugin = config.pluginmanager.get_plugin(plug.NAME)
+    assert plugin is not None and plugin.session.mode == "record"
+    assert entry.kernel_cache == {} and per_device.kernel_cache == ({}, {})  # no earlier pick bypasses
+    entry.kernel_cache["this session"] = "cfg"
+    launch(tuner, 100)
+    unconfigure()
+    assert config.pluginmanager.get_plugin(plug.NAME) is None
+    assert entry.kernel_cache == {"earlier": "cfg"} and per_device.kernel_cache == ({"d0": 1}, {"d1": 2})
+    assert not [a for a in set(vars(tuner)) - before if a.startswith("_zl")]
+
+
+def test_nothing_is_registered_when_inactive(env):
+    config = configure()
+    assert config.pluginmanager.get_plugin(plug.NAME) is None
+    assert identity(env)["autotune_mode"] == "uncontrolled"
+    assert not getattr(triton.runtime.autotuner.Autotuner.__dict__["run"], "_zl_wrapped", False)
+
+
 def test_preswept_records_seed_a_recording_run(env, monkeypatch, capfd):
     rec = env / "A" / "autotune_records"
     rec.mkdir(parents=True)
-    cfg = plug.config_to_dict(triton.Config({"BLOCK": 64}, num_warps=4, num_stages=2))
+    cfg = config_to_dict(triton.Config({"BLOCK": 64}, num_warps=4, num_stages=2))
     (rec / "add_one.json").write_text(json.dumps(
         {KERNEL: {"100,torch.float32,torch.float32": cfg}, "other.kernel": {"1": cfg}}))
-    monkeypatch.setenv(plug.RECORD_DIR_ENV, str(rec))
-    monkeypatch.setenv(plug.PRESWEPT_ENV, "1")
-    plug.pytest_configure(None)
+    monkeypatch.setenv(RECORD_DIR_ENV, str(rec))
+    monkeypatch.setenv(PRESWEPT_ENV, "1")
+    configure()
     tuner, bench = make_tuner()
     launch(tuner, 100)
     assert bench.calls == 0 and tuner.best_config.kwargs == {"BLOCK": 64}
     launch(tuner, 300)  # a hole in the sweep: marker, live tune, and recorded
-    plug.pytest_unconfigure(None)
+    unconfigure()
     assert "key=300,torch.float32,torch.float32 reason=key_missing" in capfd.readouterr().err
     doc = json.loads((rec / "add_one.json").read_text())
     assert set(doc[KERNEL]) == {"100,torch.float32,torch.float32", "300,torch.float32,torch.float32"}
@@ -372,9 +510,9 @@ def test_preswept_records_seed_a_recording_run(env, monkeypatch, capfd):
 
 
 def test_key_text_is_stable_across_representations():
-    assert plug.key_to_str((128, torch.float16, "torch.float16", True, None, 0.5)) == \
+    assert key_to_str((128, torch.float16, "torch.float16", True, None, 0.5)) == \
         "128,torch.float16,torch.float16,True,None,0.5"
-    assert plug.key_to_str(()) == "-"
+    assert key_to_str(()) == "-"
 
 
 def test_isolation_check(env, monkeypatch, capfd):
@@ -384,23 +522,28 @@ def test_isolation_check(env, monkeypatch, capfd):
     libentry = types.ModuleType("flag_gems.utils.libentry")
     libentry.libcache = types.SimpleNamespace(db_url=f"sqlite:///{private}")
     monkeypatch.setitem(sys.modules, "flag_gems.utils.libentry", libentry)
-    assert plug.check_tuner_cache_isolation(loaded_early=[]) == []
-    assert "flag_gems was imported before" in plug.check_tuner_cache_isolation(["flag_gems"])[0]
+    assert isolation_problems(True, loaded_early=[]) == []
+    assert "flag_gems was imported before" in isolation_problems(True, ["flag_gems"])[0]
     libentry.libcache = types.SimpleNamespace(db_url="sqlite:////root/.flaggems/config_cache/T.db")
-    (warning,) = plug.check_tuner_cache_isolation(loaded_early=[])
+    (warning,) = isolation_problems(True, loaded_early=[])
     assert "not the private" in warning
-    assert "!!! WARNING ZL_ISOLATE_TUNER_CACHE=1 but" in capfd.readouterr().err
-    monkeypatch.setenv("ZL_ISOLATE_TUNER_CACHE", "0")
-    assert plug.check_tuner_cache_isolation(loaded_early=["flag_gems"]) == []
+    monkeypatch.setattr(plug, "LOADED_AT_PLUGIN_IMPORT", ())
+    configure()  # the plugin prints what the check found
+    assert "!!! WARNING ZL_ISOLATE_TUNER_CACHE=1 but the tuner store is" in capfd.readouterr().err
+    unconfigure()
+    monkeypatch.setenv("ZL_ISOLATE_TUNER_CACHE", " 0")  # the one switch parser: ' 0' is off
+    monkeypatch.setattr(plug, "LOADED_AT_PLUGIN_IMPORT", ("flag_gems",))
+    configure()
+    assert "WARNING" not in capfd.readouterr().err
+    assert isolation_problems(False, loaded_early=["flag_gems"]) == []
 
 
 CRASH_SCRIPT = textwrap.dedent("""
     import os, sys
     sys.path[:0] = [{repo!r}, {tests!r}]
     os.environ["TRITON_INTERPRET"] = "1"
-    import test_autotune_record as t
-    import _autotune_record_plugin as plug
-    plug.pytest_configure(None)
+    import test_autotune_record_plugin as t
+    t.configure()
     tuner, _ = t.make_tuner()
     t.launch(tuner, 100)
     how = sys.argv[1]
@@ -419,8 +562,8 @@ def test_crash_after_tuning_still_leaves_records(tmp_path, how, rc, persisted):
     it -- the documented limit."""
     rec = tmp_path / "autotune_records"
     env = dict(os.environ, ZL_OP="add_one", ZL_BACKEND="cuda", OUT_DIR=str(tmp_path),
-               **{plug.RECORD_DIR_ENV: str(rec)})
-    env.pop(plug.REPLAY_DIR_ENV, None)
+               **{RECORD_DIR_ENV: str(rec)})
+    env.pop(REPLAY_DIR_ENV, None)
     script = CRASH_SCRIPT.format(repo=str(REPO), tests=str(REPO / "tests"))
     proc = subprocess.run([sys.executable, "-c", script, how], env=env, capture_output=True,
                           text=True, timeout=120)
@@ -443,7 +586,7 @@ def _ident(result):
 
 def test_run_pytest_record_then_replay_libtuner(zl_run):
     """LibTuner + LibEntry kernel through run_pytest.sh (plain @triton.autotune through
-    the driver is covered by the sweep tests in test_parallel_warmup.py)."""
+    the driver is covered by the sweep tests in test_parallel_warmup_plugin.py)."""
     op, op_file, kernel = "gelu_backward", "gelu", "flag_gems.ops.gelu.gelu_backward_kernel"
     a = zl_run(OP=op, OP_FILE=op_file, ZL_ENABLE_IR="0", ZL_ISOLATE_TUNER_CACHE="1",
                SHAPE_FILE="upstream")
@@ -505,11 +648,9 @@ def test_record_takes_pre_hook_from_the_tuners_config_list():
     # its list at launch (mm's TMA descriptor hook on the H200): record what runs.
     import triton
 
-    import _autotune_record_plugin as arp
-
     hooked = triton.Config({"BLOCK": 64}, num_warps=4, num_stages=3, pre_hook=lambda nargs: None)
     other = triton.Config({"BLOCK": 128}, num_warps=4, num_stages=3)
     bare = triton.Config({"BLOCK": 64}, num_warps=4, num_stages=3)
-    assert arp.record_dict(bare, [other, hooked])["pre_hook"] is True
-    assert arp.record_dict(bare, [other])["pre_hook"] is False
-    assert arp.record_dict(other, [hooked])["pre_hook"] is False
+    assert record_dict(bare, [other, hooked])["pre_hook"] is True
+    assert record_dict(bare, [other])["pre_hook"] is False
+    assert record_dict(other, [hooked])["pre_hook"] is False

@@ -1,0 +1,110 @@
+"""The autotune record store: `<dir>/<op>.json` ({kernel: {key: config}}) and `meta.json`.
+
+A replay is only as good as its record, so `open_replay` checks everything that can
+make a record unusable and names it (`RecordUnusable.reason`, also the marker's
+`reason=`): a missing records dir or op file, a truncated or malformed file, a
+record made on another backend. The caller then tunes live and says so in
+run_identity.json instead of claiming to replay.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from zl import atomic
+
+META_NAME = "meta.json"
+META_SCHEMA = 1
+
+Records = Dict[str, Dict[str, Dict[str, Any]]]
+
+
+class RecordUnusable(ValueError):
+    """A replay record that cannot be used; `reason` is the marker word."""
+
+    def __init__(self, reason: str, message: str, **detail: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.detail = detail
+
+
+def record_path(record_dir: str, op: str) -> Path:
+    return Path(record_dir) / f"{op}.json"
+
+
+def write_meta(record_dir: str, op: str, backend: str, provider: str = "flaggems") -> None:
+    atomic.write_json(Path(record_dir) / META_NAME, {
+        "schema_version": META_SCHEMA,
+        "provider": provider or "flaggems",
+        "backend": backend,
+        "op": op,
+    })
+
+
+def write_records(record_dir: str, op: str, records: Records, backend: str,
+                  provider: str = "flaggems") -> Path:
+    path = record_path(record_dir, op)
+    atomic.write_json(path, records)
+    write_meta(record_dir, op, backend, provider)
+    return path
+
+
+def validate(doc: Any, where: str) -> Records:
+    """The document as {kernel: {key: config dict with a kwargs dict}}, else RecordUnusable."""
+    if not isinstance(doc, dict):
+        raise RecordUnusable("unreadable_record", f"{where}: expected {{kernel: {{key: config}}}}")
+    for kernel, keys in doc.items():
+        if not isinstance(keys, dict):
+            raise RecordUnusable("unreadable_record", f"{where}: expected {{kernel: {{key: config}}}} "
+                                 f"(kernel {kernel!r} maps to {type(keys).__name__})")
+        for key, cfg in keys.items():
+            if not isinstance(cfg, dict) or not isinstance(cfg.get("kwargs", {}), dict):
+                raise RecordUnusable("unreadable_record", f"{where}: config of {kernel} key {key} "
+                                     "is not a config object")
+    return doc
+
+
+def load_records(record_dir: str, op: str) -> Records:
+    """{kernel: {key: cfg}} from `<dir>/<op>.json`; {} when there is no file;
+    RecordUnusable (a ValueError) naming a truncated or malformed file."""
+    path = record_path(record_dir, op)
+    if not path.is_file():
+        return {}
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise RecordUnusable("unreadable_record", f"{path}: not valid JSON ({exc})") from None
+    return validate(doc, str(path))
+
+
+def read_meta_backend(record_dir: str) -> str:
+    path = Path(record_dir) / META_NAME
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return ""
+    return str(meta.get("backend") or "").strip() if isinstance(meta, dict) else ""
+
+
+def open_replay(replay_dir: str, op: str, backend: str) -> Records:
+    """The records to replay, or RecordUnusable: missing_records / missing_record /
+    backend_mismatch / unreadable_record. A record file holding `{}` is usable (the
+    recorded run autotuned nothing); any key the replay then meets falls back per key."""
+    root = Path(replay_dir)
+    if not root.is_dir():
+        raise RecordUnusable("missing_records", f"{root} does not exist: the run replayed from "
+                             "left no autotune_records/")
+    recorded = read_meta_backend(replay_dir)
+    if recorded and recorded != backend:
+        raise RecordUnusable("backend_mismatch", f"refusing to replay {recorded} configs on {backend}",
+                             recorded=recorded, current=backend)
+    if not record_path(replay_dir, op).is_file():
+        raise RecordUnusable("missing_record", f"{record_path(replay_dir, op)} does not exist: "
+                             f"the run replayed from recorded nothing for {op}")
+    return load_records(replay_dir, op)
+
+
+def count(records: Optional[Records]) -> int:
+    return sum(len(v) for v in (records or {}).values())
