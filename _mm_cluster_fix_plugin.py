@@ -25,6 +25,7 @@ from typing import Any, List
 
 import pytest
 
+from zl.flaggems import PACKAGES
 from zl.identity import update_identity
 from zl.patching import PatchStack
 from zl.term import log
@@ -32,7 +33,6 @@ from zl.term import log
 TAG = "[mm-cluster-fix-plugin]"
 NAME = "zl_mm_cluster_fix"
 SCENARIO, CLUSTER, GENERAL = "cluster_remote_mm_scenario", "cluster_remote_mm", "general_mm"
-PACKAGES = ("flag_gems", "flaggems_vllm")
 
 
 def cluster_modules() -> List[Any]:

@@ -46,14 +46,3 @@ def test_each_plugin_alone_shows_its_options(tmp_path, plugin):
     assert options.GROUP_DESCRIPTION in proc.stdout
     assert all(flag in proc.stdout for flag in PLUGIN_OPTIONS[plugin])
 
-
-def test_shared_option_declared_twice_is_added_once_and_conflicts_are_named():
-    from _pytest.config.argparsing import Parser
-
-    parser = Parser(_ispytest=True)
-    options.add(parser, "--zl-test-shared", "ZL_TEST_SHARED", "shared", "1")
-    options.add(parser, "--zl-test-shared", "ZL_TEST_SHARED", "shared", "1")
-    group = options.group(parser)
-    assert sum("--zl-test-shared" in opt.names() for opt in group.options) == 1
-    with pytest.raises(ValueError, match="declared with"):
-        options.add(parser, "--zl-test-shared", "ZL_OTHER", "other", "1")
