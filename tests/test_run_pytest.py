@@ -145,7 +145,7 @@ def test_preflight_failures_exit_3_with_named_check(zl_run, env, check):
     ({"BENCH_LEVEL": "full"}, "BENCH_LEVEL must be core or comprehensive"),
     ({"ZL_BACKEND": "tpu"}, "unknown backend"),
     ({"TEST_NODE": "benchmark/test_softmax.py"}, "TEST_NODE must look like"),
-    ({"USE_FLAGTUNE": "yes"}, "USE_FLAGTUNE must be 0 or 1"),
+    ({"USE_FLAGTUNE": "maybe"}, "USE_FLAGTUNE='maybe' is not an on/off value"),
     ({"ZL_EXTRA_PLUGINS": "_no_such_plugin"}, "_no_such_plugin"),
     ({"ZL_ENABLE_AUTOTUNE": "0", "REPLAY_FROM": "/tmp"}, "REPLAY_FROM needs the autotune plugin"),
 ])
