@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # H200 validation of the A/B workflow with real FlagGems (docs/validation/ab.md).
 #
-#   FLAGGEMS_DIR=/path/to/FlagGems OUT=/tmp/out bash benchmarks/ab_validate.sh
+#   FLAGGEMS_DIR=/path/to/FlagGems OUT=/tmp/out bash docs/validation/scripts/ab_validate.sh
 #   PARTS="1 2" ... ; PARTS="3 4" ...     # split across two calls if 10 min is too tight
 #
 # Parts (each ~2 min on an H200; a cell is one run_pytest.sh, ~20 s for these operators):
@@ -20,7 +20,7 @@
 # telemetry.tsv; the IR dumps are left out for size, their fingerprints are in the logs).
 set -uo pipefail
 
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 PY="${ZL_PYTHON:-$(command -v python || command -v python3)}"
 : "${FLAGGEMS_DIR:?set FLAGGEMS_DIR to a FlagGems checkout}"
 OUT="${OUT:-$HERE/runs/ab_validate_out}"
