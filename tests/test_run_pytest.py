@@ -232,7 +232,7 @@ def test_help_prints_usage_and_takes_no_arguments(zl_run, tmp_path):
 
 
 def test_reclaim_removes_only_temporaries_of_dead_owners(tmp_path):
-    from zl.prepare import reclaim_tmp
+    from zl.rundir import reclaim_tmp
 
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -302,5 +302,5 @@ def test_killed_run_pytest_leaves_nothing_running(tmp_path, sig):
     else:
         # a trap cannot run on SIGKILL: the next run reclaims what the dead one left
         assert list(tmpdir.glob("zl_triton_cache.*")) and list(tmpdir.glob("zl_inline_shapes.*"))
-        from zl.prepare import reclaim_tmp
+        from zl.rundir import reclaim_tmp
         assert len(reclaim_tmp(str(tmpdir))) == 2 and not list(tmpdir.iterdir())

@@ -22,6 +22,7 @@ campaign id and marker names for the driver.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import re
 import shlex
@@ -29,6 +30,7 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -40,6 +42,8 @@ from zl import flaggems, markers  # noqa: E402
 from zl.backends import UnknownBackendError, get_backend  # noqa: E402
 from zl.identity import IDENTITY_NAME, update_identity  # noqa: E402
 from zl.plan import AUTOTUNE_PLUGIN, missing_modules, plan_plugins, pytest_args  # noqa: E402
+from zl.rundir import RunDirError, claim_out_dir, move_previous_run, reclaim_tmp  # noqa: E402
+from zl.shapefile import ShapeFileError, inline_yaml, validate_shape_file  # noqa: E402
 from zl.switches import SwitchError, env_switch  # noqa: E402
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_.@-]+$")
@@ -47,14 +51,6 @@ DTYPE_RE = re.compile(r"^[A-Za-z0-9_]+$")
 DIRECT_REPEAT_RANGE = (1, 1000)
 SEED_RANGE = (0, 2 ** 32 - 1)   # numpy's seed range; torch and random take it too
 BENCH_LEVELS = ("core", "comprehensive")
-# Entries that make a directory "an earlier run": only these directories are cleared
-# aside, so OUT_DIR=. or a data directory is refused instead of emptied.
-RUN_MARKERS = ("run.log", IDENTITY_NAME, "autotune_records", "ttgir", "shapes.yaml")
-PREV_PREFIX = "prev-"
-# Per-run temporaries in TMPDIR carry the owning shell's pid, so a run can reclaim what a
-# SIGKILLed one left behind (a trap cannot run on SIGKILL).
-TMP_PREFIXES = ("zl_triton_cache.", "zl_inline_shapes.")
-RUN_TMP_NAMES = (".flaggems_cache",)
 
 
 class BadValue(Exception):
@@ -105,147 +101,9 @@ def switch(env: Dict[str, str], name: str, default: bool) -> bool:
         raise BadValue(str(exc)) from None
 
 
-# ------------------------------------------------------------------ shape file
-
-def _positive_dims(value) -> bool:
-    if isinstance(value, bool):
-        return False
-    if isinstance(value, int):
-        return value > 0
-    if isinstance(value, (list, tuple)):
-        return bool(value) and all(_positive_dims(v) for v in value)
-    return False
-
-
-def validate_shape_file(path: str, op: str) -> Optional[str]:
-    """PreflightFailed for an unusable file; a note (str) when the op's key is absent but a
-    Benchmark class key may match it (upstream looks up op_name, then the class chain)."""
-    import yaml
-
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle)
-    except OSError as exc:
-        raise PreflightFailed("shape_file", f"cannot read {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else "parse error"
-        raise PreflightFailed("shape_file", f"{path} is not valid yaml: {first}") from None
-    if not isinstance(data, dict) or not data:
-        raise PreflightFailed("shape_file", f"{path} holds no operator entries (empty or not a mapping); "
-                              "SHAPE_FILE=upstream runs FlagGems' own shapes")
-    keys = [op] if op in data else [k for k in data if isinstance(k, str) and k.endswith("Benchmark")]
-    if not keys:
-        raise PreflightFailed("shape_file", f"{path} has no '{op}:' entry (keys: "
-                              f"{', '.join(map(str, list(data)[:8]))}); the run would measure the "
-                              "benchmark's own shapes instead. Add the key, or say SHAPE_FILE=upstream")
-    for key in keys:
-        entry = data[key]
-        shapes = entry.get("shapes") if isinstance(entry, dict) else None
-        if not isinstance(shapes, list) or not shapes:
-            raise PreflightFailed("shape_file", f"{path}: '{key}' has no 'shapes:' list")
-        for shape in shapes:
-            if not _positive_dims(shape):
-                raise PreflightFailed("shape_file", f"{path}: '{key}' shape {shape!r} is not a list "
-                                      "of positive integers")
-    if keys != [op]:
-        return (f"{path} has no '{op}:' key; FlagGems' class-chain lookup decides among "
-                f"{', '.join(keys)}")
-    return None
-
-
-# ------------------------------------------------------------------ run directory
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def reclaim_tmp(tmpdir: str) -> List[str]:
-    """Remove per-run temporaries whose owning shell is gone; returns what was removed."""
-    removed = []
-    try:
-        names = os.listdir(tmpdir)
-    except OSError:
-        return removed
-    for name in names:
-        prefix = next((p for p in TMP_PREFIXES if name.startswith(p)), None)
-        if prefix is None:
-            continue
-        pid = name[len(prefix):].split(".", 1)[0]
-        if not pid.isdigit() or _pid_alive(int(pid)):
-            continue
-        path = os.path.join(tmpdir, name)
-        shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else _unlink(path)
-        removed.append(path)
-    return removed
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-
-
-def claim_out_dir(out_dir: str, runs_root: str, op: str) -> Path:
-    """OUT_DIR as given (created), else a fresh `<runs_root>/<op>_<stamp>[-n]` claimed with mkdir."""
-    if out_dir:
-        path = Path(out_dir)
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise BadValue(f"cannot create OUT_DIR={out_dir!r}: {exc.strerror}") from None
-        return path.resolve()
-    root = Path(runs_root)
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise BadValue(f"cannot create ZL_RUNS_ROOT={runs_root!r}: {exc.strerror}") from None
-    base = root / f"{op}_{time.strftime('%Y%m%d-%H%M%S')}"
-    # Timestamps are to the second: two runs started together step to -2, -3, ...
-    for n in range(1, 1000):
-        candidate = base if n == 1 else Path(f"{base}-{n}")
-        try:
-            candidate.mkdir()
-            return candidate.resolve()
-        except FileExistsError:
-            continue
-    raise BadValue(f"cannot claim a run directory under {root}")
-
-
-def move_previous_run(out: Path) -> Optional[Path]:
-    """A run directory describes one run: an earlier run's files go to `prev-<stamp>-<pid>/`.
-
-    A stale `replay_from`, `shapes.source.yaml` or `*.used.json` left by the previous run
-    otherwise reads as this run's. Temporaries of a killed run are deleted, not kept.
-    """
-    entries = [e for e in os.listdir(out) if not e.startswith(PREV_PREFIX)]
-    if not entries:
-        return None
-    if not any(e in RUN_MARKERS or e.startswith("run.log.prev-") for e in entries):
-        raise BadValue(f"OUT_DIR={out} is not empty and holds no earlier run "
-                       f"({', '.join(sorted(entries)[:5])} ...); give an empty or new directory")
-    aside = out / f"{PREV_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    aside.mkdir()
-    for name in entries:
-        src = out / name
-        if name in RUN_TMP_NAMES:
-            shutil.rmtree(src, ignore_errors=True)
-        elif name.startswith(f".{IDENTITY_NAME}.") and name.endswith(".lock"):
-            continue  # the identity writers' lock, not a result
-        else:
-            os.replace(src, aside / name)
-    return aside
-
-
 # ------------------------------------------------------------------ the run
 
-def _sh(name: str, value: str, export: bool = False) -> str:
+def _sh(name: str, value, export: bool = False) -> str:
     return f"{'export ' if export else ''}{name}={shlex.quote(str(value))}"
 
 
@@ -253,187 +111,226 @@ def _sh_array(name: str, values: Sequence[str]) -> str:
     return f"{name}=({' '.join(shlex.quote(v) for v in values)})"
 
 
-def prepare_run(env: Dict[str, str], owner_pid: int) -> List[str]:
-    """The shell lines for run_pytest.sh; raises BadValue / PreflightFailed."""
-    def get(key: str, default: str = "") -> str:
-        return env.get(key) or default
+@dataclass
+class Run:
+    """The validated, resolved run; fields filled step by step by prepare_run."""
+    env: Dict[str, str]
+    bench_level: str = "core"
+    use_flagtune: bool = False
+    isolate: bool = False
+    repeat: int = 1
+    seed: int = 0
+    dtypes: List[str] = field(default_factory=list)
+    replay_from: str = ""
+    op: str = ""
+    op_file: str = ""
+    fg_dir: str = ""
+    test_file: str = ""
+    shape_file: str = ""
+    shape_mode: str = ""
+    backend: object = None
+    plugins: List[str] = field(default_factory=list)
+    out: Optional[Path] = None
+    lines: List[str] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)
 
-    bench_level = get("BENCH_LEVEL") or "core"
-    if bench_level not in BENCH_LEVELS:
-        raise BadValue(f"BENCH_LEVEL must be core or comprehensive (got: {bench_level})")
-    use_flagtune = switch(env, "USE_FLAGTUNE", False)
-    isolate = switch(env, "ZL_ISOLATE_TUNER_CACHE", False)
-    color = get("FLAGGEMS_PERF_COLOR")
+    def get(self, key: str, default: str = "") -> str:
+        return self.env.get(key) or default
+
+    @property
+    def autotune_on(self) -> bool:
+        return AUTOTUNE_PLUGIN in self.plugins
+
+
+def read_variables(run: Run) -> None:
+    """The plain variables: exit 2 on a bad value, on/off words through zl.switches."""
+    run.bench_level = run.get("BENCH_LEVEL", "core")
+    if run.bench_level not in BENCH_LEVELS:
+        raise BadValue(f"BENCH_LEVEL must be core or comprehensive (got: {run.bench_level})")
+    run.use_flagtune = switch(run.env, "USE_FLAGTUNE", False)
+    run.isolate = switch(run.env, "ZL_ISOLATE_TUNER_CACHE", False)
+    color = run.get("FLAGGEMS_PERF_COLOR")
     if color.lower() not in ("", "always", "never"):
         raise BadValue(f"FLAGGEMS_PERF_COLOR must be always, never or empty (got: {color})")
-    repeat = int_in_range("ZL_DIRECT_REPEAT", env.get("ZL_DIRECT_REPEAT"), 1, *DIRECT_REPEAT_RANGE)
-    seed = int_in_range("ZL_SEED", env.get("ZL_SEED"), 0, *SEED_RANGE)
-    dtypes = check_dtypes("DTYPES", get("DTYPES"))
-    replay_from = get("REPLAY_FROM")
+    run.repeat = int_in_range("ZL_DIRECT_REPEAT", run.env.get("ZL_DIRECT_REPEAT"), 1, *DIRECT_REPEAT_RANGE)
+    run.seed = int_in_range("ZL_SEED", run.env.get("ZL_SEED"), 0, *SEED_RANGE)
+    run.dtypes = check_dtypes("DTYPES", run.get("DTYPES"))
+    run.replay_from = run.get("REPLAY_FROM")
 
+
+def resolve(run: Run) -> None:
+    """Node / op / shapes (zl.flaggems), backend, plugin plan; exit 2 on what cannot be."""
     try:
-        res = flaggems.emit_run_env(get("TEST_NODE") or get("ZL_TEST_NODE"), get("OP") or "softmax",
-                                    get("OP_FILE") or "softmax",
-                                    get("FLAGGEMS_DIR") or "/workspace/dev/FlagGems",
-                                    get("SHAPE_FILE"), get("SHAPE_MODE"))
-    except ValueError as exc:
+        res = flaggems.emit_run_env(run.get("TEST_NODE") or run.get("ZL_TEST_NODE"),
+                                    run.get("OP", "softmax"), run.get("OP_FILE", "softmax"),
+                                    run.get("FLAGGEMS_DIR", "/workspace/dev/FlagGems"),
+                                    run.get("SHAPE_FILE"), run.get("SHAPE_MODE"))
+        run.backend = get_backend(run.get("ZL_BACKEND", "cuda"))
+        run.plugins = plan_plugins(run.backend.name)
+    except (ValueError, SwitchError) as exc:   # NodeError, UnknownBackendError, SwitchError
         raise BadValue(str(exc)) from None
-    op, op_file = check_name("OP", res["OP"]), check_name("OP_FILE", res["OP_FILE"])
-    try:
-        backend = get_backend(get("ZL_BACKEND") or "cuda")
-    except UnknownBackendError as exc:
-        raise BadValue(str(exc)) from None
-    try:
-        plugins = plan_plugins(backend.name)
-    except SwitchError as exc:
-        raise BadValue(str(exc)) from None
-    missing = missing_modules(plugins)
+    run.op, run.op_file = check_name("OP", res["OP"]), check_name("OP_FILE", res["OP_FILE"])
+    run.fg_dir, run.test_file = res["FLAGGEMS_DIR"], res["TEST_FILE"]
+    run.shape_file, run.shape_mode = res["SHAPE_FILE"], res["SHAPE_MODE"]
+    missing = missing_modules(run.plugins)
     if missing:
         raise BadValue(f"plugin module(s) not importable: {' '.join(missing)} "
                        f"(check ZL_EXTRA_PLUGINS spelling)")
-    autotune_on = AUTOTUNE_PLUGIN in plugins
-    if replay_from and not autotune_on:
+    if run.replay_from and not run.autotune_on:
         raise BadValue(f"REPLAY_FROM needs the autotune plugin, but it is not in this run's plan "
-                       f"(ZL_ENABLE_AUTOTUNE={env.get('ZL_ENABLE_AUTOTUNE', '')!r}, backend {backend.name})")
+                       f"(ZL_ENABLE_AUTOTUNE={run.env.get('ZL_ENABLE_AUTOTUNE', '')!r}, "
+                       f"backend {run.backend.name})")
 
-    # -------------------------------------------------------------- preflight
-    fg_dir, test_file = res["FLAGGEMS_DIR"], res["TEST_FILE"]
-    shape_file, shape_mode = res["SHAPE_FILE"], res["SHAPE_MODE"]
-    if not os.path.isdir(fg_dir):
-        raise PreflightFailed("flaggems_dir", f"FlagGems directory exists: {fg_dir}")
-    bench_file = test_file.split("::", 1)[0]
+
+def preflight(run: Run) -> None:
+    """Exit 3 checks, each named: a missing benchmark dir otherwise surfaces as pytest's
+    "unrecognized arguments" (its conftest never loaded), which reads like a version problem."""
+    if not os.path.isdir(run.fg_dir):
+        raise PreflightFailed("flaggems_dir", f"FlagGems directory exists: {run.fg_dir}")
+    bench_file = run.test_file.split("::", 1)[0]
     if not os.path.isfile(bench_file):
         raise PreflightFailed("benchmark_file", f"benchmark file exists: {bench_file}")
-    note = None
-    if shape_file:
-        if not os.path.isfile(shape_file):
-            raise PreflightFailed("shape_file", f"shape file exists: {shape_file}")
-        note = validate_shape_file(shape_file, op)
-    if replay_from and not os.path.isdir(replay_from):
-        raise PreflightFailed("replay_from", f"replay run directory exists: {replay_from}")
-    # Locate, not import: pytest imports both a moment later and fails loudly there; the
-    # campaign drivers do the real import once (`campaign`).
-    import importlib.util
+    if run.shape_file:
+        if not os.path.isfile(run.shape_file):
+            raise PreflightFailed("shape_file", f"shape file exists: {run.shape_file}")
+        try:
+            note = validate_shape_file(run.shape_file, run.op)
+        except ShapeFileError as exc:
+            raise PreflightFailed("shape_file", str(exc)) from None
+        if note:
+            run.notes.append(f">>> {note}")
+    if run.replay_from and not os.path.isdir(run.replay_from):
+        raise PreflightFailed("replay_from", f"replay run directory exists: {run.replay_from}")
+    # Locate, not import: `import triton, flag_gems` cost ~10 s per run, paid again by pytest a
+    # moment later, where a broken package still fails loudly. Campaigns import once (`campaign`).
     if not all(importlib.util.find_spec(m) is not None for m in ("triton", "flag_gems")):
         raise PreflightFailed("interpreter", f"interpreter finds triton + flag_gems ({sys.executable})")
 
-    # -------------------------------------------------------------- run directory
-    tmpdir = env.get("TMPDIR") or tempfile.gettempdir()
-    reclaim_tmp(tmpdir)
-    out = claim_out_dir(get("OUT_DIR"), get("ZL_RUNS_ROOT") or str(_ROOT / "runs"), op)
-    aside = move_previous_run(out)
-    for sub in ("autotune_records", "ttgir"):
-        (out / sub).mkdir(exist_ok=True)
-    lines = [_sh("OP", op), _sh("OP_FILE", op_file), _sh("FLAGGEMS_DIR", fg_dir),
-             _sh("TEST_FILE", test_file), _sh("SHAPE_MODE", shape_mode), _sh("BENCH_LEVEL", bench_level),
-             _sh("ZL_BACKEND", backend.name, export=True), _sh("OUT_DIR", str(out), export=True),
-             _sh("DTYPES", " ".join(dtypes)), _sh_array("DTYPE_ARGS", [a for d in dtypes for a in ("--dtypes", d)]),
-             _sh_array("PLUGINS", pytest_args(plugins)),
-             _sh("USE_FLAGTUNE", int(use_flagtune), export=True),
-             _sh("ZL_ISOLATE_TUNER_CACHE", int(isolate), export=True),
-             _sh("ZL_ENABLE_AUTOTUNE", int(autotune_on), export=True),
-             _sh("ZL_DIRECT_REPEAT", repeat, export=True), _sh("ZL_SEED", seed, export=True)]
-    messages = []
-    if aside is not None:
-        messages.append(f">>> OUT_DIR held an earlier run: its files were moved to {aside.name}/")
-    if note:
-        messages.append(f">>> {note}")
-    cache_dir = tempfile.mkdtemp(prefix=f"zl_triton_cache.{owner_pid}.", dir=tmpdir)
-    lines += [_sh("CACHE_DIR", cache_dir), _sh("TRITON_CACHE_DIR", cache_dir, export=True)]
 
-    # -------------------------------------------------------------- shapes
-    shape_args: List[str] = []
-    zl_shape_file = ""
-    core = Path(fg_dir) / "benchmark" / "core_shapes.yaml"
-    if shape_mode == "upstream":
+def setup_dirs(run: Run, owner_pid: int) -> str:
+    """Claim OUT_DIR (an earlier run moved aside), reclaim dead runs' temporaries, make the
+    private Triton cache; returns TMPDIR."""
+    tmpdir = run.env.get("TMPDIR") or tempfile.gettempdir()
+    reclaim_tmp(tmpdir)
+    try:
+        run.out = claim_out_dir(run.get("OUT_DIR"), run.get("ZL_RUNS_ROOT", str(_ROOT / "runs")), run.op)
+        aside = move_previous_run(run.out)
+    except RunDirError as exc:
+        raise BadValue(str(exc)) from None
+    if aside is not None:
+        run.notes.insert(0, f">>> OUT_DIR held an earlier run: its files were moved to {aside.name}/")
+    for sub in ("autotune_records", "ttgir"):
+        (run.out / sub).mkdir(exist_ok=True)
+    # Private per run: every kernel really compiles, so its IR is really dumped.
+    cache_dir = tempfile.mkdtemp(prefix=f"zl_triton_cache.{owner_pid}.", dir=tmpdir)
+    run.lines += [_sh("CACHE_DIR", cache_dir), _sh("TRITON_CACHE_DIR", cache_dir, export=True)]
+    return tmpdir
+
+
+def setup_shapes(run: Run, tmpdir: str, owner_pid: int) -> None:
+    """shapes.yaml in the run directory and the `--shape_file` the run passes."""
+    out, core = run.out, Path(run.fg_dir) / "benchmark" / "core_shapes.yaml"
+    passed = ""
+    if run.shape_mode == "upstream":
+        # FlagGems' own set; the shape plugin rewrites shapes.yaml with what really ran.
         if core.is_file():
             shutil.copyfile(core, out / "shapes.yaml")
         else:
-            (out / "shapes.yaml").write_text(f"source: upstream\nlevel: {bench_level}\n", encoding="utf-8")
-    elif shape_mode == "inline":
-        zl_shape_file = _inline_yaml(core, env.get("INLINE_YAML", ""), tmpdir, owner_pid)
-        lines.append(_sh("INLINE_FILE", zl_shape_file))
-        shutil.copyfile(zl_shape_file, out / "shapes.yaml")
+            (out / "shapes.yaml").write_text(f"source: upstream\nlevel: {run.bench_level}\n", encoding="utf-8")
+    elif run.shape_mode == "inline":
+        try:
+            passed = inline_yaml(core, run.env.get("INLINE_YAML", ""), tmpdir, owner_pid)
+        except ShapeFileError as exc:
+            raise BadValue(str(exc)) from None
+        run.lines.append(_sh("INLINE_FILE", passed))
     else:
-        zl_shape_file = os.path.abspath(shape_file)
-        shutil.copyfile(zl_shape_file, out / "shapes.yaml")
-    if zl_shape_file:
-        shape_args = ["--shape_file", zl_shape_file]
-    lines += [_sh_array("SHAPE_ARGS", shape_args), _sh("ZL_SHAPE_FILE", zl_shape_file, export=True)]
+        passed = os.path.abspath(run.shape_file)
+    if passed:
+        shutil.copyfile(passed, out / "shapes.yaml")
+    run.lines += [_sh_array("SHAPE_ARGS", ["--shape_file", passed] if passed else []),
+                  _sh("ZL_SHAPE_FILE", passed, export=True)]
 
-    # -------------------------------------------------------------- autotune + tuner cache
-    if not autotune_on:
-        lines += ["unset FLAGGEMS_PERF_AUTOTUNE_RECORD_DIR FLAGGEMS_PERF_AUTOTUNE_REPLAY_DIR"]
-        mode_desc = "off"
-    elif replay_from:
-        replay_from = str(Path(replay_from).resolve())
-        lines += [_sh("FLAGGEMS_PERF_AUTOTUNE_REPLAY_DIR", f"{replay_from}/autotune_records", export=True),
-                  "unset FLAGGEMS_PERF_AUTOTUNE_RECORD_DIR"]
-        mode_desc = "replay"
-    else:
-        lines += [_sh("FLAGGEMS_PERF_AUTOTUNE_RECORD_DIR", f"{out}/autotune_records", export=True),
+
+def setup_autotune(run: Run) -> str:
+    """Record / replay directories for the autotune plugin; returns the mode the shell shows."""
+    if not run.autotune_on:
+        run.lines.append("unset FLAGGEMS_PERF_AUTOTUNE_RECORD_DIR FLAGGEMS_PERF_AUTOTUNE_REPLAY_DIR")
+        return "off"
+    if run.replay_from:
+        run.replay_from = str(Path(run.replay_from).resolve())
+        run.lines += [_sh("FLAGGEMS_PERF_AUTOTUNE_REPLAY_DIR", f"{run.replay_from}/autotune_records", export=True),
+                      "unset FLAGGEMS_PERF_AUTOTUNE_RECORD_DIR"]
+        return "replay"
+    run.lines += [_sh("FLAGGEMS_PERF_AUTOTUNE_RECORD_DIR", f"{run.out}/autotune_records", export=True),
                   "unset FLAGGEMS_PERF_AUTOTUNE_REPLAY_DIR"]
-        mode_desc = "record"
-    lines += [_sh("MODE_DESC", mode_desc), _sh("REPLAY_FROM", replay_from)]
-    # FlagGems keeps LibTuner winners in a sqlite store that outlives runs. Shared, the side
-    # that runs first hands its winners to the other (mm's compiled variants fell 945 -> 33
-    # from that alone). Isolated: a private store, deleted afterwards.
-    if isolate:
-        tuner_dir = out / ".flaggems_cache"
-        (tuner_dir / "config_cache").mkdir(parents=True, exist_ok=True)
-        tuner_desc = "isolated"
-        lines += [_sh("TUNER_CACHE_DIR", str(tuner_dir)),
-                  _sh("FLAGGEMS_CACHE_DIR", str(tuner_dir), export=True),
-                  _sh("FLAGGEMS_DB_URL", f"sqlite:///{tuner_dir}/config_cache/zl_isolated.db", export=True)]
-    elif env.get("FLAGGEMS_DB_URL"):
-        tuner_desc = f"shared({env['FLAGGEMS_DB_URL']})"
-    else:
-        tuner_desc = f"shared({env.get('FLAGGEMS_CACHE_DIR') or os.path.expanduser('~/.flaggems')})"
-    lines.append(_sh("TUNER_DESC", tuner_desc))
+    return "record"
 
-    # -------------------------------------------------------------- device + identity stub
-    device = get("ZL_DEVICE")
-    vis_key = backend.visibility_env_keys[0] if backend.visibility_env_keys else ""
-    # ZL_DEVICE pins the card through the backend's own visibility variable, unless the
-    # caller already chose one.
-    if device and vis_key and not env.get(vis_key):
-        lines.append(_sh(vis_key, device, export=True))
-    fields = dict(schema_version=1, provider="flaggems", op=op, op_file=op_file, test_file=test_file,
-                  flaggems_dir=fg_dir, flaggems_commit=flaggems.checkout_commit(fg_dir),
-                  backend=backend.name, device=device, bench_level=bench_level, shape_mode=shape_mode,
-                  tuner_cache=tuner_desc, use_flagtune=int(use_flagtune), seed=seed,
-                  dtypes=" ".join(dtypes), replay_from=replay_from or None,
-                  campaign_id=get("ZL_CAMPAIGN_ID") or None)
-    if not autotune_on:
+
+def setup_tuner_cache(run: Run) -> str:
+    """FlagGems keeps LibTuner winners in a sqlite store that outlives runs. Shared, the side
+    that runs first hands its winners to the other (mm's compiled variants fell 945 -> 33 from
+    that alone). Isolated: a private store, deleted afterwards. Returns the caliber text."""
+    if run.isolate:
+        tuner_dir = run.out / ".flaggems_cache"
+        (tuner_dir / "config_cache").mkdir(parents=True, exist_ok=True)
+        run.lines += [_sh("TUNER_CACHE_DIR", str(tuner_dir)),
+                      _sh("FLAGGEMS_CACHE_DIR", str(tuner_dir), export=True),
+                      _sh("FLAGGEMS_DB_URL", f"sqlite:///{tuner_dir}/config_cache/zl_isolated.db", export=True)]
+        return "isolated"
+    if run.env.get("FLAGGEMS_DB_URL"):
+        return f"shared({run.env['FLAGGEMS_DB_URL']})"
+    return f"shared({run.env.get('FLAGGEMS_CACHE_DIR') or os.path.expanduser('~/.flaggems')})"
+
+
+def write_stub(run: Run, tuner_desc: str) -> None:
+    """The identity fields only the shell side knows. No autotune_mode unless the autotune
+    plugin is absent: the plugin writes the mode it really ran in."""
+    device = run.get("ZL_DEVICE")
+    fields = dict(schema_version=1, provider="flaggems", op=run.op, op_file=run.op_file,
+                  test_file=run.test_file, flaggems_dir=run.fg_dir,
+                  flaggems_commit=flaggems.checkout_commit(run.fg_dir), backend=run.backend.name,
+                  device=device, bench_level=run.bench_level, shape_mode=run.shape_mode,
+                  tuner_cache=tuner_desc, use_flagtune=int(run.use_flagtune), seed=run.seed,
+                  dtypes=" ".join(run.dtypes), replay_from=run.replay_from or None,
+                  campaign_id=run.get("ZL_CAMPAIGN_ID") or None)
+    if not run.autotune_on:
         fields["autotune_mode"] = "off"
     try:
-        update_identity(str(out), **fields)
+        update_identity(str(run.out), **fields)
     except OSError as exc:
-        raise BadValue(f"cannot write {out / IDENTITY_NAME}: {exc}") from None
-    lines.append(_sh_array("PREP_NOTES", messages))
-    return lines
+        raise BadValue(f"cannot write {run.out / IDENTITY_NAME}: {exc}") from None
 
 
-def _inline_yaml(core: Path, inline_text: str, tmpdir: str, owner_pid: int) -> str:
-    """The built-in inline entries laid over upstream's core_shapes.yaml.
-
-    Upstream's --shape_file replaces core_shapes.yaml instead of merging, so an op the
-    inline yaml does not list would fall to DEFAULT_SHAPES (mm got 1-D shapes on the H200
-    and died with "expected 4, got 1").
-    """
-    import yaml
-
-    base = {}
-    if core.is_file():
-        base = yaml.safe_load(core.read_text(encoding="utf-8")) or {}
-    try:
-        base.update(yaml.safe_load(inline_text) or {})
-    except yaml.YAMLError as exc:
-        raise BadValue(f"the built-in inline shape yaml does not parse: {exc}") from None
-    fd, path = tempfile.mkstemp(prefix=f"zl_inline_shapes.{owner_pid}.", suffix=".yaml", dir=tmpdir)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        yaml.safe_dump(base, handle, default_flow_style=None, sort_keys=False)
-    return path
+def prepare_run(env: Dict[str, str], owner_pid: int) -> List[str]:
+    """The shell lines for run_pytest.sh; raises BadValue / PreflightFailed."""
+    run = Run(env=env)
+    read_variables(run)
+    resolve(run)
+    preflight(run)
+    tmpdir = setup_dirs(run, owner_pid)
+    setup_shapes(run, tmpdir, owner_pid)
+    mode_desc = setup_autotune(run)
+    tuner_desc = setup_tuner_cache(run)
+    # ZL_DEVICE pins the card through the backend's own visibility variable, unless the
+    # caller already chose one.
+    device, keys = run.get("ZL_DEVICE"), run.backend.visibility_env_keys
+    if device and keys and not env.get(keys[0]):
+        run.lines.append(_sh(keys[0], device, export=True))
+    write_stub(run, tuner_desc)
+    dtype_args = [a for d in run.dtypes for a in ("--dtypes", d)]
+    return run.lines + [
+        _sh("OP", run.op), _sh("OP_FILE", run.op_file), _sh("FLAGGEMS_DIR", run.fg_dir),
+        _sh("TEST_FILE", run.test_file), _sh("SHAPE_MODE", run.shape_mode),
+        _sh("BENCH_LEVEL", run.bench_level), _sh("ZL_BACKEND", run.backend.name, export=True),
+        _sh("OUT_DIR", str(run.out), export=True), _sh("DTYPES", " ".join(run.dtypes)),
+        _sh_array("DTYPE_ARGS", dtype_args), _sh_array("PLUGINS", pytest_args(run.plugins)),
+        # Normalised: every later reader (FlagGems, the plugins) sees 0/1, not the user's word.
+        _sh("USE_FLAGTUNE", int(run.use_flagtune), export=True),
+        _sh("ZL_ISOLATE_TUNER_CACHE", int(run.isolate), export=True),
+        _sh("ZL_ENABLE_AUTOTUNE", int(run.autotune_on), export=True),
+        _sh("ZL_DIRECT_REPEAT", run.repeat, export=True), _sh("ZL_SEED", run.seed, export=True),
+        _sh("MODE_DESC", mode_desc), _sh("REPLAY_FROM", run.replay_from), _sh("TUNER_DESC", tuner_desc),
+        _sh_array("PREP_NOTES", run.notes)]
 
 
 # ------------------------------------------------------------------ campaign preflight
