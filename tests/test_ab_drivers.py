@@ -8,7 +8,6 @@ run_pytest.sh and the fake FlagGems tree on the CPU (no TTGIR there: NO_TRITON).
 
 import csv
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.runner import REPO_ROOT, run_zl
+from harness.runner import REPO_ROOT, procs_with_env, run_zl
 
 STUB = REPO_ROOT / "tests" / "fixtures" / "runlogs" / "stub_run_pytest.sh"
 
@@ -345,29 +344,14 @@ def test_two_screens_started_together_claim_different_roots(tmp_path):
         assert (d / "summary.log").read_text().count(">>> switch=") == 1
 
 
-def _procs_with_env(needle: str):
-    """PIDs whose environment mentions `needle` (our cells carry OUT_DIR/AB_ROOT paths)."""
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as fh:
-                if needle.encode() in fh.read():
-                    found.append(int(pid))
-        except OSError:
-            continue
-    return found
-
-
 def _wait_gone(needle: str, seconds: float = 10.0):
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        left = _procs_with_env(needle)
+        left = procs_with_env(needle)
         if not left:
             return []
         time.sleep(0.2)
-    return _procs_with_env(needle)
+    return procs_with_env(needle)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])

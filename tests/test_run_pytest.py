@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.runner import FAKE_FLAGGEMS_DIR
+from tests.harness.runner import FAKE_FLAGGEMS_DIR, procs_with_env
 
 CALIBER_KEYS = ("schema_version", "provider", "op", "op_file", "test_file", "flaggems_dir", "backend",
                 "device", "device_name", "device_arch", "flaggems_vendor", "bench_level", "shape_mode",
@@ -256,20 +256,6 @@ def pytest_configure(config):
 """
 
 
-def _alive_with_env(needle: str):
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as fh:
-                if needle.encode() in fh.read():
-                    found.append(int(pid))
-        except OSError:
-            continue
-    return found
-
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_killed_run_pytest_leaves_nothing_running(tmp_path, sig):
     from tests.harness.runner import REPO_ROOT, base_env
@@ -292,10 +278,10 @@ def test_killed_run_pytest_leaves_nothing_running(tmp_path, sig):
     proc.communicate(timeout=60)
     assert proc.returncode == (143 if sig == signal.SIGTERM else -9)
     deadline = time.monotonic() + 10
-    while _alive_with_env(str(out)) and time.monotonic() < deadline:
+    while procs_with_env(str(out)) and time.monotonic() < deadline:
         time.sleep(0.2)
     # pytest, its supervisor and the tee are gone within seconds, even after SIGKILL
-    assert _alive_with_env(str(out)) == [] and not Path(f"/proc/{pytest_pid}").exists()
+    assert procs_with_env(str(out)) == [] and not Path(f"/proc/{pytest_pid}").exists()
     if sig == signal.SIGTERM:
         assert not list(tmpdir.iterdir())   # temporaries removed by the trap
         assert "SIGTERM received" in (out / "run.log").read_text()
