@@ -10,8 +10,10 @@
 #
 # Variables: SHAPE_SETS (space separated yaml paths; default every shape/*.yaml of this
 # repo), FOLD_SWITCH (default FLAGGEMS_MXFP4_FOLDSCALE), OP / OP_FILE (default
-# fused_marlin_moe_mxfp4 / fused_marlin_moe), FLAGGEMS_DIR, CELL_TIMEOUT (default 2400 s),
-# AB_ROOT, ZL_RUN_PYTEST (tests only).
+# fused_marlin_moe_mxfp4 / fused_marlin_moe), FLAGGEMS_DIR, CELL_TIMEOUT (default 2400 s;
+# `!!! CELL_TIMEOUT` / `!!! CELL_KILLED` say which ended a cell), AB_ROOT (claimed; one that
+# already holds a campaign is refused), ZL_ISOLATE_TUNER_CACHE (default 1 here),
+# ZL_RUN_PYTEST (tests only).
 #
 # Before measuring, it checks that the switch is still read somewhere under
 # $FLAGGEMS_DIR/src. Upstream removed this switch once; a dead switch runs the same code on
@@ -19,7 +21,9 @@
 #
 # Output: <root>/<set>_fold0, <set>_fold1, <root>/summary.log (ANSI stripped).
 # Quick check: grep -E '^#####|FAILED|INCOMPLETE' <root>/summary.log
-# Exit: 0 done; 2 no shape set / bad variables; 3 the switch is not read under $FLAGGEMS_DIR/src.
+# Exit: 0 done; 2 no shape set / bad variables / an AB_ROOT already used; 3 the switch is not
+# read under $FLAGGEMS_DIR/src, or the interpreter cannot import triton / flag_gems; 128+N
+# stopped by signal N.
 set -uo pipefail
 
 ZL_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -32,14 +36,15 @@ OP_FILE="${OP_FILE:-fused_marlin_moe}"
 FLAGGEMS_DIR="${FLAGGEMS_DIR:-/workspace/dev/FlagGems}"
 CELL_TIMEOUT="${CELL_TIMEOUT:-2400}"
 require_var_name FOLD_SWITCH "$FOLD_SWITCH"
+valid_name "$OP" && valid_name "$OP_FILE" || die2 "OP / OP_FILE are operator names ([A-Za-z0-9_.@-], no '/' or '..'): '$OP' '$OP_FILE'"
 require_positive_int CELL_TIMEOUT "$CELL_TIMEOUT"
 
 if [[ -n "${SHAPE_SETS:-}" ]]; then
   read -r -a SETS <<< "$SHAPE_SETS"
 else
-  shopt -s nullglob
+  set +f; shopt -s nullglob
   SETS=("$ZL_ROOT"/shape/*.yaml)
-  shopt -u nullglob
+  shopt -u nullglob; set -f
 fi
 if (( ${#SETS[@]} == 0 )); then
   echo "!!! no shape set: $ZL_ROOT/shape/ holds no *.yaml and SHAPE_SETS is empty." >&2
@@ -61,25 +66,24 @@ if ! grep -rqs --include='*.py' -- "$FOLD_SWITCH" "$FLAGGEMS_DIR/src"; then
   exit 3
 fi
 
+campaign_preflight ab_fold
 if [[ -t 1 && -z "${NO_COLOR:-}" ]]; then export FLAGGEMS_PERF_COLOR=always; fi
-BASE="${ZL_RUNS_ROOT:-$ZL_ROOT/runs}"
-ROOT="${AB_ROOT:-$BASE/ab_fold_$(date +%Y%m%d-%H%M%S)}"
-mkdir -p "$ROOT" || die2 "cannot create $ROOT"
-ROOT="$(cd "$ROOT" && pwd)"
+claim_root ab_fold
 LOG="$ROOT/summary.log"
+driver_exit() {
+  stop_pid_group "$CELL_PID"
+  end_log
+}
+trap driver_exit EXIT
 
 run_side() {   # out value shape_file [replay]
-  local rc
-  OP="$OP" OP_FILE="$OP_FILE" OUT_DIR="$1" SHAPE_FILE="$3" REPLAY_FROM="${4:-}" \
-    FLAGGEMS_DIR="$FLAGGEMS_DIR" timeout -k 30 "$CELL_TIMEOUT" env "$FOLD_SWITCH=$2" bash "$RUN_PYTEST"
-  rc=$?
-  (( rc == 124 || rc == 137 )) && echo "!!! CELL_TIMEOUT ${CELL_TIMEOUT}s op=$OP $FOLD_SWITCH=$2 set=$3"
-  return "$rc"
+  run_cell_proc "op=$OP $FOLD_SWITCH=$2 set=$3" OP="$OP" OP_FILE="$OP_FILE" OUT_DIR="$1" \
+    SHAPE_FILE="$3" REPLAY_FROM="${4:-}" FLAGGEMS_DIR="$FLAGGEMS_DIR" DTYPES= "$FOLD_SWITCH=$2"
 }
 
-{
-  echo ">>> switch=$FOLD_SWITCH  op=$OP  sets=${SETS[*]}  root=$ROOT"
-  for s in "${SETS[@]}"; do
+start_log
+echo ">>> switch=$FOLD_SWITCH  op=$OP  sets=${SETS[*]}  root=$ROOT  campaign=$ZL_CAMPAIGN_ID"
+for s in "${SETS[@]}"; do
     name="$(basename "$s" .yaml)"
     abs="$(cd "$(dirname "$s")" && pwd)/$(basename "$s")"
     B="$ROOT/${name}_fold0"; A="$ROOT/${name}_fold1"
@@ -90,9 +94,7 @@ run_side() {   # out value shape_file [replay]
     echo "########## $name | summary ##########"
     "$PY" "$ZL_ROOT/batch_summary.py" --ab "$B" "$A" --label "$OP@$name" \
       || echo "!!! summary refused or failed for $name (rc=$?)"
-  done
-  echo "########## ALL DONE ##########"
-} 2>&1 | tee "$LOG"
-
-sed -i -E $'s/\x1b\\[[0-9;?]*[A-Za-z]//g' "$LOG"
+done
+echo "########## ALL DONE ##########"
+end_log
 echo ">>> log: $LOG"

@@ -16,24 +16,32 @@
 #
 # Variables:
 #   SWITCH (required)   variable under test: side A =0, side B =1
-#   OPS (required)      OP | OP:OP_FILE | OP:OP_FILE:DTYPES (dtypes comma separated)
+#   OPS (required)      OP | OP:OP_FILE | OP:OP_FILE:DTYPES (dtypes comma separated; without
+#                       dtypes the operator's own set: an exported DTYPES is ignored). Names are
+#                       [A-Za-z0-9_.@-]; a bad or repeated entry exits 2 before any cell runs
 #   ROUNDS              default 6 (per-shape verdicts need >= 4: batch_summary.py explains)
-#   CELL_TIMEOUT        seconds per cell (default 2400); timeout prints `!!! CELL_TIMEOUT`, rc 124
-#   AB_ROOT             output root (default <runs>/ab_repeat_<SWITCH>_<timestamp>); give one per
-#                       card when several drivers start in the same second
+#   CELL_TIMEOUT        seconds per cell (default 2400); a timeout prints `!!! CELL_TIMEOUT` (rc
+#                       124, or 137 after the 30 s kill grace), any other kill `!!! CELL_KILLED`
+#   AB_ROOT             output root (default <runs>/ab_repeat_<SWITCH>_<timestamp>, claimed with
+#                       mkdir); a root that already holds a campaign is refused (exit 2)
 #   SWITCH_ALLOW_NO_IR_DIFF=1  keep going when round 1 compiled identical TTGIR on both sides
 #                       (only for a switch that acts at run time, not on generated code)
+#   ZL_ISOLATE_TUNER_CACHE  default 1 here (a private tuner store per cell); 0 shares ~/.flaggems
 #   TELEMETRY_INTERVAL  seconds between clock/temperature samples (default 5, 0 = off)
 #   IR_LEVEL            IR the round-1 check fingerprints (default ttgir; llir/ptx for a
 #                       switch below TTGIR such as DISABLE_LLVM_OPT)
 #   ZL_RUN_PYTEST       the run script (default <repo>/run_pytest.sh; tests point it at a stub)
 #
-# Output: <root>/<op>/r<k>_<A|B>/ (run directories), <root>/status.tsv (one row per cell as
-# it finishes: round op side switch rc elapsed_s success failed replay_fallback no_cudagraph
-# capture_poisoned), <root>/telemetry.tsv, <root>/summary.log (ANSI stripped), and per
-# operator the report of `batch_summary.py --ab-rounds <root>/<op>`. An operator with a
-# failed cell gets no report: a report with missing rounds reads like a complete one.
-# Exit: 0 done; 2 bad variables.
+# Output: <root>/campaign.id; <root>/<cell>/r<k>_<A|B>/ (run directories; <cell> is OP or
+# OP@DTYPE+DTYPE); <root>/status.tsv (one row per cell as it finishes: round op dtypes side
+# switch rc elapsed_s success failed replay_fallback no_cudagraph capture_poisoned),
+# <root>/telemetry.tsv, <root>/summary.log (ANSI stripped), and per cell the report of
+# `batch_summary.py --ab-rounds <root>/<cell>`. Every cell's run_identity.json carries the
+# campaign's campaign_id. An operator with a failed cell gets no report: a report with
+# missing rounds reads like a complete one.
+# Exit: 0 done; 2 bad variables or an AB_ROOT already used; 3 the interpreter cannot import
+# triton / flag_gems (`!!! PREFLIGHT_FAILED check=interpreter`); 128+N stopped by signal N
+# (the running cell and telemetry are stopped, the remaining cells not run).
 set -uo pipefail
 
 ZL_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -53,49 +61,51 @@ require_positive_int ROUNDS "$ROUNDS"
 require_positive_int CELL_TIMEOUT "$CELL_TIMEOUT"
 [[ "$TELEMETRY_INTERVAL" =~ ^[0-9]+([.][0-9]+)?$ ]] || die2 "TELEMETRY_INTERVAL must be a number of seconds (got: $TELEMETRY_INTERVAL)"
 
+parse_ops
+campaign_preflight ab_repeat
+
 if [[ -t 1 && -z "${NO_COLOR:-}" ]]; then export FLAGGEMS_PERF_COLOR=always; fi
-BASE="${ZL_RUNS_ROOT:-$ZL_ROOT/runs}"
-ROOT="${AB_ROOT:-$BASE/ab_repeat_${SWITCH}_$(date +%Y%m%d-%H%M%S)}"
-mkdir -p "$ROOT" || die2 "cannot create $ROOT"
-ROOT="$(cd "$ROOT" && pwd)"
+claim_root "ab_repeat_${SWITCH}"
 LOG="$ROOT/summary.log"
 STATUS="$ROOT/status.tsv"
-printf 'round\top\tside\tswitch\trc\telapsed_s\tsuccess\tfailed\treplay_fallback\tno_cudagraph\tcapture_poisoned\n' > "$STATUS"
+printf 'round\top\tdtypes\tside\tswitch\trc\telapsed_s\tsuccess\tfailed\treplay_fallback\tno_cudagraph\tcapture_poisoned\n' > "$STATUS"
 
 # Clocks and temperature for the whole campaign: throttling moves latency by more than the
 # per-side noise a six-round A/B claims, and leaves no trace in run.log. telemetry.py exits
 # quietly (reason in telemetry.err) where the backend has no sampler.
 TELE_PID=""
 if [[ "$TELEMETRY_INTERVAL" != "0" ]]; then
-  "$PY" "$ZL_ROOT/telemetry.py" "$ROOT/telemetry.tsv" --interval "$TELEMETRY_INTERVAL" \
-    --backend "${ZL_BACKEND:-cuda}" --device "${ZL_DEVICE:-}" >/dev/null 2>&1 &
+  # Under zl.supervise: a SIGKILLed campaign once left its sampler appending forever.
+  "$PY" -m zl.supervise --parent "$$" -- "$PY" "$ZL_ROOT/telemetry.py" "$ROOT/telemetry.tsv" \
+    --interval "$TELEMETRY_INTERVAL" --backend "${ZL_BACKEND:-cuda}" --device "${ZL_DEVICE:-}" \
+    >/dev/null 2>&1 &
   TELE_PID=$!
 fi
 stop_telemetry() {
-  if [[ -n "$TELE_PID" ]]; then
-    kill "$TELE_PID" 2>/dev/null
-    wait "$TELE_PID" 2>/dev/null
-    TELE_PID=""
-  fi
+  stop_pid_group "$TELE_PID"
+  TELE_PID=""
 }
-trap stop_telemetry EXIT
+DRIVER_STOP_HOOK=stop_telemetry
+driver_exit() {
+  stop_pid_group "$CELL_PID"
+  stop_telemetry
+  end_log
+}
+trap driver_exit EXIT
 
 # Run one cell and log it in status.tsv at once: missing cells, timeouts and markers going
 # from 0 to non-zero must be visible while the campaign runs, not after someone greps.
 run_cell() {   # round side op op_file dtypes out_dir [replay_from]
   local round="$1" side="$2" op="$3" op_file="$4" dtypes="$5" dir="$6" replay="${7:-}"
-  local val=0 start rc elapsed stats
+  local val=0 start rc elapsed stats dcol="${5// /,}"
   [[ "$side" == B ]] && val=1
   start=$(date +%s)
-  OP="$op" OP_FILE="$op_file" OUT_DIR="$dir" DTYPES="$dtypes" REPLAY_FROM="$replay" \
-    timeout -k 30 "$CELL_TIMEOUT" env "$SWITCH=$val" bash "$RUN_PYTEST"
+  run_cell_proc "op=$op dtypes=${dcol:-<all>} round=$round side=$side" \
+    OP="$op" OP_FILE="$op_file" OUT_DIR="$dir" DTYPES="$dtypes" REPLAY_FROM="$replay" "$SWITCH=$val"
   rc=$?
   elapsed=$(( $(date +%s) - start ))
-  if (( rc == 124 || rc == 137 )); then
-    echo "!!! CELL_TIMEOUT ${CELL_TIMEOUT}s op=$op round=$round side=$side rc=$rc"
-  fi
   stats="$("$PY" "$ZL_ROOT/batch_summary.py" --cell-stats "$dir")" || stats=$'0\t1\t0\t0\t0'
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$op" "$side" "$val" "$rc" "$elapsed" "$stats" >> "$STATUS"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$op" "${dcol:-<all>}" "$side" "$val" "$rc" "$elapsed" "$stats" >> "$STATUS"
   # A cell that exits 0 without one measured row is not a measurement either.
   if (( rc == 0 )) && [[ "$(cut -f1 <<< "$stats")" == 0 ]]; then
     echo "!!! $op round $round side $side: exit 0 but no measured row"
@@ -104,14 +114,14 @@ run_cell() {   # round side op op_file dtypes out_dir [replay_from]
   return "$rc"
 }
 
-{
-  echo ">>> switch=$SWITCH  rounds=$ROUNDS  ops=$OPS  root=$ROOT"
-  for entry in $OPS; do
-    parse_ops_entry "$entry" || continue
-    out="$ROOT/$op"
-    mkdir -p "$out"
+start_log
+echo ">>> switch=$SWITCH  rounds=$ROUNDS  ops=$OPS  root=$ROOT  campaign=$ZL_CAMPAIGN_ID"
+for i in "${!OPS_OP[@]}"; do
+    op="${OPS_OP[$i]}"; op_file="${OPS_FILE[$i]}"; dtypes="${OPS_DTYPES[$i]}"; cell="${OPS_CELL[$i]}"
+    out="$ROOT/$cell"
+    mkdir -p -- "$out"
 
-    echo "########## $op | round 1 | A ($SWITCH=0, record) ##########"
+    echo "########## $cell | round 1 | A ($SWITCH=0, record) ##########"
     if ! run_cell 1 A "$op" "$op_file" "$dtypes" "$out/r1_A"; then
       echo "!!! $op: round 1 side A failed; operator skipped, artifacts in $out"
       continue
@@ -123,7 +133,7 @@ run_cell() {   # round side op op_file dtypes out_dir [replay_from]
       for side in $order; do
         [[ $k -eq 1 && $side == A ]] && continue
         val=0; [[ $side == B ]] && val=1
-        echo "########## $op | round $k | $side ($SWITCH=$val, replay) ##########"
+        echo "########## $cell | round $k | $side ($SWITCH=$val, replay) ##########"
         if ! run_cell "$k" "$side" "$op" "$op_file" "$dtypes" "$out/r${k}_${side}" "$REC"; then
           echo "!!! $op: round $k side $side failed"
           ok=0; break
@@ -136,7 +146,7 @@ run_cell() {   # round side op op_file dtypes out_dir [replay_from]
           echo "??? $op: a side compiled no .ttgir (not through Triton, or the IR dump is off);"
           echo "??? the switch-has-an-effect check is skipped. This is not 'the switch does nothing'."
         elif [[ "$fa" == "$fb" ]]; then
-          echo "!!! SWITCH_NO_IR_DIFF op=$op switch=$SWITCH"
+          echo "!!! $M_SWITCH_NO_IR_DIFF op=$cell switch=$SWITCH"
           echo "!!! round 1 compiled byte-identical TTGIR on both sides: $SWITCH did not change"
           if [[ "$SWITCH_ALLOW_NO_IR_DIFF" != "1" ]]; then
             echo "!!! $op's generated code, and $((ROUNDS - 1)) more rounds would measure noise and"
@@ -153,22 +163,20 @@ run_cell() {   # round side op op_file dtypes out_dir [replay_from]
       fi
     done
 
-    echo "########## $op | report ##########"
+    echo "########## $cell | report ##########"
     if (( ok )); then
-      "$PY" "$ZL_ROOT/batch_summary.py" --ab-rounds "$out" --label "$op" \
+      "$PY" "$ZL_ROOT/batch_summary.py" --ab-rounds "$out" --label "$cell" \
         --json "$out/ab_rounds.json" || echo "!!! report refused or failed for $op (rc=$?)"
     else
       echo "!!! $op: $reason; no report (artifacts in $out)"
     fi
-  done
-  echo "########## ALL DONE ##########"
-} 2>&1 | tee "$LOG"
-
+done
+echo "########## ALL DONE ##########"
+end_log
 stop_telemetry
-sed -i -E $'s/\x1b\\[[0-9;?]*[A-Za-z]//g' "$LOG"
 echo ">>> log: $LOG"
 echo ">>> per-cell status: $STATUS"
 [[ -s "$ROOT/telemetry.tsv" ]] && echo ">>> clocks/temperature: $ROOT/telemetry.tsv"
 [[ -s "$ROOT/telemetry.err" ]] && echo ">>> telemetry note: $(head -c 300 "$ROOT/telemetry.err")"
-echo ">>> rerun a report: python batch_summary.py --ab-rounds $ROOT/<op> --label <op>"
+echo ">>> rerun a report: python batch_summary.py --ab-rounds $ROOT/<cell> --label <cell>"
 exit 0

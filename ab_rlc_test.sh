@@ -12,11 +12,15 @@
 #
 # Variables:
 #   OPS           space separated OP | OP:OP_FILE | OP:OP_FILE:DTYPES (dtypes comma separated).
-#                 Leave DTYPES empty to use the operator's own set: a global DTYPES=float16
-#                 once made fft (complex64 only) look unrunnable.
+#                 Without dtypes the operator's own set (an exported DTYPES is ignored: a
+#                 global DTYPES=float16 once made fft, complex64 only, look unrunnable).
+#                 Names are [A-Za-z0-9_.@-]; a bad or repeated entry exits 2 before any cell.
 #   SWITCH        the variable under test (default FLAGTREE_${VENDOR}_RLC_ENHANCE, VENDOR=MUSA)
-#   CELL_TIMEOUT  seconds per run (default 2400); a timeout prints `!!! CELL_TIMEOUT`, rc 124
-#   AB_ROOT       output root (default $ZL_RUNS_ROOT or <repo>/runs, then ab_rlc_<timestamp>)
+#   CELL_TIMEOUT  seconds per run (default 2400); a timeout prints `!!! CELL_TIMEOUT` (rc 124, or
+#                 137 after the 30 s kill grace), any other kill `!!! CELL_KILLED signal=N`
+#   AB_ROOT       output root (default $ZL_RUNS_ROOT or <repo>/runs, then ab_rlc_<timestamp>,
+#                 claimed with mkdir); a root that already holds a campaign is refused (exit 2)
+#   ZL_ISOLATE_TUNER_CACHE  default 1 here (a private tuner store per run); 0 shares ~/.flaggems
 #   RESCORE       an existing root: recompute every verdict from the run directories on disk,
 #                 keep the old table as screen.tsv.bak, measure nothing
 #   IR_LEVEL      IR the verdict fingerprints (default ttgir; llir/ptx for switches below TTGIR)
@@ -34,7 +38,10 @@
 #   NO_ROWS     a side failed or measured no row                   -> fix runnability first
 # The verdict is the fingerprint, not the convert_layout count: addmm kept 15 -> 15 converts
 # while all 15 TTGIR files changed. The counts are kept because they explain the change.
-# Exit: 0 done (the verdicts carry the results); 2 bad variables or RESCORE input.
+# Exit: 0 done (the verdicts carry the results); 1 every operator is NO_ROWS (nothing was
+# measured); 2 bad variables, RESCORE input or an AB_ROOT already used; 3 the interpreter
+# cannot import triton / flag_gems (`!!! PREFLIGHT_FAILED check=interpreter`); 128+N stopped
+# by signal N (the running cell is stopped, the remaining ones not run).
 set -uo pipefail
 
 ZL_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -51,11 +58,6 @@ require_positive_int CELL_TIMEOUT "$CELL_TIMEOUT"
 
 CAL_HEADER="$("$PY" "$ZL_ROOT/batch_summary.py" --caliber-header)" || die2 "batch_summary.py --caliber-header failed"
 SCREEN_HEADER="op	op_file	dtypes	rows_before	rows_after	kernels_before	kernels_after	cvt_before	cvt_after	elapsed_before	elapsed_after	rc_before	rc_after	verdict	$CAL_HEADER"
-
-# Directory name of one operator's cell (dtypes make it unique when an op is screened twice).
-cell_name() {   # op dtypes
-  if [[ -n "$2" ]]; then printf '%s@%s' "$1" "${2// /+}"; else printf '%s' "$1"; fi
-}
 
 # "success failed ..." of a run through the one run.log parser.
 rows_of() { "$PY" "$ZL_ROOT/batch_summary.py" --cell-stats "$1" | cut -f1; }
@@ -86,8 +88,10 @@ judge() {
 explain() {   # verdict rc_before rc_after
   case "$1" in
     NO_ROWS)
-      if [[ "$2" == 124 || "$3" == 124 || "$2" == 137 || "$3" == 137 ]]; then
+      if [[ "$2" == 124 || "$3" == 124 ]]; then
         echo "cut off by CELL_TIMEOUT=${CELL_TIMEOUT}s (rc=$2/$3): a duration problem, not a verdict on the switch"
+      elif (( $2 > 128 || $3 > 128 )); then
+        echo "a side was killed by a signal (rc=$2/$3; see the CELL_TIMEOUT / CELL_KILLED line): not a verdict on the switch"
       else
         echo "no comparable measurement (rc=$2/$3); read run.log: usually a dtype the operator rejects, or no config on this backend"
       fi ;;
@@ -139,47 +143,42 @@ if [[ -n "$RESCORE" ]]; then
 fi
 
 # ------------------------------------------------------------------ screen
+parse_ops
+campaign_preflight ab_rlc
 if [[ -t 1 && -z "${NO_COLOR:-}" ]]; then export FLAGGEMS_PERF_COLOR=always; fi
-BASE="${ZL_RUNS_ROOT:-$ZL_ROOT/runs}"
-ROOT="${AB_ROOT:-$BASE/ab_rlc_$(date +%Y%m%d-%H%M%S)}"
-mkdir -p "$ROOT" || die2 "cannot create $ROOT"
-ROOT="$(cd "$ROOT" && pwd)"
+claim_root ab_rlc
 LOG="$ROOT/summary.log"
 TSV="$ROOT/screen.tsv"
-[[ -f "$TSV" ]] || printf '%s\n' "$SCREEN_HEADER" > "$TSV"
+printf '%s\n' "$SCREEN_HEADER" > "$TSV"
+driver_exit() {
+  stop_pid_group "$CELL_PID"
+  end_log
+}
+trap driver_exit EXIT
 
-run_side() {   # out_dir value dtypes op op_file [replay_from]
-  local out="$1" val="$2" dtypes="$3" op="$4" op_file="$5" replay="${6:-}" rc
-  OP="$op" OP_FILE="$op_file" OUT_DIR="$out" DTYPES="$dtypes" REPLAY_FROM="$replay" \
-    timeout -k 30 "$CELL_TIMEOUT" env "$SWITCH=$val" bash "$RUN_PYTEST"
-  rc=$?
-  if (( rc == 124 || rc == 137 )); then
-    echo "!!! CELL_TIMEOUT ${CELL_TIMEOUT}s op=$op $SWITCH=$val rc=$rc"
-  fi
-  return "$rc"
+run_side() {   # label out_dir value dtypes op op_file [replay_from]
+  run_cell_proc "$1" OP="$5" OP_FILE="$6" OUT_DIR="$2" DTYPES="$4" REPLAY_FROM="${7:-}" "$SWITCH=$3"
 }
 
-{
-  echo ">>> switch=$SWITCH  ops=$OPS  root=$ROOT"
-  for entry in $OPS; do
-    parse_ops_entry "$entry" || continue
-    cell="$(cell_name "$op" "$dtypes")"
+start_log
+echo ">>> switch=$SWITCH  ops=$OPS  root=$ROOT  campaign=$ZL_CAMPAIGN_ID"
+for i in "${!OPS_OP[@]}"; do
+    op="${OPS_OP[$i]}"; op_file="${OPS_FILE[$i]}"; dtypes="${OPS_DTYPES[$i]}"; cell="${OPS_CELL[$i]}"
     BEFORE="$ROOT/${cell}_before"; AFTER="$ROOT/${cell}_after"
 
-    echo "########## $op | $SWITCH=0 before (record) ##########"
+    echo "########## $cell | $SWITCH=0 before (record) ##########"
     t0=$(date +%s)
-    run_side "$BEFORE" 0 "$dtypes" "$op" "$op_file"; rc_before=$?
+    run_side "op=$cell $SWITCH=0" "$BEFORE" 0 "$dtypes" "$op" "$op_file"; rc_before=$?
     el_before=$(( $(date +%s) - t0 ))
 
-    echo "########## $op | $SWITCH=1 after (replay $BEFORE) ##########"
+    echo "########## $cell | $SWITCH=1 after (replay $BEFORE) ##########"
     t0=$(date +%s)
     if [[ -d "$BEFORE" ]]; then
-      run_side "$AFTER" 1 "$dtypes" "$op" "$op_file" "$BEFORE"; rc_after=$?
+      run_side "op=$cell $SWITCH=1" "$AFTER" 1 "$dtypes" "$op" "$op_file" "$BEFORE"; rc_after=$?
     else
       echo "!!! side A left no run directory; side B not run"; rc_after=2
     fi
     el_after=$(( $(date +%s) - t0 ))
-
     rb=$( [[ -d "$BEFORE" ]] && rows_of "$BEFORE" || echo 0 )
     ra=$( [[ -d "$AFTER" ]] && rows_of "$AFTER" || echo 0 )
     read -r kb cb <<< "$(ir_counts "$BEFORE")"
@@ -191,28 +190,33 @@ run_side() {   # out_dir value dtypes op op_file [replay_from]
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
       "$op" "$op_file" "${dtypes_col:-<all>}" "$rb" "$ra" "$kb" "$ka" "$cb" "$ca" \
       "$el_before" "$el_after" "$rc_before" "$rc_after" "$verdict" "$cal" >> "$TSV"
-    echo ">>> $op: $verdict ($(explain "$verdict" "$rc_before" "$rc_after"))"
+    echo ">>> $cell: $verdict ($(explain "$verdict" "$rc_before" "$rc_after"))"
 
     # A verdict that says "not comparable" must not be followed by a range that reads like one.
     case "$verdict" in
-      NO_ROWS)   echo "!!! $op: no comparable measurement, no speedup range"; continue ;;
-      NO_TRITON) echo "!!! $op: nothing compiled through Triton, a speedup range would not be about $SWITCH"; continue ;;
+      NO_ROWS)   echo "!!! $cell: no comparable measurement, no speedup range"; continue ;;
+      NO_TRITON) echo "!!! $cell: nothing compiled through Triton, a speedup range would not be about $SWITCH"; continue ;;
       NO_IR_DIFF)
-        echo ">>> $op: both sides ran the same generated code; the range below is this machine's"
-        echo ">>> NOISE FLOOR for $op, not a gain of $SWITCH." ;;
+        echo ">>> $cell: both sides ran the same generated code; the range below is this machine's"
+        echo ">>> NOISE FLOOR for $cell, not a gain of $SWITCH." ;;
     esac
-    echo "########## $op | summary ##########"
-    "$PY" "$ZL_ROOT/batch_summary.py" --ab "$BEFORE" "$AFTER" --label "$op" \
-      || echo "!!! summary refused or failed for $op (rc=$?)"
-  done
+    echo "########## $cell | summary ##########"
+    "$PY" "$ZL_ROOT/batch_summary.py" --ab "$BEFORE" "$AFTER" --label "$cell" \
+      || echo "!!! summary refused or failed for $cell (rc=$?)"
+done
 
-  echo "########## screen ##########"
-  awk -F'\t' 'NR > 1 { printf "  %-12s %-24s kernels %s/%s  cvt %s->%s  rows %s/%s  %ss\n",
-       $14, $1, $6, $7, $8, $9, $4, $5, $10 + $11 }' "$TSV" | sort
-  echo ">>> send only IR_CHANGED operators to ab_repeat.sh"
-  echo "########## ALL DONE ##########"
-} 2>&1 | tee "$LOG"
-
-sed -i -E $'s/\x1b\\[[0-9;?]*[A-Za-z]//g' "$LOG"
+echo "########## screen ##########"
+awk -F'\t' 'NR > 1 { printf "  %-12s %-24s kernels %s/%s  cvt %s->%s  rows %s/%s  %ss\n",
+     $14, $1 ($3 == "<all>" ? "" : "@" $3), $6, $7, $8, $9, $4, $5, $10 + $11 }' "$TSV" | sort
+echo ">>> send only IR_CHANGED operators to ab_repeat.sh"
+# A screen that measured nothing must not end like one that did.
+measured="$(awk -F'\t' 'NR > 1 && $14 != "NO_ROWS"' "$TSV" | wc -l)"
+if (( measured == 0 )); then
+  echo "!!! every operator is NO_ROWS: nothing was measured (read the run.log files under $ROOT)"
+fi
+echo "########## ALL DONE ##########"
+end_log
 echo ">>> log: $LOG"
 echo ">>> screen: $TSV"
+(( measured > 0 )) || exit 1
+exit 0

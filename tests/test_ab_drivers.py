@@ -7,12 +7,16 @@ run_pytest.sh and the fake FlagGems tree on the CPU (no TTGIR there: NO_TRITON).
 """
 
 import csv
+import json
 import shutil
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from harness.runner import REPO_ROOT, run_zl
+from harness.runner import REPO_ROOT, procs_with_env, run_zl
 
 STUB = REPO_ROOT / "tests" / "fixtures" / "runlogs" / "stub_run_pytest.sh"
 
@@ -55,7 +59,7 @@ def test_screen_verdicts_and_what_each_prints(screened):
     assert "[ab] relu: 6 paired rows" in out
     assert "NOISE FLOOR for abs" in out and "[ab] abs: 6 paired rows" in out
     assert "[ab] exp:" not in out and "!!! exp: nothing compiled through Triton" in out
-    assert "[ab] amax:" not in out and "!!! amax: no comparable measurement" in out
+    assert "[ab] amax" not in out and "!!! amax@float32: no comparable measurement" in out
     # explicit OUT_DIRs under one root, side B replays side A
     assert (root / "relu_before" / "run.log").is_file() and (root / "amax@float32_after").is_dir()
     log = (root / "summary.log").read_text()
@@ -89,7 +93,9 @@ def test_cell_timeout(tmp_path):
     root = tmp_path / "screen"
     r = run_zl(tmp_path / "w", script="ab_rlc_test.sh", **stub_env(
         OPS="relu", AB_ROOT=root, CELL_TIMEOUT="1", ZL_STUB_SLEEP="5"))
-    assert r.returncode == 0, r.explain()
+    # the only operator measured nothing: the screen fails instead of ending like a good one
+    assert r.returncode == 1, r.explain()
+    assert "!!! every operator is NO_ROWS" in r.stdout
     assert "!!! CELL_TIMEOUT 1s op=relu ZL_TEST_SWITCH=0 rc=124" in r.stdout
     row = tsv(root / "screen.tsv")[0]
     assert row["rc_before"] == "124" and row["verdict"] == "NO_ROWS"
@@ -122,7 +128,7 @@ def test_repeat_records_once_alternates_order_and_reports(tmp_path):
         "relu/r3_A switch=0 replay=1", "relu/r3_B switch=1 replay=1",
         "relu/r4_B switch=1 replay=1", "relu/r4_A switch=0 replay=1"]
     status = tsv(root / "status.tsv")
-    assert list(status[0]) == ["round", "op", "side", "switch", "rc", "elapsed_s", "success", "failed",
+    assert list(status[0]) == ["round", "op", "dtypes", "side", "switch", "rc", "elapsed_s", "success", "failed",
                                "replay_fallback", "no_cudagraph", "capture_poisoned"]
     assert len(status) == 8 and all(s["rc"] == "0" and s["success"] == "6" for s in status)
     assert "the switch changes generated code" in r.stdout
@@ -140,7 +146,7 @@ def test_repeat_stops_when_the_switch_changes_no_ir(tmp_path):
     assert "[ab-rounds]" not in r.stdout and "no report" in r.stdout
     assert len(tsv(root / "status.tsv")) == 2
     r = run_zl(tmp_path / "w2", script="ab_repeat.sh", **stub_env(
-        OPS="relu", ROUNDS="2", AB_ROOT=tmp_path / "rep2", ZL_STUB_IR="same", SWITCH_ALLOW_NO_IR_DIFF="1"))
+        OPS="relu", ROUNDS="2", AB_ROOT=tmp_path / "rep2", ZL_STUB_IR="same", SWITCH_ALLOW_NO_IR_DIFF=" Yes"))
     assert "SWITCH_NO_IR_DIFF" in r.stdout and "[ab-rounds] relu: 2 rounds" in r.stdout
     # allowed: says why it goes on, not the refusal's advice to rerun with the flag
     assert "continuing because SWITCH_ALLOW_NO_IR_DIFF=1" in r.stdout
@@ -207,8 +213,8 @@ def test_screen_through_run_pytest_on_the_cpu(tmp_path):
     # relu has two entries in the fake core_shapes.yaml, which the inline yaml is laid over
     assert row["rows_before"] == "2" and row["rows_after"] == "2"
     assert row["backend"] == "cuda" and row["bench_level"] == "core" and row["shape_mode"] == "inline"
-    assert "!!! relu: nothing compiled through Triton" in r.stdout
-    import json
+    assert "!!! relu@float32: nothing compiled through Triton" in r.stdout
+    assert row["tuner_cache"] == "isolated"
     assert json.loads((root / "relu@float32_after" / "run_identity.json").read_text())[
         "autotune_mode"].startswith("replay")
 
@@ -221,7 +227,10 @@ def test_repeat_through_run_pytest_on_the_cpu(tmp_path):
     status = tsv(root / "status.tsv")
     assert [(s["round"], s["side"], s["rc"], s["success"]) for s in status] == [
         ("1", "A", "0", "2"), ("1", "B", "0", "2"), ("2", "B", "0", "2"), ("2", "A", "0", "2")]
-    assert "[ab-rounds] relu: 2 rounds x 2 shapes" in r.stdout, r.explain()
+    assert "[ab-rounds] relu@float32: 2 rounds x 2 shapes" in r.stdout, r.explain()
+    # campaigns isolate the tuner cache unless told otherwise
+    ident = json.loads((root / "relu@float32" / "r2_A" / "run_identity.json").read_text())
+    assert ident["tuner_cache"] == "isolated" and ident["campaign_id"] == (root / "campaign.id").read_text().strip()
     # no sampler on this machine: quiet, with the reason on file
     assert (root / "telemetry.err").is_file()
 
@@ -238,3 +247,156 @@ def test_ir_level_judges_switches_below_ttgir(tmp_path):
     assert "the switch changes generated code" in r.stdout and "SWITCH_NO_IR_DIFF" not in r.stdout
     r = run_zl(tmp_path / "w4", script="ab_repeat.sh", IR_LEVEL="P T X", **{**env, "OPS": "softmax"})
     assert r.returncode == 2 and "IR_LEVEL is not an IR level name" in r.stderr
+
+
+# ---------------------------------------------------------------- campaigns: names, roots, kills
+
+def test_dtype_entries_get_their_own_cells_and_ignore_exported_dtypes(tmp_path):
+    root = tmp_path / "rep"
+    r = run_zl(tmp_path / "w", script="ab_repeat.sh", **stub_env(
+        OPS="relu:relu:float16 relu:relu:float32 abs", ROUNDS="2", AB_ROOT=root, DTYPES="float64",
+        ZL_STUB_EFFECT="0.05"))
+    assert r.returncode == 0, r.explain()
+    status = tsv(root / "status.tsv")
+    assert sorted({(s["op"], s["dtypes"]) for s in status}) == [
+        ("abs", "<all>"), ("relu", "float16"), ("relu", "float32")]
+    assert len(status) == 12
+    for cell, dtypes in (("relu@float16", "float16"), ("relu@float32", "float32"), ("abs", "")):
+        ident = json.loads((root / cell / "r2_B" / "run_identity.json").read_text())
+        assert ident["dtypes"] == dtypes, cell   # never the exported DTYPES
+        assert (root / cell / "ab_rounds.json").is_file()
+        assert f"[ab-rounds] {cell}: 2 rounds" in r.stdout
+    assert "DTYPES=float64 is ignored" in r.stderr
+
+
+@pytest.mark.parametrize("ops,msg", [
+    ("*", "bad OPS entry '*'"),
+    ("../../x", "bad OPS entry '../../x'"),
+    ("relu:relu/x", "bad OPS entry"),
+    ("relu:relu:float*", "not a dtype name"),
+    ("relu relu:relu", "names the cell 'relu' twice"),
+])
+def test_ops_entries_are_validated_before_any_cell(tmp_path, ops, msg):
+    runs = tmp_path / "runs"
+    for script in ("ab_repeat.sh", "ab_rlc_test.sh"):
+        r = run_zl(tmp_path / script, script=script, **stub_env(OPS=ops, ZL_RUNS_ROOT=runs))
+        assert r.returncode == 2 and msg in r.stderr, r.explain()
+    assert not runs.exists()
+
+
+def test_help_prints_usage_and_starts_nothing(tmp_path):
+    runs = tmp_path / "runs"
+    for script in ("run_pytest.sh", "ab_repeat.sh", "ab_rlc_test.sh", "ab_fold_test.sh"):
+        for flag in ("--help", "-h"):
+            r = run_zl(tmp_path / f"{script}{flag}", script=script, args=(flag,), OUT_DIR=runs / "x",
+                       **stub_env(ZL_RUNS_ROOT=runs, OPS="relu"))
+            assert r.returncode == 0 and "Exit" in r.stdout, r.explain()
+    r = run_zl(tmp_path / "bad", script="ab_repeat.sh", args=("relu",), **stub_env(OPS="relu"))
+    assert r.returncode == 2 and "takes no arguments" in r.stderr
+    assert not runs.exists()
+
+
+def test_interpreter_that_cannot_import_stops_the_campaign_before_a_cell(tmp_path):
+    runs = tmp_path / "runs"
+    # flag_gems no longer on the path: one named error, not one failure per cell
+    r = run_zl(tmp_path / "w", script="ab_repeat.sh", PYTHONPATH=REPO_ROOT,
+               **stub_env(OPS="relu", ZL_RUNS_ROOT=runs))
+    assert r.returncode == 3, r.explain()
+    assert "!!! PREFLIGHT_FAILED check=interpreter" in r.stderr and "flag_gems" in r.stderr
+    assert not runs.exists()
+
+
+def test_a_second_campaign_never_merges_into_a_used_root(tmp_path):
+    root = tmp_path / "rep"
+    r = run_zl(tmp_path / "w", script="ab_repeat.sh", **stub_env(OPS="relu", ROUNDS="2", AB_ROOT=root))
+    assert r.returncode == 0, r.explain()
+    first_id = (root / "campaign.id").read_text().strip()
+    cells = [d for d in (root / "relu").iterdir() if d.is_dir()]
+    assert len(cells) == 4
+    for cell in cells:
+        assert json.loads((cell / "run_identity.json").read_text())["campaign_id"] == first_id
+    status = (root / "status.tsv").read_text()
+    r = run_zl(tmp_path / "w2", script="ab_repeat.sh", **stub_env(OPS="relu", ROUNDS="2", AB_ROOT=root))
+    assert r.returncode == 2 and "already holds campaign" in r.stderr, r.explain()
+    assert (root / "status.tsv").read_text() == status and (root / "campaign.id").read_text().strip() == first_id
+    # a root made by an older driver (no campaign.id) is refused too
+    (root / "campaign.id").unlink()
+    r = run_zl(tmp_path / "w3", script="ab_rlc_test.sh", **stub_env(OPS="relu", AB_ROOT=root))
+    assert r.returncode == 2 and "already holds an earlier campaign" in r.stderr, r.explain()
+
+
+def test_two_screens_started_together_claim_different_roots(tmp_path):
+    from harness.runner import base_env
+
+    runs = tmp_path / "runs"
+    home = tmp_path / "home"
+    home.mkdir()
+    env = base_env(home, ZL_RUNS_ROOT=runs, OPS="relu", **stub_env())
+    procs = [subprocess.Popen(["bash", str(REPO_ROOT / "ab_rlc_test.sh")], env=env, cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    roots = sorted(runs.iterdir())
+    assert len(roots) == 2, roots
+    ids = {(d / "campaign.id").read_text() for d in roots}
+    assert len(ids) == 2
+    for d in roots:   # each summary.log holds its own campaign only
+        assert (d / "summary.log").read_text().count(">>> switch=") == 1
+
+
+def _wait_gone(needle: str, seconds: float = 10.0):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        left = procs_with_env(needle)
+        if not left:
+            return []
+        time.sleep(0.2)
+    return procs_with_env(needle)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_killing_ab_repeat_stops_the_campaign(tmp_path, sig):
+    from harness.runner import base_env
+
+    root, trace = tmp_path / "rep", tmp_path / "trace"
+    home = tmp_path / "home"
+    home.mkdir()
+    env = base_env(home, AB_ROOT=root, OPS="relu abs", ROUNDS="3", ZL_STUB_SLEEP="60",
+                   ZL_STUB_TRACE=trace, **stub_env(TELEMETRY_INTERVAL="0"))
+    proc = subprocess.Popen(["bash", str(REPO_ROOT / "ab_repeat.sh")], env=env, cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while not (trace.is_file() and trace.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert trace.is_file(), "the first cell never started"
+    proc.send_signal(sig)
+    out = proc.communicate(timeout=60)[0]
+    # SIGTERM is trapped (exit 128+15); SIGKILL cannot be, the ties to the children must hold
+    assert proc.returncode == (143 if sig == signal.SIGTERM else -9), out
+    # the running cell (and everything it started) is gone, and no later cell ran
+    assert _wait_gone(str(root)) == []
+    time.sleep(1.5)
+    assert trace.read_text().splitlines() == ["relu/r1_A switch=0 replay=0"]
+    if sig == signal.SIGTERM:
+        assert "SIGTERM received; campaign stopped" in (root / "summary.log").read_text()
+
+
+def test_a_killed_cell_is_not_reported_as_a_timeout(tmp_path):
+    root = tmp_path / "rep"
+    r = run_zl(tmp_path / "w", script="ab_repeat.sh", **stub_env(
+        OPS="relu", ROUNDS="2", AB_ROOT=root, ZL_STUB_SELFKILL="r1_B"))
+    assert r.returncode == 0, r.explain()
+    assert "!!! CELL_KILLED signal=9 op=relu dtypes=<all> round=1 side=B rc=137" in r.stdout
+    assert "CELL_TIMEOUT" not in r.stdout
+
+
+def test_drivers_isolate_the_tuner_cache_unless_told_not_to(tmp_path):
+    for value, expect in ((None, "isolated"), (" 0", "shared(stub)"), ("maybe", None)):
+        root = tmp_path / f"s{expect}"
+        r = run_zl(tmp_path / f"w{expect}", script="ab_rlc_test.sh", **stub_env(
+            OPS="relu", AB_ROOT=root, ZL_ISOLATE_TUNER_CACHE=value))
+        if expect is None:
+            assert r.returncode == 2 and "ZL_ISOLATE_TUNER_CACHE='maybe'" in r.stderr, r.explain()
+            continue
+        assert r.returncode == 0, r.explain()
+        assert tsv(root / "screen.tsv")[0]["tuner_cache"] == expect

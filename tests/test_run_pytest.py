@@ -3,13 +3,16 @@ preflight, exit codes. Each full run costs a subprocess with a fresh torch/trito
 import, so one run asserts many things."""
 
 import json
+import os
 import re
+import signal
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.harness.runner import FAKE_FLAGGEMS_DIR
+from tests.harness.runner import FAKE_FLAGGEMS_DIR, procs_with_env
 
 CALIBER_KEYS = ("schema_version", "provider", "op", "op_file", "test_file", "flaggems_dir", "backend",
                 "device", "device_name", "device_arch", "flaggems_vendor", "bench_level", "shape_mode",
@@ -106,16 +109,42 @@ def test_shape_file_dtype_restriction_and_exit_status_is_pytests(zl_run, tmp_pat
 
 
 def test_isolated_tuner_cache_is_private_and_removed(zl_run, tmp_path):
-    r = zl_run(OP="gelu_backward", OP_FILE="gelu", ZL_ISOLATE_TUNER_CACHE="1", DTYPES="float32")
+    # also: a rerun into a directory holding an earlier run (here a replay side, killed with
+    # its private tuner cache still there) moves that run's files aside; nothing stale
+    # (replay_from, shapes.source.yaml, *.used.json) describes the new run. The directory's
+    # name starts with '-': it is a path, not an option.
+    work = tmp_path / "w"
+    out = work / "-rerun"
+    (out / "autotune_records").mkdir(parents=True)
+    (out / "autotune_records" / "gelu_backward.used.json").write_text("{}")
+    (out / ".flaggems_cache").mkdir()
+    (out / "shapes.source.yaml").write_text("old: {}\n")
+    (out / "run.log").write_text("old log\n")
+    (out / "run_identity.json").write_text(json.dumps({"replay_from": "/old/run", "autotune_mode": "replay"}))
+    from tests.harness.runner import run_zl
+
+    r = run_zl(work, OP="gelu_backward", OP_FILE="gelu", ZL_ISOLATE_TUNER_CACHE=" on ", DTYPES="float32",
+               OUT_DIR="-rerun")
     assert r.returncode == 0, r.explain()
-    assert _identity(r.out_dir)["tuner_cache"] == "isolated"
+    ident = _identity(out)
+    assert ident["tuner_cache"] == "isolated"
+    assert "replay_from" not in ident and ident["autotune_mode"] == "record"
     assert not list(tmp_path.glob("**/home/.flaggems"))
-    assert not (r.out_dir / ".flaggems_cache").exists()
+    assert not (out / ".flaggems_cache").exists()
+    prev = [p for p in out.iterdir() if p.name.startswith("prev-")]
+    assert len(prev) == 1, sorted(p.name for p in out.iterdir())
+    assert (prev[0] / "run.log").read_text() == "old log\n"
+    assert json.loads((prev[0] / "run_identity.json").read_text())["replay_from"] == "/old/run"
+    assert (prev[0] / "autotune_records" / "gelu_backward.used.json").is_file()
+    assert not (out / "autotune_records" / "gelu_backward.used.json").exists()
+    assert (out / "shapes.source.yaml").read_text() != "old: {}\n"
+    assert "moved to prev-" in (out / "run.log").read_text()
 
 
 def test_foreign_vendor_module_reported(zl_run):
     # also: with the autotune plugin off the caliber says so instead of "record"
-    r = zl_run(OP="exp", OP_FILE="exp", DTYPES="float32", ZL_ENABLE_AUTOTUNE="0")
+    # (' 0': every reader parses it through zl.switches; the shell once read it as on)
+    r = zl_run(OP="exp", OP_FILE="exp", DTYPES="float32", ZL_ENABLE_AUTOTUNE=" 0")
     assert r.returncode == 0, r.explain()
     assert "FOREIGN_VENDOR_MODULE active=nvidia loaded=mthreads" in r.log_text
     assert _identity(r.out_dir)["autotune_mode"] == "off"
@@ -145,11 +174,119 @@ def test_preflight_failures_exit_3_with_named_check(zl_run, env, check):
     ({"BENCH_LEVEL": "full"}, "BENCH_LEVEL must be core or comprehensive"),
     ({"ZL_BACKEND": "tpu"}, "unknown backend"),
     ({"TEST_NODE": "benchmark/test_softmax.py"}, "TEST_NODE must look like"),
-    ({"USE_FLAGTUNE": "yes"}, "USE_FLAGTUNE must be 0 or 1"),
+    ({"USE_FLAGTUNE": "maybe"}, "USE_FLAGTUNE='maybe' is not an on/off value"),
     ({"ZL_EXTRA_PLUGINS": "_no_such_plugin"}, "_no_such_plugin"),
     ({"ZL_ENABLE_AUTOTUNE": "0", "REPLAY_FROM": "/tmp"}, "REPLAY_FROM needs the autotune plugin"),
+    ({"ZL_ENABLE_AUTOTUNE": " 0", "REPLAY_FROM": "/tmp"}, "REPLAY_FROM needs the autotune plugin"),
+    ({"ZL_ENABLE_AUTOTUNE": "maybe"}, "ZL_ENABLE_AUTOTUNE='maybe' is not an on/off value"),
+    ({"ZL_ISOLATE_TUNER_CACHE": "2"}, "ZL_ISOLATE_TUNER_CACHE='2' is not an on/off value"),
+    ({"OP": "../../x", "OP_FILE": "relu"}, "OP='../../x' is not an operator name"),
+    ({"OP": "relu", "OP_FILE": "*"}, "OP_FILE='*' is not an operator name"),
+    ({"DTYPES": "*"}, "'*' is not a dtype name"),
+    ({"ZL_DIRECT_REPEAT": "0"}, "ZL_DIRECT_REPEAT='0' must be an integer in 1..1000"),
+    ({"ZL_DIRECT_REPEAT": "1001"}, "ZL_DIRECT_REPEAT='1001' must be an integer in 1..1000"),
+    ({"ZL_DIRECT_REPEAT": "9" * 20}, "ZL_DIRECT_REPEAT"),
+    ({"ZL_SEED": str(2 ** 66)}, "ZL_SEED="),
+    ({"ZL_SEED": "-1"}, "ZL_SEED='-1' must be an integer in 0..4294967295"),
+    ({"OUT_DIR": "__FILES__"}, "is not empty and holds no earlier run"),
 ])
-def test_bad_values_exit_2(zl_run, env, needle):
+def test_bad_values_exit_2(zl_run, tmp_path, env, needle):
+    if env.get("OUT_DIR") == "__FILES__":   # a data directory is refused, never emptied aside
+        data = tmp_path / "data"
+        data.mkdir()
+        (data / "notes.txt").write_text("mine\n")
+        env = {**env, "OUT_DIR": data}
     r = zl_run(**env)
     assert r.returncode == 2, r.explain()
     assert needle in r.stderr
+    assert "Traceback" not in r.stderr
+    if env.get("OUT_DIR"):
+        assert sorted(p.name for p in Path(env["OUT_DIR"]).iterdir()) == ["notes.txt"]
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("", "holds no operator entries"),
+    ("softmax:\n  shapes:\n    - [4, 64]\n", "has no 'relu:' entry"),
+    ("relu:\n  shapes:\n    - [0, 64]\n", "is not a list of positive integers"),
+    ("relu:\n  shapes:\n    - [4, -1]\n", "is not a list of positive integers"),
+    ("relu: [unclosed\n", "is not valid yaml"),
+    ("relu:\n  shape_desc: M\n", "has no 'shapes:' list"),
+])
+def test_shape_file_is_validated_at_preflight(zl_run, tmp_path, text, needle):
+    shapes = tmp_path / "s.yaml"
+    shapes.write_text(text)
+    r = zl_run(OP="relu", OP_FILE="relu", SHAPE_FILE=shapes)
+    assert r.returncode == 3, r.explain()
+    line = [x for x in r.stderr.splitlines() if "PREFLIGHT_FAILED" in x]
+    assert len(line) == 1 and "check=shape_file" in line[0] and needle in line[0], r.stderr
+    assert r.log_text == ""
+
+
+def test_help_prints_usage_and_takes_no_arguments(zl_run, tmp_path):
+    for flag in ("--help", "-h"):
+        r = zl_run(args=(flag,), OUT_DIR=tmp_path / "never")
+        assert r.returncode == 0 and "Every knob is an environment variable" in r.stdout
+    r = zl_run(args=("--level",), OUT_DIR=tmp_path / "never")
+    assert r.returncode == 2 and "takes no arguments" in r.stderr
+    assert not (tmp_path / "never").exists()
+
+
+def test_reclaim_removes_only_temporaries_of_dead_owners(tmp_path):
+    from zl.rundir import reclaim_tmp
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / f"zl_triton_cache.{dead.pid}.abc"
+    stale.mkdir()
+    (tmp_path / f"zl_inline_shapes.{dead.pid}.x.yaml").write_text("a: 1\n")
+    live = tmp_path / f"zl_triton_cache.{os.getpid()}.abc"
+    live.mkdir()
+    other = tmp_path / "zl_triton_cache.notapid"
+    other.mkdir()
+    removed = reclaim_tmp(str(tmp_path))
+    assert len(removed) == 2 and not stale.exists() and live.exists() and other.exists()
+
+
+_SLEEP_PLUGIN = """
+import os, time
+def pytest_configure(config):
+    with open(os.environ["ZL_TEST_PIDFILE"], "w") as fh:
+        fh.write(str(os.getpid()))
+    time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_killed_run_pytest_leaves_nothing_running(tmp_path, sig):
+    from tests.harness.runner import REPO_ROOT, base_env
+
+    (tmp_path / "plug").mkdir()
+    (tmp_path / "plug" / "_zl_sleep_plugin.py").write_text(_SLEEP_PLUGIN)
+    tmpdir, out, pidfile = tmp_path / "tmp", tmp_path / "run", tmp_path / "pid"
+    tmpdir.mkdir()
+    (tmp_path / "home").mkdir()
+    env = base_env(tmp_path / "home", OUT_DIR=out, OP="relu", OP_FILE="relu", TMPDIR=tmpdir,
+                   ZL_EXTRA_PLUGINS="_zl_sleep_plugin", ZL_TEST_PIDFILE=pidfile,
+                   PYTHONPATH=f"{REPO_ROOT}:{FAKE_FLAGGEMS_DIR / 'src'}:{tmp_path / 'plug'}")
+    proc = subprocess.Popen(["bash", str(REPO_ROOT / "run_pytest.sh")], env=env, cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while not (pidfile.is_file() and pidfile.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    pytest_pid = int(pidfile.read_text())
+    proc.send_signal(sig)
+    proc.communicate(timeout=60)
+    assert proc.returncode == (143 if sig == signal.SIGTERM else -9)
+    deadline = time.monotonic() + 10
+    while procs_with_env(str(out)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    # pytest, its supervisor and the tee are gone within seconds, even after SIGKILL
+    assert procs_with_env(str(out)) == [] and not Path(f"/proc/{pytest_pid}").exists()
+    if sig == signal.SIGTERM:
+        assert not list(tmpdir.iterdir())   # temporaries removed by the trap
+        assert "SIGTERM received" in (out / "run.log").read_text()
+    else:
+        # a trap cannot run on SIGKILL: the next run reclaims what the dead one left
+        assert list(tmpdir.glob("zl_triton_cache.*")) and list(tmpdir.glob("zl_inline_shapes.*"))
+        from zl.rundir import reclaim_tmp
+        assert len(reclaim_tmp(str(tmpdir))) == 2 and not list(tmpdir.iterdir())

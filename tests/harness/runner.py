@@ -97,3 +97,19 @@ def run_fake_pytest(tmp_path: Path, node: str, *pytest_args: str, timeout: float
     cmd = [sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider", node, *pytest_args]
     return subprocess.run(cmd, cwd=str(FAKE_FLAGGEMS_DIR), env=env, capture_output=True,
                           text=True, timeout=timeout)
+
+
+def procs_with_env(needle: str) -> list:
+    """PIDs (other than this one) whose environment mentions `needle`: a run's OUT_DIR or a
+    campaign's AB_ROOT marks every process it started, so none may be left after a kill."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                if needle.encode() in fh.read():
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found

@@ -16,7 +16,7 @@ print(f"python={sys.executable} torch={torch.__version__} triton={triton.__versi
       f"gpu={torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'}")
 PY
 
-# For benchmarks/device_round*.sh: `round_dir NAME` makes the work dir $W under $OUT;
+# For docs/validation/scripts/device_round*.sh: `round_dir NAME` makes the work dir $W under $OUT;
 # `bundle` (re)writes $OUT/NAME.tgz from it, IR dumps left out, after every stage, so a
 # call cut at its limit still returns what finished.
 round_dir() {

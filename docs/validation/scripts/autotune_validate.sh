@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # H200 validation of autotune record / replay with real FlagGems.
 #
-#   FLAGGEMS_DIR=/path/to/FlagGems OUT=/tmp/out bash benchmarks/autotune_validate.sh
+#   FLAGGEMS_DIR=/path/to/FlagGems OUT=/tmp/out bash docs/validation/scripts/autotune_validate.sh
 #
 # 1. mm, softmax and softmax_backward, upstream core shapes (SHAPE_FILE=upstream), DTYPES (default
 #    float16), private tuner cache: record (A), then replay A (B). B must print zero
@@ -18,7 +18,7 @@
 #   identity.tsv   autotune_mode / tuner_cache / timer of every run
 # Exit 0 only when every check passes. Budget: about 6 minutes on an H200.
 set -u
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 : "${FLAGGEMS_DIR:?FLAGGEMS_DIR must point at a FlagGems checkout}"
 OUT="${OUT:-$HERE/runs/autotune_validate_out}"
 DTYPES="${DTYPES:-float16}"
@@ -30,7 +30,7 @@ WORK="$(mktemp -d "${TMPDIR:-/tmp}/zl_autotune_validate.XXXXXX")"
 export ZL_PYTHON="${ZL_PYTHON:-python3}"
 
 # shellcheck source=_validate_run.sh
-source "$HERE/benchmarks/_validate_run.sh"
+source "$HERE/docs/validation/scripts/_validate_run.sh"
 run() {  # run NAME [VAR=VALUE ...]
   local name="$1"; shift
   validate_run "$name" 150 SHAPE_FILE=upstream DTYPES="$DTYPES" ZL_ISOLATE_TUNER_CACHE=1 "$@"

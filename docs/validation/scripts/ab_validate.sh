@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # H200 validation of the A/B workflow with real FlagGems (docs/validation/ab.md).
 #
-#   FLAGGEMS_DIR=/path/to/FlagGems OUT=/tmp/out bash benchmarks/ab_validate.sh
+#   FLAGGEMS_DIR=/path/to/FlagGems OUT=/tmp/out bash docs/validation/scripts/ab_validate.sh
 #   PARTS="1 2" ... ; PARTS="3 4" ...     # split across two calls if 10 min is too tight
 #
 # Parts (each ~2 min on an H200; a cell is one run_pytest.sh, ~20 s for these operators):
@@ -20,7 +20,7 @@
 # telemetry.tsv; the IR dumps are left out for size, their fingerprints are in the logs).
 set -uo pipefail
 
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 PY="${ZL_PYTHON:-$(command -v python || command -v python3)}"
 : "${FLAGGEMS_DIR:?set FLAGGEMS_DIR to a FlagGems checkout}"
 OUT="${OUT:-$HERE/runs/ab_validate_out}"
@@ -38,11 +38,15 @@ export NO_COLOR=1 SHAPE_MODE=upstream ZL_ISOLATE_TUNER_CACHE=1 TELEMETRY_INTERVA
 } > "$SUM"
 
 part() { [[ " $PARTS " == *" $1 "* ]]; }
+# The drivers take dtypes per OPS entry (an exported DTYPES is ignored): DTYPES=float16 here
+# becomes OP:OP:float16 entries, and the cell directories are OP@float16.
+with_dtypes() { local op out=""; for op in $1; do out+=" $op${DTYPES:+:$op:${DTYPES// /,}}"; done; echo $out; }
+cell() { echo "$1${DTYPES:+@${DTYPES// /+}}"; }
 t_start=$(date +%s)
 
 if part 1; then
   echo "## part 1: A/A screen (SWITCH=ZL_NOTHING_READS_THIS)" | tee -a "$SUM"
-  SWITCH=ZL_NOTHING_READS_THIS OPS="softmax relu abs" AB_ROOT="$WORK/p1" \
+  SWITCH=ZL_NOTHING_READS_THIS OPS="$(with_dtypes "softmax relu abs")" AB_ROOT="$WORK/p1" \
     bash "$HERE/ab_rlc_test.sh" > "$WORK/p1.out" 2>&1
   grep -E '^>>> [a-z_]+: (IR_|NO_)|^\[ab\]|NOISE FLOOR|^!!!' "$WORK/p1.out" >> "$SUM"
   cat "$WORK/p1/screen.tsv" >> "$SUM" 2>/dev/null
@@ -50,20 +54,20 @@ fi
 
 if part 2; then
   echo "## part 2: A/B screen DISABLE_LLVM_OPT on softmax (IR_LEVEL=ptx)" | tee -a "$SUM"
-  SWITCH=DISABLE_LLVM_OPT IR_LEVEL=ptx OPS="softmax" AB_ROOT="$WORK/p2" \
+  SWITCH=DISABLE_LLVM_OPT IR_LEVEL=ptx OPS="$(with_dtypes softmax)" AB_ROOT="$WORK/p2" \
     bash "$HERE/ab_rlc_test.sh" > "$WORK/p2.out" 2>&1
   grep -E '^>>> [a-z_]+: (IR_|NO_)|^\[ab\]|^  torch|^!!!' "$WORK/p2.out" >> "$SUM"
   cat "$WORK/p2/screen.tsv" >> "$SUM" 2>/dev/null
   # the same pair judged at the TTGIR level, for the record
   for side in before after; do
     printf 'ttgir fingerprint %s: %s\n' "$side" \
-      "$(PYTHONPATH="$HERE" "$PY" -m zl.ir.fingerprint "$WORK/p2/softmax_$side" 2>&1)" >> "$SUM"
+      "$(PYTHONPATH="$HERE" "$PY" -m zl.ir.fingerprint "$WORK/p2/$(cell softmax)_$side" 2>&1)" >> "$SUM"
   done
 fi
 
 if part 3; then
   echo "## part 3: 4-round A/B DISABLE_LLVM_OPT on softmax" | tee -a "$SUM"
-  SWITCH=DISABLE_LLVM_OPT IR_LEVEL=ptx OPS="softmax" ROUNDS=4 AB_ROOT="$WORK/p3" \
+  SWITCH=DISABLE_LLVM_OPT IR_LEVEL=ptx OPS="$(with_dtypes softmax)" ROUNDS=4 AB_ROOT="$WORK/p3" \
     bash "$HERE/ab_repeat.sh" > "$WORK/p3.out" 2>&1
   grep -E '^\[ab-rounds\]|^  torch|^!!!|^\?\?\?|^>>> softmax' "$WORK/p3.out" >> "$SUM"
   cat "$WORK/p3/status.tsv" >> "$SUM" 2>/dev/null
@@ -71,10 +75,10 @@ fi
 
 if part 4; then
   echo "## part 4: 4-round A/A on relu (switch nothing reads)" | tee -a "$SUM"
-  SWITCH=ZL_NOTHING_READS_THIS SWITCH_ALLOW_NO_IR_DIFF=1 OPS="relu" ROUNDS=4 AB_ROOT="$WORK/p4" \
+  SWITCH=ZL_NOTHING_READS_THIS SWITCH_ALLOW_NO_IR_DIFF=1 OPS="$(with_dtypes relu)" ROUNDS=4 AB_ROOT="$WORK/p4" \
     bash "$HERE/ab_repeat.sh" > "$WORK/p4.out" 2>&1
   grep -E '^\[ab-rounds\]|^  torch|^!!!|^\?\?\?' "$WORK/p4.out" >> "$SUM"
-  "$PY" - "$WORK/p4/relu/ab_rounds.json" >> "$SUM" 2>&1 <<'EOF'
+  "$PY" - "$WORK/p4/$(cell relu)/ab_rounds.json" >> "$SUM" 2>&1 <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
 v = [s["verdict"] for s in d["shapes"]]

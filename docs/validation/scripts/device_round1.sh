@@ -2,9 +2,9 @@
 # H200 round 1: single-operator evidence (issue 3), real run.logs for the parser,
 # IR payloads recorded from the project's own kernels, backend error wording.
 # Usage (repo root, GPU machine, .fg/ = FlagGems checkout, .whl/ = sqlalchemy+greenlet):
-#   OUT=/some/dir bash benchmarks/device_round1.sh
+#   OUT=/some/dir bash docs/validation/scripts/device_round1.sh
 set -uo pipefail
-source benchmarks/device_env.sh || exit 1
+source docs/validation/scripts/device_env.sh || exit 1
 round_dir round1
 step() { echo; echo "===== $* ($(date +%H:%M:%S))"; }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # H200 validation of the IR plugin and the fingerprint rule with real FlagGems.
 #
-#   FLAGGEMS_DIR=/path/to/FlagGems OUT=/tmp/out bash benchmarks/ir_validate.sh
+#   FLAGGEMS_DIR=/path/to/FlagGems OUT=/tmp/out bash docs/validation/scripts/ir_validate.sh
 #
 # 1. softmax twice (fp16, core shapes): both ttgir trees are listed and the two
 #    fingerprints must be EQUAL (same code, same caliber).
@@ -20,7 +20,7 @@
 #   <run>_identity.json  run_identity.json of softmax_1 and mm_base
 # Exit 0 only when both checks pass. Budget: about 6 minutes on an H200.
 set -u
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 : "${FLAGGEMS_DIR:?FLAGGEMS_DIR must point at a FlagGems checkout}"
 OUT="${OUT:-$HERE/runs/ir_validate_out}"
 mkdir -p "$OUT"
@@ -29,7 +29,7 @@ source "$HERE/zl/sh/ir_fingerprint.sh"
 export ZL_PYTHON="${ZL_PYTHON:-python3}"
 
 # shellcheck source=_validate_run.sh
-source "$HERE/benchmarks/_validate_run.sh"
+source "$HERE/docs/validation/scripts/_validate_run.sh"
 run() {  # run NAME [VAR=VALUE ...]
   local name="$1"; shift
   validate_run "$name" 240 "$@"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Capture real FlagGems run.logs on a GPU for the parser tests (tests/fixtures/runlogs/).
 #
-#   FLAGGEMS_DIR=/path/to/FlagGems OUT=/tmp/out bash benchmarks/capture_runlogs.sh
+#   FLAGGEMS_DIR=/path/to/FlagGems OUT=/tmp/out bash docs/validation/scripts/capture_runlogs.sh
 #
 # Variety wanted by runlog/parse.py: several dtype tables (softmax), a TFLOPS column (mm),
 # GBPS columns (softmax at --level comprehensive), the cudagraph-mode failure on
@@ -11,7 +11,7 @@
 # About 3-4 minutes on an H200.
 set -uo pipefail
 
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 PY="${ZL_PYTHON:-$(command -v python || command -v python3)}"
 : "${FLAGGEMS_DIR:?set FLAGGEMS_DIR to a FlagGems checkout}"
 OUT="${OUT:-$HERE/runs/capture_runlogs_out}"

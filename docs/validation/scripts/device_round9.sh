@@ -8,16 +8,16 @@
 # 3) issue 7: the upstream --mode kernel A/A pair for gelu_backward (missing from round 7);
 # 4) issue 7: benchmarks/backward_graph_probe.py in two processes, why graph-timed
 #    gelu_backward moves between runs (9.4 % median A/A in round 7).
-#   OUT=/some/dir bash benchmarks/device_round9.sh
+#   OUT=/some/dir bash docs/validation/scripts/device_round9.sh
 set -uo pipefail
-source benchmarks/device_env.sh || exit 1
+source docs/validation/scripts/device_env.sh || exit 1
 round_dir round9
 echo "===== ir_validate mm ($(date +%H:%M:%S))"
-CHECKS=mm OUT="$W/ir" timeout "${IR_S:-130}" bash benchmarks/ir_validate.sh > "$W/ir.out" 2>&1
+CHECKS=mm OUT="$W/ir" timeout "${IR_S:-130}" bash docs/validation/scripts/ir_validate.sh > "$W/ir.out" 2>&1
 echo "ir rc=$?"; bundle
 echo "===== ab_validate part 3 ($(date +%H:%M:%S))"
 PARTS=3 DTYPES="${DTYPES:-float16}" OUT="$W/ab3" timeout "${PART_S:-240}" \
-  bash benchmarks/ab_validate.sh > "$W/ab3.out" 2>&1
+  bash docs/validation/scripts/ab_validate.sh > "$W/ab3.out" 2>&1
 echo "part 3 rc=$?"; bundle
 timer_stage gelu_backward up_kernel 30 "${TIMER_S:-120}"
 echo "===== backward graph probe ($(date +%H:%M:%S))"

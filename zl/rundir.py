@@ -1,0 +1,121 @@
+"""The run directory and a run's temporaries: claim, clear aside, reclaim.
+
+A run directory describes one run. Rerunning into it used to keep the previous run's
+`replay_from`, `shapes.source.yaml` and `*.used.json`, which then read as the new run's;
+so an earlier run's files are moved to `prev-<stamp>-<pid>/` first. Per-run temporaries in
+TMPDIR carry the owning shell's pid, so a run can remove what a SIGKILLed one left (a shell
+trap cannot run on SIGKILL).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import List, Optional
+
+from zl.identity import IDENTITY_NAME
+# Entries that make a directory "an earlier run": only such directories are cleared aside,
+# so OUT_DIR=. or a data directory is refused instead of emptied.
+RUN_MARKERS = ("run.log", IDENTITY_NAME, "autotune_records", "ttgir", "shapes.yaml")
+PREV_PREFIX = "prev-"
+TMP_PREFIXES = ("zl_triton_cache.", "zl_inline_shapes.")
+RUN_TMP_NAMES = (".flaggems_cache",)
+
+
+class RunDirError(ValueError):
+    """OUT_DIR cannot be used (cannot be created, or holds something that is not a run)."""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def reclaim_tmp(tmpdir: str) -> List[str]:
+    """Remove per-run temporaries whose owning shell is gone; returns what was removed."""
+    removed = []
+    try:
+        names = os.listdir(tmpdir)
+    except OSError:
+        return removed
+    for name in names:
+        prefix = next((p for p in TMP_PREFIXES if name.startswith(p)), None)
+        if prefix is None:
+            continue
+        pid = name[len(prefix):].split(".", 1)[0]
+        if not pid.isdigit() or _pid_alive(int(pid)):
+            continue
+        path = os.path.join(tmpdir, name)
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            _unlink(path)
+        removed.append(path)
+    return removed
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def claim_out_dir(out_dir: str, runs_root: str, op: str) -> Path:
+    """OUT_DIR as given (created), else a fresh `<runs_root>/<op>_<stamp>[-n]` claimed with mkdir."""
+    if out_dir:
+        path = Path(out_dir)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RunDirError(f"cannot create OUT_DIR={out_dir!r}: {exc.strerror}") from None
+        return path.resolve()
+    root = Path(runs_root)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunDirError(f"cannot create ZL_RUNS_ROOT={runs_root!r}: {exc.strerror}") from None
+    base = root / f"{op}_{time.strftime('%Y%m%d-%H%M%S')}"
+    # Timestamps are to the second: two runs started together step to -2, -3, ...
+    for n in range(1, 1000):
+        candidate = base if n == 1 else Path(f"{base}-{n}")
+        try:
+            candidate.mkdir()
+            return candidate.resolve()
+        except FileExistsError:
+            continue
+    raise RunDirError(f"cannot claim a run directory under {root}")
+
+
+def move_previous_run(out: Path) -> Optional[Path]:
+    """A run directory describes one run: an earlier run's files go to `prev-<stamp>-<pid>/`.
+
+    A stale `replay_from`, `shapes.source.yaml` or `*.used.json` left by the previous run
+    otherwise reads as this run's. Temporaries of a killed run are deleted, not kept.
+    """
+    entries = [e for e in os.listdir(out) if not e.startswith(PREV_PREFIX)]
+    if not entries:
+        return None
+    if not any(e in RUN_MARKERS or e.startswith("run.log.prev-") for e in entries):
+        raise RunDirError(f"OUT_DIR={out} is not empty and holds no earlier run "
+                       f"({', '.join(sorted(entries)[:5])} ...); give an empty or new directory")
+    aside = out / f"{PREV_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    aside.mkdir()
+    for name in entries:
+        src = out / name
+        if name in RUN_TMP_NAMES:
+            shutil.rmtree(src, ignore_errors=True)
+        elif name.startswith(f".{IDENTITY_NAME}.") and name.endswith(".lock"):
+            continue  # the identity writers' lock, not a result
+        else:
+            os.replace(src, aside / name)
+    return aside
+
+
