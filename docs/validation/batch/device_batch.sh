@@ -34,8 +34,8 @@ DEVICES="${DEVICES:-0}"
 UPSTREAM="${UPSTREAM:-0}"
 ROOT="${BATCH_ROOT:-$PWD/runs/device_batch}"
 export PYTHONPATH="${PYTHONPATH:-}"
-# shellcheck source=benchmarks/device_env.sh
-source benchmarks/device_env.sh
+# shellcheck source=docs/validation/scripts/device_env.sh
+source docs/validation/scripts/device_env.sh
 mkdir -p "$ROOT" "$OUT"
 if [[ -n "${CARRY_TGZ:-}" && ! -f "$ROOT/plain/ops_status.csv" ]]; then
   tar -xzf "$CARRY_TGZ" -C "$ROOT" && echo ">>> continued from $CARRY_TGZ"
