@@ -15,6 +15,8 @@ because changing it alone moved a measured result (seed, S5000 / H200):
   direct_repeat    median over N direct calls vs one call is a different statistic
   use_flagtune     FlagGems' widened tuning space: a different set of candidate configs
   seed             data-dependent operators (sort, topk, nonzero) see different inputs
+  graph_warmup_ms  the warmup before each capture (issue 18): `caller` vs an adaptive cap
+  l2               warm vs cold L2: a memory-bound kernel reads slower from a flushed cache
 
 A field absent on one side only is a mismatch (one run cannot show it matched); absent
 on every side is accepted, so runs written before a field existed still compare.
@@ -38,7 +40,7 @@ from zl.switches import SwitchError, parse_switch
 
 CALIBER_FIELDS = (
     "backend", "device", "timer", "bench_level", "shape_mode",
-    "tuner_cache", "direct_repeat", "use_flagtune", "seed",
+    "tuner_cache", "direct_repeat", "use_flagtune", "seed", "graph_warmup_ms", "l2",
 )
 IDENTITY_NAME = "run_identity.json"
 # Fields holding an on/off word: " 1", "on" and "1" are one value (zl.switches decides).
