@@ -105,6 +105,21 @@ def test_command_line_options_beat_the_variables(configured, capsys):
     assert "median of 2 calls" in capsys.readouterr().err
 
 
+def test_warmup_and_l2_reach_the_graph_timer_and_the_identity(configured, capsys):
+    timing = configured.configure(options={"zl_graph_warmup_ms": "caller", "zl_l2": "cold"},
+                                  ZL_BACKEND="cuda", ZL_GRAPH_WARMUP_MS="40", ZL_L2="warm")
+    assert timing.graph.warmup_cap_ms is None and timing.graph.l2 == "cold"
+    ident = configured.identity()
+    assert (ident["graph_warmup_ms"], ident["l2"]) == ("caller", "cold")
+    assert "graph_warmup_ms=caller; l2=cold" in capsys.readouterr().err
+
+
+def test_warmup_cap_from_the_variable(configured):
+    timing = configured.configure(ZL_BACKEND="cuda", ZL_GRAPH_WARMUP_MS="40")
+    assert timing.graph.warmup_cap_ms == 40.0
+    assert configured.identity()["graph_warmup_ms"] == "40"
+
+
 def test_direct_timer_without_repeat_leaves_upstream_untouched(configured):
     timing = configured.configure(ZL_BACKEND="rocm")
     assert triton.testing.do_bench is configured.bench and len(timing.patches) == 0
@@ -125,7 +140,8 @@ def test_garbage_repeat_is_logged_and_recorded_as_one(configured, capsys):
     assert "ZL_DIRECT_REPEAT='lots' is not an integer" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("env", [{"ZL_ENABLE_CUDAGRAPH": "maybe"}, {"ZL_BACKEND": "tpu"}])
+@pytest.mark.parametrize("env", [{"ZL_ENABLE_CUDAGRAPH": "maybe"}, {"ZL_BACKEND": "tpu"},
+                                 {"ZL_GRAPH_WARMUP_MS": "-5"}, {"ZL_L2": "tepid"}])
 def test_bad_values_are_usage_errors(configured, env):
     with pytest.raises(pytest.UsageError):
         configured.configure(**env)
@@ -258,9 +274,13 @@ def test_subprocess_direct_timer_repeats_and_records(tmp_path):
                      "graph_warmup_ms": "25", "l2": "warm"}
 
 
-def test_subprocess_bad_value_is_a_usage_error_without_traceback(tmp_path):
-    proc, ident = run_pytest(tmp_path, ZL_BACKEND="cuda", ZL_ENABLE_CUDAGRAPH="sometimes")
+@pytest.mark.parametrize("env,message", [
+    ({"ZL_ENABLE_CUDAGRAPH": "sometimes"}, "ZL_ENABLE_CUDAGRAPH='sometimes' is not a timer choice"),
+    ({"ZL_L2": "tepid"}, "ZL_L2='tepid' is not an L2 mode"),
+])
+def test_subprocess_bad_value_is_a_usage_error_without_traceback(tmp_path, env, message):
+    proc, ident = run_pytest(tmp_path, ZL_BACKEND="cuda", **env)
     assert proc.returncode == 4  # pytest's usage-error status
-    assert "ZL_ENABLE_CUDAGRAPH='sometimes' is not a timer choice" in proc.stderr
+    assert message in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
     assert "timer" not in ident
