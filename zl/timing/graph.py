@@ -19,8 +19,9 @@ For each call it
 
 On torch.cuda upstream `triton.testing.do_bench_cudagraph` is called verbatim so CUDA numbers
 do not move, except for a backward benchmark, which is captured on its forward stream
-(`backward`), and under ZL_L2=cold, which upstream cannot do. Elsewhere `capture.graph_bench_port` does the same steps through the device
-interface; an interface without a graph type falls back on every shape, with the marker.
+(`backward`), and under ZL_L2=cold, which upstream cannot do. Elsewhere
+`capture.graph_bench_port` does the same steps through the device interface; an interface
+without a graph type falls back on every shape, with the marker.
 """
 
 from __future__ import annotations
