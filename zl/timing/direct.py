@@ -81,7 +81,8 @@ def measure_host_share(di, fn, grad_to_none=None) -> Optional[float]:
     end.record()
     di.synchronize()
     one = start.elapsed_time(end)
-    n = max(3, min(HOST_PROBE_CALLS, int(HOST_PROBE_BUDGET_MS / one) if one > 0 else HOST_PROBE_CALLS))
+    fit = int(HOST_PROBE_BUDGET_MS / one) if one > 0 else HOST_PROBE_CALLS
+    n = max(3, min(HOST_PROBE_CALLS, fit))
     t0 = time.perf_counter()
     for _ in range(n):
         reset()

@@ -119,7 +119,8 @@ def _choose(config: Any):
         warmup_cap = select.parse_graph_warmup(
             *select.read_setting(config, select.OPT_WARMUP, select.ENV_WARMUP))
         l2 = select.parse_l2(*select.read_setting(config, select.OPT_L2, select.ENV_L2))
-    except ValueError as exc:  # TimerConfigError, UnknownBackendError, GraphWarmupError, L2ModeError
+    # TimerConfigError, UnknownBackendError, GraphWarmupError, L2ModeError
+    except ValueError as exc:
         raise pytest.UsageError(f"{TIMING_LOG_TAG} {exc}") from None
     raw, name = select.read_setting(config, select.OPT_REPEAT, select.ENV_REPEAT)
     repeat, warning = select.parse_direct_repeat(raw, name)
