@@ -18,9 +18,15 @@ Why: upstream times with do_bench, whose host launch overhead and drift make sma
 noisy; graph replay removes the launch cost, and every row it could not capture says so.
 
 Options (group zl_bench; each default is its environment variable): --zl-cudagraph
-(ZL_ENABLE_CUDAGRAPH), --zl-direct-repeat (ZL_DIRECT_REPEAT). A bad timer word or an
-unknown ZL_BACKEND is a pytest usage error (exit 4). run_identity.json gets timer
-(cuda_graph|direct), graph_capture (attempted|disabled|refused|unsupported), direct_repeat.
+(ZL_ENABLE_CUDAGRAPH), --zl-direct-repeat (ZL_DIRECT_REPEAT), --zl-graph-warmup-ms
+(ZL_GRAPH_WARMUP_MS: the warmup before each capture stops when calls settle, within
+min(caller's warmup, this) ms; default 25, `caller` = the caller's whole budget), --zl-l2
+(ZL_L2: warm, or cold = L2 flushed before every timed call inside the graph, the flush's own
+time subtracted; fallback rows are flushed by do_bench itself). A bad timer word, warmup,
+L2 mode or an unknown ZL_BACKEND is a pytest usage error (exit 4). run_identity.json gets
+timer (cuda_graph|direct), graph_capture (attempted|disabled|refused|unsupported),
+direct_repeat, graph_warmup_ms, l2. Fallback markers carry host_share=<pct>|unknown: the
+measured host-dispatch share of the direct reading.
 The code lives in `zl/timing/`; this module only connects it to pytest.
 """
 

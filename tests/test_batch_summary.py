@@ -18,7 +18,8 @@ FIX = Path(__file__).resolve().parent / "fixtures" / "runlogs"
 
 IDENT = {"backend": "cuda", "device": "0", "timer": "cuda_graph", "bench_level": "core",
          "shape_mode": "inline", "tuner_cache": "isolated", "direct_repeat": 1,
-         "use_flagtune": 0, "seed": 0, "shape_source": "softmax=yaml"}
+         "use_flagtune": 0, "seed": 0, "shape_source": "softmax=yaml",
+         "graph_warmup_ms": "25", "l2": "warm"}
 SHAPES = ["[torch.Size([1024])]", "[torch.Size([64, 64])]", "[torch.Size([16, 256])]"]
 HEADER = (f"{'Status':<10} {'Torch Latency (ms)':>20} {'Gems Latency (ms)':>20} "
           f"{'Gems Speedup':>20} {'Size Detail':>20}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -140,3 +141,30 @@ def test_render_of_a_file_that_is_not_a_timer_noise_json_exits_2(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert "not a timer_noise.json" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_issue18_summary_tables_from_stage_outputs(tmp_path):
+    """docs/validation/scripts/issue18.py summary: ratios, A/A and cold/warm from raw JSON."""
+    row = lambda ms: {"op": "clamp", "dtype": "torch.float16", "status": "SUCCESS",  # noqa: E731
+                      "torch_ms": 0.01, "gems_ms": ms, "speedup": 1.0, "detail": "[64, 64]"}
+    runs = [{"op": "clamp", "kind": "upstream", "rc": 0, "wall_s": 20.0, "pytest_s": 10.0,
+             "rows": [row(0.010)]},
+            {"op": "clamp", "kind": "before", "rc": 0, "wall_s": 27.0, "pytest_s": 17.0,
+             "rows": [row(0.010)], "fallback_markers": 0},
+            {"op": "clamp", "kind": "after1", "rc": 0, "wall_s": 21.0, "pytest_s": 10.5,
+             "rows": [row(0.010)], "fallback_markers": 0},
+            {"op": "clamp", "kind": "after2", "rc": 0, "wall_s": 21.0, "pytest_s": 10.4,
+             "rows": [row(0.0101)], "fallback_markers": 0}]
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "wall.json").write_text(json.dumps(runs))
+    (work / "cold.json").write_text(json.dumps({"device": "H200", "flush_bytes": 120 << 20,
+        "cases": [{"op": "relu", "shape": [4096, 4096], "cupti_warm_ms": 0.010,
+                   "cupti_cold_ms": 0.020, "graph_warm_ms": 0.0101, "graph_cold_ms": 0.0204}]}))
+    proc = subprocess.run([sys.executable, str(ROOT / "docs/validation/scripts/issue18.py"),
+                           "summary", "--work", str(work), "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    md = (tmp_path / "o" / "issue18.md").read_text()
+    assert "| clamp | 20.0 (10.0) | 27.0 (17.0) | 21.0 (10.5) | 1.05 | 1.05 | 1.70 | 1.00 (1.00) |" in md
+    assert "| relu | [4096, 4096] | 10.00 | 20.00 | 10.10 | 20.40 | 1.010 | 1.020 | +102.0 |" in md

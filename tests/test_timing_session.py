@@ -50,7 +50,8 @@ def configured(monkeypatch, tmp_path):
     bench, calls = sequence_bench([1.0, 3.0, 2.0])
     monkeypatch.setattr(triton.testing, "do_bench", bench)
     monkeypatch.setenv("OUT_DIR", str(tmp_path))
-    for key in ("ZL_ENABLE_CUDAGRAPH", "ZL_DIRECT_REPEAT", "ZL_BACKEND"):
+    for key in ("ZL_ENABLE_CUDAGRAPH", "ZL_DIRECT_REPEAT", "ZL_BACKEND", "ZL_GRAPH_WARMUP_MS",
+                "ZL_L2"):
         monkeypatch.delenv(key, raising=False)
     state = types.SimpleNamespace(config=make_config(), bench=bench, calls=calls,
                                   identity=lambda: json.loads(
@@ -92,7 +93,7 @@ def test_direct_timer_with_repeat_wraps_do_bench(configured, capsys):
     assert triton.testing.do_bench(lambda: None, return_mode="median") == 2.0
     assert len(configured.calls) == 3
     assert configured.identity() == {"timer": "direct", "graph_capture": "disabled",
-                                     "direct_repeat": 3}
+                                     "direct_repeat": 3, "graph_warmup_ms": "25", "l2": "warm"}
     assert "median of 3 calls" in capsys.readouterr().err
 
 
@@ -100,8 +101,23 @@ def test_command_line_options_beat_the_variables(configured, capsys):
     configured.configure(options={"zl_cudagraph": "direct", "zl_direct_repeat": "2"},
                          ZL_BACKEND="cuda", ZL_ENABLE_CUDAGRAPH="1", ZL_DIRECT_REPEAT="9")
     assert configured.identity() == {"timer": "direct", "graph_capture": "disabled",
-                                     "direct_repeat": 2}
+                                     "direct_repeat": 2, "graph_warmup_ms": "25", "l2": "warm"}
     assert "median of 2 calls" in capsys.readouterr().err
+
+
+def test_warmup_and_l2_reach_the_graph_timer_and_the_identity(configured, capsys):
+    timing = configured.configure(options={"zl_graph_warmup_ms": "caller", "zl_l2": "cold"},
+                                  ZL_BACKEND="cuda", ZL_GRAPH_WARMUP_MS="40", ZL_L2="warm")
+    assert timing.graph.warmup_cap_ms is None and timing.graph.l2 == "cold"
+    ident = configured.identity()
+    assert (ident["graph_warmup_ms"], ident["l2"]) == ("caller", "cold")
+    assert "graph_warmup_ms=caller; l2=cold" in capsys.readouterr().err
+
+
+def test_warmup_cap_from_the_variable(configured):
+    timing = configured.configure(ZL_BACKEND="cuda", ZL_GRAPH_WARMUP_MS="40")
+    assert timing.graph.warmup_cap_ms == 40.0
+    assert configured.identity()["graph_warmup_ms"] == "40"
 
 
 def test_direct_timer_without_repeat_leaves_upstream_untouched(configured):
@@ -124,7 +140,8 @@ def test_garbage_repeat_is_logged_and_recorded_as_one(configured, capsys):
     assert "ZL_DIRECT_REPEAT='lots' is not an integer" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("env", [{"ZL_ENABLE_CUDAGRAPH": "maybe"}, {"ZL_BACKEND": "tpu"}])
+@pytest.mark.parametrize("env", [{"ZL_ENABLE_CUDAGRAPH": "maybe"}, {"ZL_BACKEND": "tpu"},
+                                 {"ZL_GRAPH_WARMUP_MS": "-5"}, {"ZL_L2": "tepid"}])
 def test_bad_values_are_usage_errors(configured, env):
     with pytest.raises(pytest.UsageError):
         configured.configure(**env)
@@ -240,7 +257,8 @@ def test_subprocess_graph_timer_falls_back_per_shape_and_keeps_rows(tmp_path):
     assert any("BENCHMARK_DIRECT_NO_CUDAGRAPH op=unique2 phase=denylist" in line
                for line in lines)
     assert [line for line in lines if "ROW unique2" in line]
-    assert ident == {"timer": "cuda_graph", "graph_capture": "attempted", "direct_repeat": 2}
+    assert ident == {"timer": "cuda_graph", "graph_capture": "attempted", "direct_repeat": 2,
+                     "graph_warmup_ms": "25", "l2": "warm"}
     assert "timer=cuda_graph backend=musa via CpuDeviceInterface" in proc.stderr
 
 
@@ -252,12 +270,17 @@ def test_subprocess_direct_timer_repeats_and_records(tmp_path):
     assert "BENCHMARK_DIRECT_NO_CUDAGRAPH" not in proc.stdout
     assert "REPEAT 3" in proc.stdout
     assert len([line for line in proc.stdout.splitlines() if "ROW " in line]) == 4
-    assert ident == {"timer": "direct", "graph_capture": "disabled", "direct_repeat": 3}
+    assert ident == {"timer": "direct", "graph_capture": "disabled", "direct_repeat": 3,
+                     "graph_warmup_ms": "25", "l2": "warm"}
 
 
-def test_subprocess_bad_value_is_a_usage_error_without_traceback(tmp_path):
-    proc, ident = run_pytest(tmp_path, ZL_BACKEND="cuda", ZL_ENABLE_CUDAGRAPH="sometimes")
+@pytest.mark.parametrize("env,message", [
+    ({"ZL_ENABLE_CUDAGRAPH": "sometimes"}, "ZL_ENABLE_CUDAGRAPH='sometimes' is not a timer choice"),
+    ({"ZL_L2": "tepid"}, "ZL_L2='tepid' is not an L2 mode"),
+])
+def test_subprocess_bad_value_is_a_usage_error_without_traceback(tmp_path, env, message):
+    proc, ident = run_pytest(tmp_path, ZL_BACKEND="cuda", **env)
     assert proc.returncode == 4  # pytest's usage-error status
-    assert "ZL_ENABLE_CUDAGRAPH='sometimes' is not a timer choice" in proc.stderr
+    assert message in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
     assert "timer" not in ident

@@ -17,6 +17,8 @@ because changing it alone moved a measured result (seed, S5000 / H200):
   seed             data-dependent operators (sort, topk, nonzero) see different inputs
   shape_source     op=yaml|upstream|hardcoded per op: a yaml that did not reach a class
                    measured the class's own shapes under the same op name
+  graph_warmup_ms  the warmup before each capture (issue 18): `caller` vs an adaptive cap
+  l2               warm vs cold L2: a memory-bound kernel reads slower from a flushed cache
 
 A field absent on one side only is a mismatch (one run cannot show it matched); absent
 on every side is accepted, so runs written before a field existed still compare.
@@ -42,6 +44,7 @@ from zl.switches import SwitchError, parse_switch
 CALIBER_FIELDS = (
     "backend", "device", "timer", "bench_level", "shape_mode",
     "tuner_cache", "direct_repeat", "use_flagtune", "seed", "shape_source",
+    "graph_warmup_ms", "l2",
 )
 # Fields holding an on/off word: " 1", "on" and "1" are one value (zl.switches decides).
 SWITCH_FIELDS = ("use_flagtune",)

@@ -1,9 +1,11 @@
 """One graph capture, step by step: warmup, a scratch RNG, capture, replay, summary.
 
 `graph_bench_port` is upstream `triton.testing.do_bench_cudagraph` done through the active
-device interface (upstream hard-codes torch.cuda). The warmup before it runs for the
-caller's budget: do_bench_cudagraph's own single warmup call is too short to settle the MoE
-kernels and made the first capture unstable run-to-run.
+device interface (upstream hard-codes torch.cuda); `graph_bench_cold` is the same with the
+L2 flushed before every call and the flushes' own time subtracted (ZL_L2=cold). The warmup
+before a capture (`warmup_before_capture`) stops once the calls settle: do_bench_cudagraph's
+own single warmup call is too short to settle the MoE kernels and made the first capture
+unstable run-to-run.
 """
 
 from __future__ import annotations
@@ -96,23 +98,61 @@ def reset_grads(grad_to_none) -> None:
             x.grad = None
 
 
-def warmup_before_capture(di, fn, warmup_ms: float, grad_to_none=None) -> int:
-    """One discarded call, then steady-state calls for about `warmup_ms`; returns the count.
+# The adaptive warmup stops once this many successive event-timed calls agree within
+# WARMUP_TOLERANCE of their median (or WARMUP_FLOOR_MS, the events' resolution, for
+# microsecond kernels), or once its budget is spent, or after WARMUP_MAX_CALLS calls.
+WARMUP_SETTLED = 3
+WARMUP_TOLERANCE = 0.05
+WARMUP_FLOOR_MS = 0.002
+WARMUP_MAX_CALLS = 200
 
-    The count comes from an event-timed call (as do_bench sizes its warmup) but the
-    loop also stops at the wall-clock budget: for microsecond kernels the host
-    launch path, not the device, sets the pace, and an event-sized count would
-    overrun the budget several times over.
+
+def warmup_before_capture(di, fn, warmup_ms: float, grad_to_none=None, cap_ms=None) -> int:
+    """One discarded call, then warm calls; returns how many warm calls ran.
+
+    Why it exists: do_bench_cudagraph's own single warmup call is too short to settle the
+    MoE kernels and made the first capture unstable run-to-run. With `cap_ms` (the
+    default, ZL_GRAPH_WARMUP_MS) the calls are event-timed one by one and stop when
+    WARMUP_SETTLED of them agree, within min(warmup_ms, cap_ms) of wall clock. With
+    `cap_ms=None` (ZL_GRAPH_WARMUP_MS=caller) the caller's whole budget is spent, as
+    before issue 18: FlagGems' default 1000 ms per call cost 1.7x upstream's wall.
     """
     fn()
     di.synchronize()
+    budget = max(float(warmup_ms or 0), 0.0)
+    if cap_ms is None:
+        return _warmup_for_budget(di, fn, budget, grad_to_none)
+    deadline = time.perf_counter() + min(budget, max(float(cap_ms), 0.0)) / 1e3
+    start, end = di.Event(enable_timing=True), di.Event(enable_timing=True)
+    times = []
+    while True:
+        reset_grads(grad_to_none)
+        start.record()
+        fn()
+        end.record()
+        di.synchronize()
+        times.append(start.elapsed_time(end))
+        if (_settled(times[-WARMUP_SETTLED:]) or len(times) >= WARMUP_MAX_CALLS
+                or time.perf_counter() >= deadline):
+            return len(times)
+
+
+def _settled(times) -> bool:
+    if len(times) < WARMUP_SETTLED:
+        return False
+    mid = sorted(times)[len(times) // 2]
+    return max(times) - min(times) <= max(WARMUP_TOLERANCE * mid, WARMUP_FLOOR_MS)
+
+
+def _warmup_for_budget(di, fn, budget: float, grad_to_none) -> int:
+    """The warmup before issue 18: an event-sized count for `budget` ms, cut at the wall clock
+    (for microsecond kernels the host launch path sets the pace and the count would overrun)."""
     start, end = di.Event(enable_timing=True), di.Event(enable_timing=True)
     start.record()
     fn()
     end.record()
     di.synchronize()
     estimate = start.elapsed_time(end)
-    budget = max(float(warmup_ms or 0), 0.0)
     n = max(1, int(budget / estimate)) if estimate > 0 else 1
     deadline = time.perf_counter() + budget / 1e3
     done = 0
@@ -215,3 +255,44 @@ def graph_bench_port(di, graph_cls, step, fn, rep, grad_to_none, quantiles, retu
             di.synchronize()
             times.append(start.elapsed_time(end) / n_repeat)
     return summarize(times, quantiles, return_mode)
+
+
+def graph_bench_cold(di, graph_cls, step, fn, rep, grad_to_none, quantiles, return_mode,
+                     flush, stream=None):
+    """graph_bench_port with the L2 flushed before every call inside the graph (ZL_L2=cold).
+
+    As tritonbench's cudagraph timer with cache clearing does: one graph holds n
+    (flush, call) pairs, a second graph the same n flushes alone; each replay pair's
+    difference, over n, is one sample, so the flush's own time is subtracted and a drift
+    between replays hits both graphs of a pair alike. `flush()` writes a buffer larger
+    than L2 on the current stream.
+    """
+    with di.stream(_capture_stream(di, stream)):
+        flush()
+        estimate = _estimate_ms(di, lambda: (flush(), fn()), grad_to_none)
+        n_repeat = 1000 if estimate == 0 else max(1, int(rep / estimate))
+        graph, flushes = graph_cls(), graph_cls()
+        with capturing(di, graph, stream):
+            for _ in range(n_repeat):
+                flush()
+                reset_grads(grad_to_none)
+                fn()
+        with capturing(di, flushes, stream):
+            for _ in range(n_repeat):
+                flush()
+        di.synchronize()
+        step["phase"] = "replay"
+        times = []
+        for _ in range(N_REPLAYS):
+            with_fn, alone = _replay_ms(di, graph), _replay_ms(di, flushes)
+            times.append((with_fn - alone) / n_repeat)
+    return summarize(times, quantiles, return_mode)
+
+
+def _replay_ms(di, graph) -> float:
+    start, end = di.Event(enable_timing=True), di.Event(enable_timing=True)
+    start.record()
+    graph.replay()
+    end.record()
+    di.synchronize()
+    return start.elapsed_time(end)

@@ -8,7 +8,8 @@ return_mode="all") has no median across calls, so those requests get exactly one
 
 from __future__ import annotations
 
-from typing import Callable
+import time
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -35,3 +36,64 @@ def make_repeated_do_bench(original: Callable, repeat: int) -> Callable:
 
     repeated_do_bench.zl_direct_repeat = repeat
     return repeated_do_bench
+
+
+# The host-share probe runs this many back-to-back calls (fewer when one call is long).
+HOST_PROBE_CALLS = 20
+HOST_PROBE_BUDGET_MS = 10.0
+# Spin cycles per second of host enqueue time (2x a 2 GHz clock): the spin must outlast
+# the host's enqueueing of every probe call, or device idle gaps would count as device time.
+SPIN_CYCLES_PER_S = 4e9
+
+
+def host_share(host_ms: float, device_ms: float) -> float:
+    """Percent of a direct per-call reading that is host dispatch, not device work.
+
+    A do_bench call of a kernel reads at least the host's dispatch time; when that
+    outlasts the kernel, the excess is the host's share (0 when the device is slower).
+    """
+    if host_ms <= 0 or host_ms <= device_ms:
+        return 0.0
+    return 100.0 * (host_ms - device_ms) / host_ms
+
+
+def measure_host_share(di, fn, grad_to_none=None) -> Optional[float]:
+    """Host-dispatch share (percent) of `fn`'s direct timing; None when it cannot be measured.
+
+    Host time per call: wall clock for enqueueing N calls. Device time per call: events
+    around the same N calls enqueued behind a spin kernel (`di._sleep`, torch.cuda's),
+    so the device runs them back to back without waiting for the host. An interface
+    without a spin kernel gives None (reported as unknown, never as 0).
+    """
+    spin = getattr(di, "_sleep", None)
+    if spin is None:
+        return None
+
+    def reset():
+        for x in grad_to_none or ():
+            x.grad = None
+
+    start, end = di.Event(enable_timing=True), di.Event(enable_timing=True)
+    di.synchronize()
+    start.record()
+    reset()
+    fn()
+    end.record()
+    di.synchronize()
+    one = start.elapsed_time(end)
+    fit = int(HOST_PROBE_BUDGET_MS / one) if one > 0 else HOST_PROBE_CALLS
+    n = max(3, min(HOST_PROBE_CALLS, fit))
+    t0 = time.perf_counter()
+    for _ in range(n):
+        reset()
+        fn()
+    host_s = (time.perf_counter() - t0) / n
+    di.synchronize()
+    spin(int(SPIN_CYCLES_PER_S * host_s * n) + 1)
+    start.record()
+    for _ in range(n):
+        reset()
+        fn()
+    end.record()
+    di.synchronize()
+    return host_share(host_s * 1e3, start.elapsed_time(end) / n)

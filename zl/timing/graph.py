@@ -6,17 +6,22 @@ For each call it
 2. synchronises the device, so the capture stream cannot start before the inputs the
    benchmark just wrote on the current stream exist (an unsynchronised side stream gave an
    intermittent illegal instruction);
-3. warms fn for the caller's warmup budget (`capture.warmup_before_capture`);
-4. captures and replays under a scratch RNG state (`capture.scratch_rng`);
+3. warms fn until event-timed calls settle, within min(caller's warmup, ZL_GRAPH_WARMUP_MS)
+   (`capture.warmup_before_capture`);
+4. captures and replays under a scratch RNG state (`capture.scratch_rng`); with ZL_L2=cold
+   every call in the graph follows an L2 flush whose own time is subtracted
+   (`capture.graph_bench_cold`);
 5. on failure asks the backend, by its vendor wording, how bad it was: recoverable -> plain
-   do_bench (ZL_DIRECT_REPEAT times, median) plus a BENCHMARK_DIRECT_NO_CUDAGRAPH marker;
+   do_bench (ZL_DIRECT_REPEAT times, median) plus a BENCHMARK_DIRECT_NO_CUDAGRAPH marker
+   that carries the measured host-dispatch share of the row (`direct.measure_host_share`);
    poisoned -> BENCHMARK_CAPTURE_POISONED and re-raise; fatal -> re-raise, because a
    fallback latency would report a broken kernel as a measurement.
 
 On torch.cuda upstream `triton.testing.do_bench_cudagraph` is called verbatim so CUDA numbers
 do not move, except for a backward benchmark, which is captured on its forward stream
-(`backward`). Elsewhere `capture.graph_bench_port` does the same steps through the device
-interface; an interface without a graph type falls back on every shape, with the marker.
+(`backward`), and under ZL_L2=cold, which upstream cannot do. Elsewhere
+`capture.graph_bench_port` does the same steps through the device interface; an interface
+without a graph type falls back on every shape, with the marker.
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ from zl.term import log, style
 
 from . import GRAPH_LOG_TAG, capture, device
 from .backward import BackwardStreams
-from .direct import run_direct
+from .direct import measure_host_share, run_direct
+from .l2 import FlushBuffer
 
 DETAIL_CHARS = 160
 VERDICTS = ("fatal", "poisoned", "recoverable")
@@ -72,9 +78,13 @@ class GraphTimer:
     """Graph timing for one session: the backend, the direct repeat for fallback rows, the
     do_bench it replaced, the running operator and the backward side streams."""
 
-    def __init__(self, backend, repeat: int = 1) -> None:
+    def __init__(self, backend, repeat: int = 1, warmup_cap_ms: Optional[float] = 25.0,
+                 l2: str = "warm", flush: Optional[FlushBuffer] = None) -> None:
         self.backend = backend
         self.repeat = max(1, int(repeat))
+        self.warmup_cap_ms = warmup_cap_ms  # None: the caller's whole warmup budget
+        self.l2 = l2
+        self.flush = flush or FlushBuffer()
         self.op: Optional[str] = None  # set per pytest item by the session's hooks
         self.upstream = None  # the do_bench replaced; None while not installed
         self.backward = BackwardStreams()
@@ -98,6 +108,7 @@ class GraphTimer:
         self._patches.undo_all()
         self.upstream = None
         self.op = None
+        self.flush.release()
 
     def current_op(self) -> str:
         """The running item's operator; else ZL_OP / FLAGGEMS_PERF_CURRENT_OP; else '<unknown>'.
@@ -128,9 +139,11 @@ class GraphTimer:
     def _time_with_graph(self, step, fn, warmup, rep, grad_to_none, quantiles, return_mode):
         di = device.device_interface()
         forward_stream = self.backward.forward_stream
+        cold = self.l2 == "cold"
         # upstream verbatim on torch.cuda, except for a backward benchmark (upstream's own
         # cudagraph mode loses those rows entirely, so there is no upstream number to keep)
-        upstream = device.is_torch_cuda(di) and forward_stream is None
+        # and a cold L2 (upstream's graph has no flush in it)
+        upstream = device.is_torch_cuda(di) and forward_stream is None and not cold
         graph_cls = None
         if not upstream:
             # Known before anything runs; failing here spares the warmup budget.
@@ -139,7 +152,9 @@ class GraphTimer:
         step["phase"] = "sync"
         di.synchronize()
         step["phase"] = "warmup"
-        capture.warmup_before_capture(di, fn, warmup, grad_to_none)
+        if cold:
+            self.flush.ensure(di)  # allocated here: an allocation would break the capture
+        capture.warmup_before_capture(di, fn, warmup, grad_to_none, cap_ms=self.warmup_cap_ms)
         step["phase"] = "capture"
         with capture.scratch_rng(di):
             if upstream:
@@ -147,6 +162,10 @@ class GraphTimer:
                 # A replay failure inside upstream's function reports phase=capture.
                 return tt.do_bench_cudagraph(fn, rep=rep, grad_to_none=grad_to_none,
                                              quantiles=quantiles, return_mode=return_mode)
+            if cold:
+                return capture.graph_bench_cold(di, graph_cls, step, fn, rep, grad_to_none,
+                                                quantiles, return_mode, self.flush.flush,
+                                                stream=forward_stream)
             return capture.graph_bench_port(di, graph_cls, step, fn, rep, grad_to_none,
                                             quantiles, return_mode, stream=forward_stream)
 
@@ -180,8 +199,27 @@ class GraphTimer:
     def _fallback(self, op, phase, reason, detail, fn, warmup, rep, grad_to_none, quantiles,
                   return_mode):
         repeat = self.repeat
+        share = self._host_share(fn, grad_to_none)
+        # do_bench zeroes its own 256 MB cache before every call: a cold row either way.
+        l2 = "cold_by_do_bench_flush" if self.l2 == "cold" else None
         _marker(markers.format_marker(markers.DIRECT_NO_CUDAGRAPH, op=op, phase=phase,
                                       reason=reason, detail=f"'{detail}'",
+                                      host_share=share, l2=l2,
                                       repeat=repeat if repeat > 1 else None), "yellow")
         return run_direct(self.upstream, fn, warmup=warmup, rep=rep, grad_to_none=grad_to_none,
                           quantiles=quantiles, return_mode=return_mode, repeat=repeat)
+
+    @staticmethod
+    def _host_share(fn, grad_to_none) -> str:
+        """`<pct>%` of the direct reading that is host dispatch, or `unknown`.
+
+        A direct row of a small kernel reads the host's Python dispatch whenever that
+        outlasts the kernel (softmax 64x64 read 25.95 then 5.09 us between two runs), so the
+        marker says how much of the row that is instead of leaving it silently inside.
+        """
+        try:
+            share = measure_host_share(device.device_interface(), fn, grad_to_none)
+        except Exception as exc:  # the probe must not cost the row; do_bench still runs
+            _log(f"host-share probe failed ({type(exc).__name__}: {_detail(exc)})")
+            share = None
+        return "unknown" if share is None else f"{share:.0f}%"

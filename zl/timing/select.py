@@ -12,6 +12,7 @@ Each setting is a pytest option whose default is its environment variable, so ru
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional, Tuple
 
 from zl import options
@@ -19,8 +20,21 @@ from zl.switches import SwitchError, parse_switch
 
 ENV_GRAPH = "ZL_ENABLE_CUDAGRAPH"
 ENV_REPEAT = "ZL_DIRECT_REPEAT"
+ENV_WARMUP = "ZL_GRAPH_WARMUP_MS"
+ENV_L2 = "ZL_L2"
 OPT_GRAPH = "--zl-cudagraph"
 OPT_REPEAT = "--zl-direct-repeat"
+OPT_WARMUP = "--zl-graph-warmup-ms"
+OPT_L2 = "--zl-l2"
+
+# The warmup before each capture stops once event-timed calls settle, and never runs longer
+# than this (or the caller's own budget, if smaller). FlagGems passes --warmup (1000 ms by
+# default) to every do_bench call; spending all of it, for torch and gems on every shape, made
+# the graph timer 1.7x upstream --mode cudagraph on clamp_inplace (H200, issue 18).
+DEFAULT_WARMUP_MS = "25"
+# ZL_GRAPH_WARMUP_MS=caller: the behaviour before issue 18 (the caller's whole budget).
+WARMUP_CALLER = "caller"
+L2_MODES = ("warm", "cold")
 
 AUTO_WORDS = ("", "auto")
 # `direct` names the timer the off position selects; it has always been accepted as off.
@@ -34,6 +48,14 @@ class TimerConfigError(SwitchError):
     """ZL_ENABLE_CUDAGRAPH (or --zl-cudagraph) holds a value that names no timer."""
 
 
+class GraphWarmupError(ValueError):
+    """ZL_GRAPH_WARMUP_MS (or --zl-graph-warmup-ms) is neither `caller` nor a number >= 0."""
+
+
+class L2ModeError(ValueError):
+    """ZL_L2 (or --zl-l2) names no L2 mode (warm or cold)."""
+
+
 def add_options(parser: Any) -> None:
     """Declare both settings in the zl_bench option group."""
     options.add(parser, OPT_GRAPH, ENV_GRAPH,
@@ -42,6 +64,13 @@ def add_options(parser: Any) -> None:
     options.add(parser, OPT_REPEAT, ENV_REPEAT,
                 "direct timer (and graph fallback rows): run do_bench N times, take the median",
                 "1")
+    options.add(parser, OPT_WARMUP, ENV_WARMUP,
+                "graph timer: warm up before each capture until event-timed calls settle, "
+                "for at most min(this, the caller's warmup) ms; `caller` = the caller's whole "
+                "budget (before issue 18)", DEFAULT_WARMUP_MS)
+    options.add(parser, OPT_L2, ENV_L2,
+                "warm = back-to-back calls (L2 keeps the inputs); cold = L2 flushed before "
+                "every timed call inside the graph, the flush's own time subtracted", "warm")
 
 
 def read_setting(config: Any, flag: str, env: str) -> Tuple[str, str]:
@@ -75,6 +104,34 @@ def parse_direct_repeat(raw: Optional[str], name: str = ENV_REPEAT) -> Tuple[int
     if n < 1:
         return 1, f"{name}={raw!r} is below 1; using 1"
     return n, None
+
+
+def parse_graph_warmup(raw: Optional[str], name: str = ENV_WARMUP) -> Optional[float]:
+    """ZL_GRAPH_WARMUP_MS text -> cap in ms (None = `caller`); a bad value is GraphWarmupError."""
+    text = (raw or "").strip().lower() or DEFAULT_WARMUP_MS
+    if text == WARMUP_CALLER:
+        return None
+    try:
+        cap = float(text)
+    except ValueError:
+        cap = float("nan")
+    if not math.isfinite(cap) or cap < 0:
+        raise GraphWarmupError(f"{name}={raw!r} is not a warmup cap; use a number of ms >= 0 "
+                               f"(default {DEFAULT_WARMUP_MS}) or {WARMUP_CALLER!r}")
+    return cap
+
+
+def warmup_label(cap: Optional[float]) -> str:
+    """The run_identity.json value: `caller` or the cap as written without a trailing .0."""
+    return WARMUP_CALLER if cap is None else format(cap, "g")
+
+
+def parse_l2(raw: Optional[str], name: str = ENV_L2) -> str:
+    """ZL_L2 text -> 'warm' | 'cold' (empty = warm); anything else is an L2ModeError."""
+    text = (raw or "").strip().lower() or "warm"
+    if text not in L2_MODES:
+        raise L2ModeError(f"{name}={raw!r} is not an L2 mode; use warm (default) or cold")
+    return text
 
 
 def choose_timer(backend, request: str, name: str = ENV_GRAPH) -> Tuple[str, str, Optional[str]]:

@@ -54,11 +54,14 @@ class GraphHooks:
 class TimingSession:
     """The timer chosen for this session (timer, graph_capture, direct_repeat) and its patches."""
 
-    def __init__(self, backend, timer: str, graph_capture: str, repeat: int) -> None:
+    def __init__(self, backend, timer: str, graph_capture: str, repeat: int,
+                 warmup_cap_ms: Optional[float] = 25.0, l2: str = "warm") -> None:
         self.backend = backend
         self.timer = timer
         self.graph_capture = graph_capture
         self.repeat = repeat
+        self.warmup_cap_ms = warmup_cap_ms
+        self.l2 = l2
         self.graph: Optional[GraphTimer] = None
         self.patches = PatchStack()
 
@@ -70,7 +73,8 @@ class TimingSession:
             self._install_direct()
 
     def _install_graph(self, pluginmanager: Any) -> None:
-        self.graph = GraphTimer(self.backend, self.repeat)
+        self.graph = GraphTimer(self.backend, self.repeat, warmup_cap_ms=self.warmup_cap_ms,
+                                l2=self.l2)
         self.graph.install()
         self.patches.push(self.graph.uninstall)
         hooks = GraphHooks(self.graph)
@@ -84,7 +88,8 @@ class TimingSession:
         log(TIMING_LOG_TAG,
             f"timer=cuda_graph backend={self.backend.name} via {device.interface_label()} "
             f"(capture per shape, fallback to do_bench with {markers.DIRECT_NO_CUDAGRAPH}; "
-            f"direct_repeat={self.repeat})")
+            f"direct_repeat={self.repeat}; graph_warmup_ms="
+            f"{select.warmup_label(self.warmup_cap_ms)}; l2={self.l2})")
 
     def _install_direct(self) -> None:
         import triton.testing as tt
@@ -94,7 +99,9 @@ class TimingSession:
         log(TIMING_LOG_TAG,
             f"timer=direct backend={self.backend.name} via {device.interface_name()} "
             f"(graph_capture={self.graph_capture}; upstream do_bench"
-            + (f", median of {self.repeat} calls)" if self.repeat > 1 else ")"))
+            + (f", median of {self.repeat} calls)" if self.repeat > 1 else ")")
+            + ("; l2=cold: do_bench zeroes its own 256 MB cache before every call"
+               if self.l2 == "cold" else ""))
 
     def pytest_unconfigure(self, config):
         """Put back whatever do_bench and Benchmark methods this session replaced."""
@@ -103,12 +110,17 @@ class TimingSession:
 
 
 def _choose(config: Any):
-    """-> (backend, timer, graph_capture, repeat); a bad value is a pytest.UsageError."""
+    """-> (backend, timer, graph_capture, repeat, warmup cap, l2); a bad value is a
+    pytest.UsageError."""
     try:
         backend = get_backend()
         raw, graph_name = select.read_setting(config, select.OPT_GRAPH, select.ENV_GRAPH)
         request = select.parse_graph_request(raw, graph_name)
-    except ValueError as exc:  # TimerConfigError, UnknownBackendError
+        warmup_cap = select.parse_graph_warmup(
+            *select.read_setting(config, select.OPT_WARMUP, select.ENV_WARMUP))
+        l2 = select.parse_l2(*select.read_setting(config, select.OPT_L2, select.ENV_L2))
+    # TimerConfigError, UnknownBackendError, GraphWarmupError, L2ModeError
+    except ValueError as exc:
         raise pytest.UsageError(f"{TIMING_LOG_TAG} {exc}") from None
     raw, name = select.read_setting(config, select.OPT_REPEAT, select.ENV_REPEAT)
     repeat, warning = select.parse_direct_repeat(raw, name)
@@ -117,15 +129,16 @@ def _choose(config: Any):
     timer, capture, refusal = select.choose_timer(backend, request, name=graph_name)
     if refusal:
         log(TIMING_LOG_TAG, refusal)
-    return backend, timer, capture, repeat
+    return backend, timer, capture, repeat, warmup_cap, l2
 
 
 def start(config: Any) -> TimingSession:
     """Pick the timer, register the session (so unconfigure undoes even a half install),
     patch do_bench accordingly, write the identity fields."""
-    backend, timer, capture, repeat = _choose(config)
-    session = TimingSession(backend, timer, capture, repeat)
+    backend, timer, capture, repeat, warmup_cap, l2 = _choose(config)
+    session = TimingSession(backend, timer, capture, repeat, warmup_cap, l2)
     config.pluginmanager.register(session, PLUGIN_NAME)
     session.install(config.pluginmanager)
-    update_identity(timer=timer, graph_capture=capture, direct_repeat=repeat)
+    update_identity(timer=timer, graph_capture=capture, direct_repeat=repeat,
+                    graph_warmup_ms=select.warmup_label(warmup_cap), l2=l2)
     return session

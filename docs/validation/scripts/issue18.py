@@ -1,0 +1,247 @@
+#!/usr/bin/env python
+"""Issue 18 evidence on one GPU: graph-timer cost against upstream, A/A, cold vs warm L2.
+
+    issue18.py wall --flaggems-dir FG --shape-file F --ops op:file,... --work W --deadline-s S
+        per operator, each run alone, with a fresh Triton cache (cold caches, as in the issue):
+        upstream `pytest --mode cudagraph`, zl_bench before (ZL_GRAPH_WARMUP_MS=caller, the
+        warmup before issue 18), zl_bench after (default) twice (A/A, run 2 replays run 1's
+        autotune picks). Wall and pytest's own time per run; W/wall.json after every run. No run
+        starts after --deadline-s.
+    issue18.py cold --work W
+        in-process, 3 memory-bound float16 shapes: the graph timer warm and cold, and CUPTI
+        kernel time (torch.profiler) back to back (warm) and with a flush of 2x L2 before every
+        launch (cold, the flush kernel excluded by name); W/cold.json.
+    issue18.py summary --work W --out OUT
+        OUT/issue18.md from whatever the two stages left (no GPU).
+Exit status: 0 done (failed runs are results), 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+for p in (ROOT, ROOT / "benchmarks"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+from timer_noise import fmt, pair_stats, parse_tables  # noqa: E402
+from zl import atomic, markers  # noqa: E402
+
+RUNS = ("upstream", "before", "after1", "after2")
+PYTEST_TIME = re.compile(r"=+ .*\b(?:passed|failed|error)\b.* in ([0-9.]+)s")
+COLD_CASES = (("relu", (4096, 4096)), ("sum", (4096, 4096)), ("softmax", (4096, 4096)))
+
+
+def say(msg: str) -> None:
+    print(f"[issue18 {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def run_once(kind, op, stem, args, run_dir: Path, replay_from=None):
+    run_dir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", FLAGGEMS_PERF_COLOR="never",
+               TRITON_CACHE_DIR=tempfile.mkdtemp(prefix="triton_", dir=run_dir))
+    if kind == "upstream":
+        cmd = [sys.executable, "-u", "-m", "pytest", "-s", "--color=no",
+               f"benchmark/test_{stem}.py::test_{op}", "--level", "core", "--mode", "cudagraph",
+               "--dtypes", "float16", "--shape_file", str(args.shape_file)]
+        cwd = args.flaggems_dir
+    else:
+        env.update(OP=op, OP_FILE=stem, FLAGGEMS_DIR=str(args.flaggems_dir), DTYPES="float16",
+                   SHAPE_FILE=str(args.shape_file), BENCH_LEVEL="core", OUT_DIR=str(run_dir / "zl"))
+        for key in ("REPLAY_FROM", "ZL_GRAPH_WARMUP_MS", "ZL_L2", "ZL_ENABLE_CUDAGRAPH"):
+            env.pop(key, None)
+        if kind == "before":
+            env["ZL_GRAPH_WARMUP_MS"] = "caller"
+        if replay_from is not None:
+            env["REPLAY_FROM"] = str(replay_from)
+        cmd, cwd = ["bash", str(ROOT / "run_pytest.sh")], ROOT
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
+                              timeout=args.run_timeout_s)
+        rc, text = proc.returncode, proc.stdout + "\n" + proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        rc, text = "timeout", str(exc.stdout or "")
+    wall = time.monotonic() - t0
+    atomic.write_text(run_dir / "output.log", text)
+    found = PYTEST_TIME.findall(text)
+    ident_path = run_dir / "zl" / "run_identity.json"
+    ident = json.loads(ident_path.read_text()) if ident_path.is_file() else {}
+    return {"kind": kind, "op": op, "rc": rc, "wall_s": round(wall, 2),
+            "pytest_s": float(found[-1]) if found else None, "rows": parse_tables(text),
+            "fallback_markers": text.count(f"{markers.DIRECT_NO_CUDAGRAPH} op="),
+            "graph_warmup_ms": ident.get("graph_warmup_ms"), "l2": ident.get("l2"),
+            "log_tail": text[-1500:] if rc != 0 else ""}
+
+
+def wall_main(args) -> int:
+    work = Path(args.work)
+    out_json = work / "wall.json"
+    t0 = time.monotonic()
+    results = []
+    for item in args.ops.split(","):
+        op, _, stem = item.partition(":")
+        for kind in RUNS:
+            if time.monotonic() - t0 > args.deadline_s:
+                say(f"deadline: skipping {op} {kind}")
+                results.append({"kind": kind, "op": op, "rc": "skipped_deadline", "rows": []})
+                continue
+            replay = work / op / "after1" / "zl" if kind == "after2" else None
+            say(f"{op} {kind}")
+            r = run_once(kind, op, stem or op, args, work / op / kind, replay)
+            say(f"  rc={r['rc']} wall={r['wall_s']} s pytest={r['pytest_s']} s rows={len(r['rows'])}")
+            results.append(r)
+            atomic.write_text(out_json, json.dumps(results, indent=1, default=str))
+    return 0
+
+
+def cold_main(args) -> int:
+    import torch
+    import triton.testing as tt
+    from torch.profiler import ProfilerActivity, profile
+
+    import flag_gems
+    from zl.backends import get_backend
+    from zl.timing import l2
+    from zl.timing.graph import GraphTimer
+
+    nbytes = l2.flush_bytes(torch.cuda)
+    cache = torch.empty(nbytes // 4, dtype=torch.int32, device="cuda")
+    ops = {"relu": torch.relu, "sum": torch.sum,
+           "softmax": lambda x: torch.nn.functional.softmax(x, dim=-1)}
+
+    def cupti_ms(fn, cold, names=None, n=50):
+        for _ in range(5):
+            fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(n):
+                if cold:
+                    cache.zero_()
+                fn()
+            torch.cuda.synchronize()
+        total, seen = 0.0, set()
+        for evt in prof.key_averages():
+            t = getattr(evt, "self_device_time_total", None) or getattr(evt, "self_cuda_time_total", 0.0)
+            if t and (names is None or evt.key in names):
+                total += t
+                seen.add(evt.key)
+        return total / n / 1e3, seen
+
+    def graph_ms(fn, mode):
+        timer = GraphTimer(get_backend("cuda"), l2=mode)
+        timer.install()
+        try:
+            timer.op = "issue18_cold"
+            return tt.do_bench(fn, warmup=1000, rep=100, return_mode="median")
+        finally:
+            timer.uninstall()
+
+    out = {"flush_bytes": nbytes, "device": torch.cuda.get_device_name(0), "cases": []}
+    for name, shape in COLD_CASES:
+        x = torch.randn(shape, dtype=torch.float16, device="cuda")
+        with flag_gems.use_gems():
+            fn = (lambda f=ops[name]: f(x))
+            fn()
+            torch.cuda.synchronize()
+            warm_k, names = cupti_ms(fn, cold=False)
+            cold_k, _ = cupti_ms(fn, cold=True, names=names)
+            case = {"op": name, "shape": list(shape), "kernels": sorted(names),
+                    "cupti_warm_ms": warm_k, "cupti_cold_ms": cold_k,
+                    "graph_warm_ms": graph_ms(fn, "warm"), "graph_cold_ms": graph_ms(fn, "cold")}
+        out["cases"].append(case)
+        say(f"{name} {shape}: " + " ".join(f"{k}={v * 1e3:.2f}us" for k, v in case.items()
+                                              if k.endswith("_ms")))
+        atomic.write_text(Path(args.work) / "cold.json", json.dumps(out, indent=1))
+    return 0
+
+
+def _ratio(a, b):
+    return a / b if a and b else None
+
+
+def summary_main(args) -> int:
+    work, out = Path(args.work), Path(args.out)
+    md = ["# Issue 18: graph-timer cost and cold L2", ""]
+    wall = work / "wall.json"
+    if wall.is_file():
+        runs = json.loads(wall.read_text())
+        by = {(r["op"], r["kind"]): r for r in runs}
+        md += ["| op | upstream wall s (pytest s) | before wall (pytest) | after wall (pytest) "
+               "| after/upstream pytest | after/upstream wall | before/upstream pytest "
+               "| A/A median % (max) | after vs before median % | rows up/before/after | fallback |",
+               "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for op in dict.fromkeys(r["op"] for r in runs):
+            up, bf, a1, a2 = (by.get((op, k), {}) for k in RUNS)
+            aa, ab = pair_stats(a1.get("rows", []), a2.get("rows", [])), \
+                pair_stats(bf.get("rows", []), a1.get("rows", []))
+
+            def wp(r):
+                return f"{fmt(r.get('wall_s'), '.1f')} ({fmt(r.get('pytest_s'), '.1f')})" \
+                    if r.get("wall_s") is not None else str(r.get("rc", "-"))
+            md.append(
+                f"| {op} | {wp(up)} | {wp(bf)} | {wp(a1)} | "
+                f"{fmt(_ratio(a1.get('pytest_s'), up.get('pytest_s')), '.2f')} | "
+                f"{fmt(_ratio(a1.get('wall_s'), up.get('wall_s')), '.2f')} | "
+                f"{fmt(_ratio(bf.get('pytest_s'), up.get('pytest_s')), '.2f')} | "
+                f"{fmt(aa.get('median_pct'))} ({fmt(aa.get('max_pct'))}) | "
+                f"{fmt(ab.get('median_pct'))} | {len(up.get('rows', []))}/"
+                f"{len(bf.get('rows', []))}/{len(a1.get('rows', []))} | "
+                f"{a1.get('fallback_markers', '-')}/{a2.get('fallback_markers', '-')} |")
+    cold = work / "cold.json"
+    if cold.is_file():
+        data = json.loads(cold.read_text())
+        md += ["", f"Cold L2 ({data['device']}, flush {data['flush_bytes'] >> 20} MiB, float16):", "",
+               "| op | shape | CUPTI warm us | CUPTI cold us | graph warm us | graph cold us "
+               "| warm/CUPTI warm | cold/CUPTI cold | cold vs warm % |",
+               "|---|---|---|---|---|---|---|---|---|"]
+        for c in data["cases"]:
+            gap = _ratio(c["graph_cold_ms"], c["graph_warm_ms"])
+            md.append(f"| {c['op']} | {c['shape']} | {c['cupti_warm_ms'] * 1e3:.2f} | "
+                      f"{c['cupti_cold_ms'] * 1e3:.2f} | {c['graph_warm_ms'] * 1e3:.2f} | "
+                      f"{c['graph_cold_ms'] * 1e3:.2f} | "
+                      f"{fmt(_ratio(c['graph_warm_ms'], c['cupti_warm_ms']), '.3f')} | "
+                      f"{fmt(_ratio(c['graph_cold_ms'], c['cupti_cold_ms']), '.3f')} | "
+                      f"{fmt(None if gap is None else (gap - 1) * 100, '+.1f')} |")
+    out.mkdir(parents=True, exist_ok=True)
+    atomic.write_text(out / "issue18.md", "\n".join(md) + "\n")
+    print("\n".join(md), flush=True)
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("stage", choices=("wall", "cold", "summary"))
+    ap.add_argument("--flaggems-dir", default=os.environ.get("FLAGGEMS_DIR", ""))
+    ap.add_argument("--shape-file", default="")
+    ap.add_argument("--ops", default="")
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--out", default="")
+    ap.add_argument("--deadline-s", type=float, default=360.0)
+    ap.add_argument("--run-timeout-s", type=float, default=90.0)
+    args = ap.parse_args(argv)
+    Path(args.work).mkdir(parents=True, exist_ok=True)
+    if args.stage == "wall":
+        if not (args.ops and Path(args.flaggems_dir).is_dir() and Path(args.shape_file).is_file()):
+            ap.error("wall needs --ops, an existing --flaggems-dir and --shape-file")
+        args.flaggems_dir = Path(args.flaggems_dir).resolve()
+        args.shape_file = Path(args.shape_file).resolve()
+        return wall_main(args)
+    if args.stage == "cold":
+        return cold_main(args)
+    if not args.out:
+        ap.error("summary needs --out")
+    return summary_main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
