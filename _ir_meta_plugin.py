@@ -48,6 +48,7 @@ from zl.ir import dump as _dump  # noqa: E402
 from zl.switches import env_switch  # noqa: E402
 from zl.flaggems import find_benchmark_bases  # noqa: E402
 from zl.ir.variants import variant_record  # noqa: E402
+from zl.ir import levels as _levels  # noqa: E402
 
 TAG = "[ir-meta-plugin]"
 DUMP_DIR_ENV = "FLAGGEMS_PERF_TTGIR_DUMP_DIR"
@@ -228,6 +229,10 @@ class IRCollector:
         except Exception as exc:
             _log(f"IR dump to {self.dump_dir} failed ({exc!r}); run continues without it")
             return None
+        try:  # every level's hash (ttgir..binary) for the screen verdict, whatever was dumped
+            summary["fingerprints"] = _levels.record(self.dump_dir, variants)["levels"]
+        except Exception as exc:
+            _log(f"IR fingerprints not recorded ({exc!r}); the verdict falls back to dumped files")
         extra = f", TTGIR missing from cache for {len(summary['missing'])}" if summary["missing"] else ""
         _log(f"dumped {summary['files']} TTGIR file(s) for {len(variants)} compiled variant(s) "
              f"over {summary['shapes']} shape dir(s) to {self.dump_dir} ({reason}){extra}")
