@@ -187,3 +187,55 @@ def test_aa_screen_is_not_wrong_results(tmp_path):
     row, r = _screen(tmp_path, "ZL_UNREAD_SWITCH", "aa")
     assert row["verdict"] == "NO_TRITON" and row["results"] == "match", r.explain()
     assert (tmp_path / "aa" / "abs_after" / "results" / "abs.json").is_file()
+
+
+# ---------------------------------------------------------------- reports
+
+STUB = REPO_ROOT / "tests" / "fixtures" / "runlogs" / "stub_run_pytest.py"
+
+
+def _stub_cell(tmp_path, out, replay="", scale=1.0):
+    """A run directory with an upstream-format run.log (the stub) plus recorded outputs."""
+    env = {"OUT_DIR": str(out), "OP": "exp", "ZL_STUB_IR": "same", "REPLAY_FROM": replay, "PATH": "/usr/bin:/bin"}
+    subprocess.run([sys.executable, str(STUB)], env=env, check=True, capture_output=True)
+    torch.manual_seed(0)
+    rec = ResultsRecorder(out, log=lambda m: None)
+    bench = FakeBench("exp", torch.exp)
+    x = torch.randn(64)
+    rec.record(bench, bench.torch_op, (x,), {})
+    rec.gems_depth = 1
+    rec.record(bench, lambda t: torch.exp(t) * scale, (x,), {})
+    return out
+
+
+def _summary(*args):
+    return subprocess.run([sys.executable, str(REPO_ROOT / "batch_summary.py"), *map(str, args)],
+                          cwd=REPO_ROOT, capture_output=True, text=True)
+
+
+def test_ab_report_shows_a_mismatch_first_and_next_to_replay_facts(tmp_path):
+    a = _stub_cell(tmp_path, tmp_path / "A")
+    b = _stub_cell(tmp_path, tmp_path / "B", replay=str(a), scale=1.01)
+    r = _summary("--ab", a, b, "--json", tmp_path / "ab.json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("!!! [ab] exp: WRONG RESULTS B vs A: MISMATCH (1/1 shapes")
+    assert any(line.strip().startswith("REPLAY_RESULTS_DIFFER label=exp side=after MISMATCH") for line in lines)
+    doc = json.loads((tmp_path / "ab.json").read_text())
+    assert next(iter(doc)) == "results" and doc["results"]["status"] == "mismatch"
+    same = _summary("--ab", a, _stub_cell(tmp_path, tmp_path / "C", replay=str(a)))
+    assert "WRONG RESULTS" not in same.stdout and "[ab] exp: results B vs A: match; vs torch: A match" in same.stdout
+
+
+def test_ab_rounds_report_checks_b_cells_and_replays_against_the_record(tmp_path):
+    root = tmp_path / "exp"
+    rec = _stub_cell(tmp_path, root / "r1_A")
+    _stub_cell(tmp_path, root / "r1_B", replay=str(rec))
+    _stub_cell(tmp_path, root / "r2_B", replay=str(rec))
+    _stub_cell(tmp_path, root / "r2_A", replay=str(rec), scale=1.01)  # a replay that is not the record
+    r = _summary("--ab-rounds", root, "--label", "exp", "--json", tmp_path / "r.json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "[ab-rounds] exp: results B vs r1_A: match" in r.stdout
+    assert "REPLAY_RESULTS_DIFFER label=exp side=r2_A MISMATCH (1/1 shapes" in r.stdout
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["results"]["replays"]["status"] == "mismatch" and doc["results"]["cells"]["r2_B"]["status"] == "match"
