@@ -230,7 +230,11 @@ class IRCollector:
             _log(f"IR dump to {self.dump_dir} failed ({exc!r}); run continues without it")
             return None
         try:  # every level's hash (ttgir..binary) for the screen verdict, whatever was dumped
+            import time
+            t0 = time.perf_counter()
             summary["fingerprints"] = _levels.record(self.dump_dir, variants)["levels"]
+            _log(f"IR fingerprints {','.join(summary['fingerprints']) or 'none'} recorded in "
+                 f"{(time.perf_counter() - t0) * 1e3:.1f} ms")
         except Exception as exc:
             _log(f"IR fingerprints not recorded ({exc!r}); the verdict falls back to dumped files")
         extra = f", TTGIR missing from cache for {len(summary['missing'])}" if summary["missing"] else ""

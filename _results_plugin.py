@@ -59,4 +59,5 @@ def pytest_unconfigure(config):
         recorder.uninstall()
         if recorder.files:
             log(TAG, f"outputs of {', '.join(sorted(recorder.files))} recorded under "
-                     f"{os.path.join(recorder.run_dir, 'results')}")
+                     f"{os.path.join(recorder.run_dir, 'results')} ({recorder.captures} calls, "
+                     f"{recorder.seconds:.3f} s outside the timed loops)")

@@ -116,9 +116,9 @@ def report_ab(before: Path, after: Path, label: str, allow: bool) -> Dict:
     fallbacks = {"before": replay_fallback_facts(blog.parent, bparsed),
                  "after": replay_fallback_facts(alog.parent, aparsed)}
     print_replay_fallbacks(name, "ab", fallbacks)
+    # Beside the replay facts; no REPLAY_RESULTS_DIFFER here: side B also carries the switch,
+    # so only --ab-rounds' A replays (same switch value as the record) can blame the replay.
     results_report.print_line(name, "ab", res)
-    if str((cal.read_identity(alog.parent) or {}).get("autotune_mode", "")).startswith("replay"):
-        results_report.print_replay_difference(name, "ab", "after", res)
     result = results_report.ordered(_as_json(name, blog, alog, rep, problems, fallbacks), res)
     if not rep.paired:
         result["status"] = "no_paired_rows"

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
@@ -35,6 +36,8 @@ class ResultsRecorder:
         self.patch = BenchmarkMethodPatch("get_latency", self._wrap, "run")
         self.stack = PatchStack()
         self.errors = 0
+        self.captures = 0
+        self.seconds = 0.0  # host time spent in record(): what the results check costs a run
 
     # --- installation ----------------------------------------------------------------
     def install(self) -> None:
@@ -52,7 +55,8 @@ class ResultsRecorder:
     def _counting(self, use_gems: Callable) -> Callable:
         recorder = self
 
-        @functools.wraps(use_gems)
+        # FlagGems' use_gems is a class (the fake tree's a generator function): wrap either
+        # as a context manager; `updated=()` keeps a class's __dict__ off the wrapper.
         @contextlib.contextmanager
         def counted(*args, **kwargs):
             with use_gems(*args, **kwargs):
@@ -61,6 +65,7 @@ class ResultsRecorder:
                     yield
                 finally:
                     recorder.gems_depth -= 1
+        functools.update_wrapper(counted, use_gems, updated=())
         counted._zl_results = True
         return counted
 
@@ -70,7 +75,10 @@ class ResultsRecorder:
         @functools.wraps(original)
         def get_latency(bench, op, *args, **kwargs):
             latency = original(bench, op, *args, **kwargs)
+            t0 = time.perf_counter()
             recorder.record(bench, op, args, kwargs)
+            recorder.seconds += time.perf_counter() - t0
+            recorder.captures += 1
             return latency
         return get_latency
 
