@@ -5,7 +5,6 @@ own kernels on an H200 (triton 3.6). It has no PTX and no cubin; those two level
 synthetic here (`SYNTH_PTX`, `elf()`), built to the formats' documented structure, and
 say so.
 """
-import copy
 import json
 import struct
 import subprocess

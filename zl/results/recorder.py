@@ -20,7 +20,7 @@ import functools
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List
 
 from zl.flaggems import BenchmarkMethodPatch
 from zl.patching import PatchStack
