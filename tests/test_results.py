@@ -251,3 +251,39 @@ def test_device_plant_plugin_skews_abs_on_the_fake_tree(tmp_path):
     with open(tmp_path / "root" / "screen.tsv", newline="") as fh:
         row = list(csv.DictReader(fh, delimiter="\t"))[0]
     assert row["verdict"] == "WRONG_RESULTS" and "rel 0.01" in row["results"], r.explain()
+
+
+def test_uninstall_leaves_a_wrapper_stacked_over_ours_in_place(tmp_path, monkeypatch):
+    """Another plugin wrapping get_latency after us must keep its wrapper when we restore."""
+    import sys as _sys
+
+    class Benchmark:
+        def run(self):
+            pass
+
+        def get_latency(self, op, *args, **kwargs):
+            return 1.0
+    mod = types.ModuleType("zl_test_results_fake.base")  # found like FlagGems' benchmark/base.py
+    mod.Benchmark = Benchmark
+    monkeypatch.setitem(_sys.modules, "zl_test_results_fake.base", mod)
+    rec = ResultsRecorder(tmp_path, log=lambda m: None)
+    rec.install()
+    ours = Benchmark.get_latency
+
+    def theirs(self, op, *a, **k):
+        return ours(self, op, *a, **k) * 2
+    Benchmark.get_latency = theirs
+    rec.uninstall()
+    assert Benchmark.get_latency is theirs
+    b = Benchmark()
+    b.op_name = "exp"
+    assert b.get_latency(torch.exp, torch.zeros(2)) == 2.0
+    assert not (tmp_path / "results").exists()  # inactive: no capture after uninstall
+    # alone (nobody wrapped over us): the original comes back
+    plain = Benchmark.__dict__["run"]
+    Benchmark.get_latency = original = lambda self, op, *a, **k: 1.0
+    rec2 = ResultsRecorder(tmp_path, log=lambda m: None)
+    rec2.install()
+    assert Benchmark.__dict__["get_latency"] is not original and Benchmark.__dict__["run"] is plain
+    rec2.uninstall()
+    assert Benchmark.__dict__["get_latency"] is original

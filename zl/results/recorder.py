@@ -36,6 +36,7 @@ class ResultsRecorder:
         self.patch = BenchmarkMethodPatch("get_latency", self._wrap, "run")
         self.stack = PatchStack()
         self.errors = 0
+        self.active = True
         self.captures = 0
         self.seconds = 0.0  # host time spent in record(): what the results check costs a run
 
@@ -49,7 +50,14 @@ class ResultsRecorder:
             self.stack.setattr(gems, "use_gems", self._counting(use))
 
     def uninstall(self) -> None:
-        self.patch.restore()
+        """Put originals back where our wrapper is still the class attribute. Where another
+        plugin wrapped over ours (the graph timer wraps get_latency too), restoring would drop
+        its wrapper; ours stays there, inactive (a plain pass-through)."""
+        self.active = False
+        for cls, original in self.patch.patched:
+            if getattr(cls.__dict__.get("get_latency"), "_zl_results", False):
+                setattr(cls, "get_latency", original)
+        self.patch.patched.clear()
         self.stack.undo_all()
 
     def _counting(self, use_gems: Callable) -> Callable:
@@ -75,11 +83,14 @@ class ResultsRecorder:
         @functools.wraps(original)
         def get_latency(bench, op, *args, **kwargs):
             latency = original(bench, op, *args, **kwargs)
+            if not recorder.active:
+                return latency
             t0 = time.perf_counter()
             recorder.record(bench, op, args, kwargs)
             recorder.seconds += time.perf_counter() - t0
             recorder.captures += 1
             return latency
+        get_latency._zl_results = True
         return get_latency
 
     # --- recording --------------------------------------------------------------------
