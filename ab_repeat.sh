@@ -28,8 +28,8 @@
 #                       (only for a switch that acts at run time, not on generated code)
 #   ZL_ISOLATE_TUNER_CACHE  default 1 here (a private tuner store per cell); 0 shares ~/.flaggems
 #   TELEMETRY_INTERVAL  seconds between clock/temperature samples (default 5, 0 = off)
-#   IR_LEVEL            IR the round-1 check fingerprints (default ttgir; llir/ptx for a
-#                       switch below TTGIR such as DISABLE_LLVM_OPT)
+#   IR_LEVEL            an extra IR level to dump as files; the round-1 check compares every
+#                       level recorded (ttgir, llir, ptx/amdgcn, binary), as the screen does
 #   ZL_RUN_PYTEST       the run script (default <repo>/run_pytest.sh; tests point it at a stub)
 #
 # Output: <root>/campaign.id; <root>/<cell>/r<k>_<A|B>/ (run directories; <cell> is OP or
@@ -140,14 +140,17 @@ for i in "${!OPS_OP[@]}"; do
         fi
       done
       if (( k == 1 && ok )); then
-        fa="$(fp_of "$out/r1_A" 2>/dev/null)" || fa=""
-        fb="$(fp_of "$out/r1_B" 2>/dev/null)" || fb=""
-        if [[ -z "$fa" || -z "$fb" ]]; then
+        # The screen's first-difference rule (zl.ir.fingerprint verdict), every level.
+        irv="$(ir_verdict "$out/r1_A" "$out/r1_B" 2>/dev/null)" || true
+        res1="$(results_cells "$out/r1_A" "$out/r1_B")"; res1="${res1%%$'\t'*}"
+        if [[ "$res1" == *"MISMATCH ("* ]]; then echo "!!! $op: round 1 WRONG_RESULTS: B vs A $res1"
+        else echo ">>> $op: round 1 results B vs A: $res1"; fi
+        if [[ "$irv" != NO_IR_DIFF && "$irv" != IR_CHANGED@* && "$irv" != BINARY_CHANGED ]]; then
           echo "??? $op: a side compiled no .ttgir (not through Triton, or the IR dump is off);"
           echo "??? the switch-has-an-effect check is skipped. This is not 'the switch does nothing'."
-        elif [[ "$fa" == "$fb" ]]; then
+        elif [[ "$irv" == NO_IR_DIFF ]]; then
           echo "!!! $M_SWITCH_NO_IR_DIFF op=$cell switch=$SWITCH"
-          echo "!!! round 1 compiled byte-identical TTGIR on both sides: $SWITCH did not change"
+          echo "!!! round 1 compiled identical code at every level on both sides: $SWITCH did not change"
           if [[ "$SWITCH_ALLOW_NO_IR_DIFF" != "1" ]]; then
             echo "!!! $op's generated code, and $((ROUNDS - 1)) more rounds would measure noise and"
             echo "!!! report it as 'no difference'. Check the switch name and where the source reads"
@@ -158,7 +161,7 @@ for i in "${!OPS_OP[@]}"; do
             echo "!!! switch, or an A/A check): any difference below comes from run time, not codegen."
           fi
         else
-          echo ">>> $op: the switch changes generated code (A=${fa:0:12} B=${fb:0:12})"
+          echo ">>> $op: the switch changes generated code ($irv)"
         fi
       fi
     done

@@ -23,7 +23,8 @@
 #   ZL_ISOLATE_TUNER_CACHE  default 1 here (a private tuner store per run); 0 shares ~/.flaggems
 #   RESCORE       an existing root: recompute every verdict from the run directories on disk,
 #                 keep the old table as screen.tsv.bak, measure nothing
-#   IR_LEVEL      IR the verdict fingerprints (default ttgir; llir/ptx for switches below TTGIR)
+#   IR_LEVEL      an extra IR level to dump as files for reading (the verdict compares every
+#                 level the runs recorded, whatever this says)
 #   ZL_RUN_PYTEST the run script (default <repo>/run_pytest.sh; tests point it at a stub)
 #
 # Output: <root>/<cell>_before, <cell>_after (explicit OUT_DIRs: never "the newest
@@ -31,11 +32,17 @@
 # (ANSI stripped), <root>/screen.tsv with one row per operator:
 #   op op_file dtypes rows_before rows_after kernels_before kernels_after cvt_before cvt_after
 #   elapsed_before elapsed_after rc_before rc_after verdict <caliber fields of side A>
-# Verdicts (the shared IR fingerprint, zl.ir.fingerprint):
-#   IR_CHANGED  the two sides compiled different TTGIR            -> worth a multi-round A/B
-#   NO_IR_DIFF  identical TTGIR with configs pinned                -> its range is the noise floor
+#   results results_torch ir_levels fp_ttgir fp_llir fp_asm fp_binary
+# Verdicts (one column to filter on; zl.ir.fingerprint verdict and zl.results.compare):
+#   WRONG_RESULTS     side B's outputs differ from side A's beyond tolerance, whatever the speed
+#   IR_CHANGED@<lvl>  the first level (ttgir, llir, ptx/amdgcn) at which the code differs -> A/B it
+#   BINARY_CHANGED    every IR level equal, the cubin/hsaco differs                     -> A/B it
+#   NO_IR_DIFF  identical code at every level compared (ir_levels), binary included when
+#               recorded on both sides                             -> its range is the noise floor
 #   NO_TRITON   rows measured but no .ttgir compiled on a side     -> the switch has nothing to act on
 #   NO_ROWS     a side failed or measured no row                   -> fix runnability first
+# `results`: match | within_tol | MISMATCH (k/n shapes, worst error ...) | n/a (reason), B vs A;
+# `results_torch`: each side's gems output vs the torch baseline. fp_*: `A` or `A/B` (12 hex).
 # The verdict is the fingerprint, not the convert_layout count: addmm kept 15 -> 15 converts
 # while all 15 TTGIR files changed. The counts are kept because they explain the change.
 # Exit: 0 done (the verdicts carry the results); 1 every operator is NO_ROWS (nothing was
@@ -57,7 +64,9 @@ require_var_name SWITCH "$SWITCH"
 require_positive_int CELL_TIMEOUT "$CELL_TIMEOUT"
 
 CAL_HEADER="$("$PY" "$ZL_ROOT/batch_summary.py" --caliber-header)" || die2 "batch_summary.py --caliber-header failed"
-SCREEN_HEADER="op	op_file	dtypes	rows_before	rows_after	kernels_before	kernels_after	cvt_before	cvt_after	elapsed_before	elapsed_after	rc_before	rc_after	verdict	$CAL_HEADER"
+IR_COLS="$(_zl_ir_py --header | cut -f2-)" || die2 "zl.ir.fingerprint --header failed"
+EXTRA_COLS="results	results_torch	$IR_COLS"
+SCREEN_HEADER="op	op_file	dtypes	rows_before	rows_after	kernels_before	kernels_after	cvt_before	cvt_after	elapsed_before	elapsed_after	rc_before	rc_after	verdict	$CAL_HEADER	$EXTRA_COLS"
 
 # "success failed ..." of a run through the one run.log parser.
 rows_of() { "$PY" "$ZL_ROOT/batch_summary.py" --cell-stats "$1" | cut -f1; }
@@ -72,17 +81,17 @@ ir_counts() {
   fi
 }
 
-# verdict rows_before rows_after rc_before rc_after before_dir after_dir
+# judge rows_before rows_after rc_before rc_after before_dir after_dir
+#   -> "verdict<TAB>$EXTRA_COLS cells" (results first: a wrong answer outranks any code verdict)
 judge() {
-  local rb="$1" ra="$2" rcb="$3" rca="$4" fb fa
-  if [[ "$rcb" != 0 || "$rca" != 0 || "${rb:-0}" == 0 || "${ra:-0}" == 0 ]]; then
-    echo NO_ROWS; return
-  fi
-  fb="$(fp_of "$5" 2>/dev/null)" || fb=""
-  fa="$(fp_of "$6" 2>/dev/null)" || fa=""
-  if [[ -z "$fb" || -z "$fa" ]]; then echo NO_TRITON
-  elif [[ "$fb" == "$fa" ]]; then echo NO_IR_DIFF
-  else echo IR_CHANGED; fi
+  local rb="$1" ra="$2" rcb="$3" rca="$4" ir res v
+  ir="$(ir_verdict_cells "$5" "$6")"
+  res="$(results_cells "$5" "$6")"
+  v="${ir%%$'\t'*}"
+  if [[ "$rcb" != 0 || "$rca" != 0 || "${rb:-0}" == 0 || "${ra:-0}" == 0 ]]; then v=NO_ROWS
+  elif [[ "$res" == *"MISMATCH ("* ]]; then v=WRONG_RESULTS
+  elif [[ "$v" == NO_IR ]]; then v=NO_TRITON; fi
+  printf '%s\t%s\t%s' "$v" "$res" "${ir#*$'\t'}"
 }
 
 explain() {   # verdict rc_before rc_after
@@ -96,8 +105,10 @@ explain() {   # verdict rc_before rc_after
         echo "no comparable measurement (rc=$2/$3); read run.log: usually a dtype the operator rejects, or no config on this backend"
       fi ;;
     NO_TRITON) echo "rows measured but no .ttgir compiled: nothing went through Triton (aten or a vendor library), so a compiler switch has nothing to act on; not 'the switch does nothing'" ;;
-    NO_IR_DIFF) echo "identical TTGIR with pinned configs: the switch changed no generated code here (check its spelling before concluding)" ;;
-    IR_CHANGED) echo "generated code differs: worth a multi-round A/B (ab_repeat.sh)" ;;
+    NO_IR_DIFF) echo "identical code at every level compared, with pinned configs: the switch changed no generated code here (check its spelling before concluding)" ;;
+    IR_CHANGED@*) echo "generated code first differs at ${1#IR_CHANGED@}: worth a multi-round A/B (ab_repeat.sh)" ;;
+    BINARY_CHANGED) echo "every IR level identical, the binary differs: worth a multi-round A/B (ab_repeat.sh)" ;;
+    WRONG_RESULTS) echo "side B's outputs differ from side A's beyond tolerance: a speedup would be of a wrong answer" ;;
   esac
 }
 
@@ -127,10 +138,15 @@ if [[ -n "$RESCORE" ]]; then
     [[ -n "$c_rca" ]] && rca=$(printf '%s' "$line" | cut -f"$c_rca")
     # Rows are re-read from disk too: the parser may have been fixed since.
     rb=$( [[ -d "$B" ]] && rows_of "$B" || echo 0 ); ra=$( [[ -d "$A" ]] && rows_of "$A" || echo 0 )
-    v="$(judge "$rb" "$ra" "${rcb:-0}" "${rca:-0}" "$B" "$A")"
+    cells="$(judge "$rb" "$ra" "${rcb:-0}" "${rca:-0}" "$B" "$A")"; v="${cells%%$'\t'*}"
+    # Columns a table from before issue 16 lacks are left out, never appended unnamed.
+    idx=""; for name in $EXTRA_COLS; do idx+="${idx:+,}$(col "$name")"; done
     printf '%s\n' "$line" | awk -v FS='\t' -v OFS='\t' -v i="$c_v" -v v="$v" \
-      -v irb="${c_rb:-0}" -v rb="$rb" -v ira="${c_ra:-0}" -v ra="$ra" \
-      '{ $i = v; if (irb > 0) $irb = rb; if (ira > 0) $ira = ra; print }' >> "$tmp"
+      -v irb="${c_rb:-0}" -v rb="$rb" -v ira="${c_ra:-0}" -v ra="$ra" -v idx="$idx" -v cells="$cells" \
+      '{ $i = v; if (irb > 0) $irb = rb; if (ira > 0) $ira = ra
+         n = split(idx, ix, ","); split(cells, cv, "\t")
+         for (k = 1; k <= n; k++) if (ix[k] != "") $(ix[k]) = cv[k + 1]
+         print }' >> "$tmp"
     if [[ "$old" != "$v" ]]; then
       printf '  %-24s %-12s -> %s\n' "$op" "$old" "$v"
       changed=$((changed + 1))
@@ -183,19 +199,25 @@ for i in "${!OPS_OP[@]}"; do
     ra=$( [[ -d "$AFTER" ]] && rows_of "$AFTER" || echo 0 )
     read -r kb cb <<< "$(ir_counts "$BEFORE")"
     read -r ka ca <<< "$(ir_counts "$AFTER")"
-    verdict="$(judge "$rb" "$ra" "$rc_before" "$rc_after" "$BEFORE" "$AFTER")"
+    cells="$(judge "$rb" "$ra" "$rc_before" "$rc_after" "$BEFORE" "$AFTER")"
+    verdict="${cells%%$'\t'*}"; extra="${cells#*$'\t'}"; res="${extra%%$'\t'*}"
     # The caliber columns come from batch_summary.py: CALIBER_FIELDS has one definition.
     cal="$("$PY" "$ZL_ROOT/batch_summary.py" --caliber "$BEFORE" 2>/dev/null)" || cal=""
+    # An unreadable caliber keeps its cells ("-"), so the columns after it stay in place.
+    [[ -n "$cal" ]] || cal="$(printf '%s' "$CAL_HEADER" | sed 's/[^\t][^\t]*/-/g')"
     dtypes_col="${dtypes// /,}"
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
       "$op" "$op_file" "${dtypes_col:-<all>}" "$rb" "$ra" "$kb" "$ka" "$cb" "$ca" \
-      "$el_before" "$el_after" "$rc_before" "$rc_after" "$verdict" "$cal" >> "$TSV"
-    echo ">>> $cell: $verdict ($(explain "$verdict" "$rc_before" "$rc_after"))"
+      "$el_before" "$el_after" "$rc_before" "$rc_after" "$verdict" "$cal" "$extra" >> "$TSV"
+    echo ">>> $cell: $verdict ($(explain "$verdict" "$rc_before" "$rc_after")); results: $res"
 
     # A verdict that says "not comparable" must not be followed by a range that reads like one.
     case "$verdict" in
       NO_ROWS)   echo "!!! $cell: no comparable measurement, no speedup range"; continue ;;
       NO_TRITON) echo "!!! $cell: nothing compiled through Triton, a speedup range would not be about $SWITCH"; continue ;;
+      WRONG_RESULTS)
+        echo "!!! $cell: WRONG_RESULTS: $res"
+        echo "!!! $cell: the range below times a different answer, not a gain of $SWITCH." ;;
       NO_IR_DIFF)
         echo ">>> $cell: both sides ran the same generated code; the range below is this machine's"
         echo ">>> NOISE FLOOR for $cell, not a gain of $SWITCH." ;;
@@ -208,7 +230,7 @@ done
 echo "########## screen ##########"
 awk -F'\t' 'NR > 1 { printf "  %-12s %-24s kernels %s/%s  cvt %s->%s  rows %s/%s  %ss\n",
      $14, $1 ($3 == "<all>" ? "" : "@" $3), $6, $7, $8, $9, $4, $5, $10 + $11 }' "$TSV" | sort
-echo ">>> send only IR_CHANGED operators to ab_repeat.sh"
+echo ">>> send only IR_CHANGED@*/BINARY_CHANGED operators to ab_repeat.sh (never WRONG_RESULTS ones)"
 # A screen that measured nothing must not end like one that did.
 measured="$(awk -F'\t' 'NR > 1 && $14 != "NO_ROWS"' "$TSV" | wc -l)"
 if (( measured == 0 )); then

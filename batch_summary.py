@@ -34,8 +34,15 @@ caliber or pinning problem through and still prints every problem. --ab-rounds c
 the cells of one campaign (campaign_id in each cell's identity; --campaign picks one,
 else the newest) and names the cells it used and ignored.
 
+Both reports also check results (zl/results, recorded by _results_plugin): side B's outputs
+vs side A's (--ab-rounds: every cell vs r1_A) and each vs torch, as `match`, `within_tol`,
+`MISMATCH (k/n shapes, worst error ...)` or `n/a (reason)`. A MISMATCH is the first line
+(`!!! [ab] OP: WRONG RESULTS ...`) and the JSON's first key (`results`); the value is
+printed beside the replay facts, and an A replay that did not reproduce r1_A's outputs is
+marked `REPLAY_RESULTS_DIFFER label= side=`. It does not change the exit code.
+
 --json FILE works with every mode and is checked for writability before anything runs.
-The reports themselves live in zl/report/ (ab.py, rounds.py, guard.py).
+The reports themselves live in zl/report/ (ab.py, rounds.py, guard.py, results.py).
 
 Exit codes: 0 ok; 2 usage error or unusable input (missing / malformed run.log, a run
 compared with itself, unwritable --json, scipy missing for --ab-rounds); 4 refusal (not

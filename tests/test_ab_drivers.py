@@ -49,7 +49,12 @@ def test_screen_verdicts_and_what_each_prints(screened):
     root, r = screened
     rows = {row["op"]: row for row in tsv(root / "screen.tsv")}
     assert {k: v["verdict"] for k, v in rows.items()} == {
-        "relu": "IR_CHANGED", "abs": "NO_IR_DIFF", "exp": "NO_TRITON", "amax": "NO_ROWS"}
+        "relu": "IR_CHANGED@ttgir", "abs": "NO_IR_DIFF", "exp": "NO_TRITON", "amax": "NO_ROWS"}
+    # per-level fingerprints: ttgir differs (A/B), the stub's recorded deeper levels agree
+    assert "/" in rows["relu"]["fp_ttgir"] and "/" not in rows["relu"]["fp_llir"]
+    assert rows["abs"]["ir_levels"] == "ttgir,llir,ptx,binary" and rows["exp"]["ir_levels"] == "-"
+    # the stub records no outputs: the results column says so instead of "match"
+    assert rows["relu"]["results"].startswith("n/a (no outputs recorded")
     assert rows["amax"]["dtypes"] == "float32" and rows["amax"]["rc_after"] == "1"
     assert rows["relu"]["rows_before"] == "6" and rows["relu"]["kernels_after"] == "1"
     assert rows["exp"]["kernels_before"] == "0"
@@ -81,7 +86,9 @@ def test_rescore_rejudges_from_disk_and_keeps_the_old_table(screened):
     assert (root / "screen.tsv.bak").read_text() == old
     verdicts = {row["op"]: row["verdict"] for row in tsv(root / "screen.tsv")}
     assert verdicts == {"relu": "NO_IR_DIFF", "abs": "NO_IR_DIFF", "exp": "NO_IR_DIFF", "amax": "NO_ROWS"}
-    assert "IR_CHANGED   -> NO_IR_DIFF" in r.stdout and "2 verdict(s) changed" in r.stdout
+    assert "IR_CHANGED@ttgir -> NO_IR_DIFF" in r.stdout and "2 verdict(s) changed" in r.stdout
+    rows = {row["op"]: row for row in tsv(root / "screen.tsv")}
+    assert "/" not in rows["relu"]["fp_ttgir"] and rows["exp"]["ir_levels"] == "ttgir"
 
 
 def test_rescore_bad_root_exits_2(tmp_path):
@@ -235,16 +242,19 @@ def test_repeat_through_run_pytest_on_the_cpu(tmp_path):
     assert (root / "telemetry.err").is_file()
 
 
-def test_ir_level_judges_switches_below_ttgir(tmp_path):
-    """DISABLE_LLVM_OPT-like: TTGIR identical, PTX differs. IR_LEVEL=ptx sees it (and asks for the dump)."""
+def test_default_verdict_sees_switches_below_ttgir(tmp_path):
+    """DISABLE_LLVM_OPT-like: TTGIR identical, LLVM IR and below differ. The default screen
+    (no IR_LEVEL) names the first differing level; a binary-only change is BINARY_CHANGED."""
     env = stub_env(OPS="softmax", ZL_STUB_IR="same", ZL_STUB_BELOW="1")
     r = run_zl(tmp_path / "w", script="ab_rlc_test.sh", AB_ROOT=tmp_path / "t", **env)
-    assert tsv(tmp_path / "t" / "screen.tsv")[0]["verdict"] == "NO_IR_DIFF", r.explain()
-    r = run_zl(tmp_path / "w2", script="ab_rlc_test.sh", AB_ROOT=tmp_path / "p", IR_LEVEL="ptx", **env)
-    assert tsv(tmp_path / "p" / "screen.tsv")[0]["verdict"] == "IR_CHANGED", r.explain()
-    r = run_zl(tmp_path / "w3", script="ab_repeat.sh", AB_ROOT=tmp_path / "rp", IR_LEVEL="ptx",
-               ROUNDS="2", **env)
-    assert "the switch changes generated code" in r.stdout and "SWITCH_NO_IR_DIFF" not in r.stdout
+    row = tsv(tmp_path / "t" / "screen.tsv")[0]
+    assert row["verdict"] == "IR_CHANGED@llir", r.explain()
+    assert row["ir_levels"] == "ttgir,llir" and "/" in row["fp_llir"] and "/" not in row["fp_ttgir"]
+    r = run_zl(tmp_path / "w2", script="ab_rlc_test.sh", AB_ROOT=tmp_path / "p",
+               **{**env, "ZL_STUB_BELOW": "binary"})
+    assert tsv(tmp_path / "p" / "screen.tsv")[0]["verdict"] == "BINARY_CHANGED", r.explain()
+    r = run_zl(tmp_path / "w3", script="ab_repeat.sh", AB_ROOT=tmp_path / "rp", ROUNDS="2", **env)
+    assert "the switch changes generated code (IR_CHANGED@llir)" in r.stdout and "SWITCH_NO_IR_DIFF" not in r.stdout
     r = run_zl(tmp_path / "w4", script="ab_repeat.sh", IR_LEVEL="P T X", **{**env, "OPS": "softmax"})
     assert r.returncode == 2 and "IR_LEVEL is not an IR level name" in r.stderr
 

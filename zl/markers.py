@@ -30,3 +30,4 @@ def format_marker(name: str, **fields: Any) -> str:
     """`NAME k=v k=v`; None values are left out, spaces in values kept as written."""
     parts = [name] + [f"{k}={v}" for k, v in fields.items() if v is not None]
     return " ".join(parts)
+REPLAY_RESULTS_DIFFER = "REPLAY_RESULTS_DIFFER"

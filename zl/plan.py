@@ -46,6 +46,8 @@ TIMING_PLUGIN = "_timing_plugin"
 REPORT_PLUGIN = "_pretty_report_plugin"
 AUTOTUNE_PLUGIN = "_autotune_record_plugin"
 IR_PLUGIN = "_ir_meta_plugin"
+# Reads its own switch (ZL_ENABLE_RESULTS / --zl-results), so it is always listed.
+RESULTS_PLUGIN = "_results_plugin"
 # The Hopper fp16 mm cluster workaround; opt-in (ZL_ENABLE_MM_CLUSTER=1), and only where the
 # backend declares supports_mm_cluster_fix. Backends' compat_plugins (e.g. musa's skip-gate
 # fix) come first: they rewrite collected items before anything else reads them.
@@ -64,6 +66,7 @@ def plan_plugins(backend_name: Optional[str] = None, extra: Optional[Sequence[st
         plugins.append(AUTOTUNE_PLUGIN)
     plugins.append(TIMING_PLUGIN)
     plugins.append(REPORT_PLUGIN)
+    plugins.append(RESULTS_PLUGIN)
     if hooks and env_switch("ZL_ENABLE_IR", True):
         plugins.append(IR_PLUGIN)
     if env_switch("ZL_ENABLE_MM_CLUSTER", False) and getattr(backend, "supports_mm_cluster_fix", False):

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 import re
 import threading
 from collections import defaultdict
 from typing import Any, Dict, List, Optional, Tuple
 
 from zl.ir import dump as _dump
+from zl.ir import levels as _levels
 from zl.ir.variants import variant_record
 from zl.term import log as _term_log
 
@@ -205,6 +207,13 @@ class IRCollector:
         except Exception as exc:
             log(f"IR dump to {self.dump_dir} failed ({exc!r}); run continues without it")
             return None
+        try:  # every level's hash (ttgir..binary) for the screen verdict, whatever was dumped
+            t0 = time.perf_counter()
+            summary["fingerprints"] = _levels.record(self.dump_dir, variants)["levels"]
+            log(f"IR fingerprints {','.join(summary['fingerprints']) or 'none'} recorded in "
+                f"{(time.perf_counter() - t0) * 1e3:.1f} ms")
+        except Exception as exc:
+            log(f"IR fingerprints not recorded ({exc!r}); the verdict falls back to dumped files")
         extra = f", TTGIR missing from cache for {len(summary['missing'])}" if summary["missing"] else ""
         log(f"dumped {summary['files']} TTGIR file(s) for {len(variants)} compiled variant(s) "
             f"over {summary['shapes']} shape dir(s) to {self.dump_dir} ({reason}){extra}")

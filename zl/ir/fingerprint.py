@@ -31,8 +31,23 @@ CLI (exit codes are an interface):
                                                        1 no IR on either side
     python -m zl.ir.fingerprint --converts RUN_DIR [--launch-floor N]
                                                        JSON on stdout; 0, or 1 = no IR
+    python -m zl.ir.fingerprint verdict RUN_A RUN_B [--tsv | --header]
+                                                       the first-difference verdict (below);
+                                                       0 NO_IR_DIFF, 10 changed, 1 no IR
     2 = usage error (bad arguments, RUN_DIR does not exist).
     `--level llir` (or ptx, ...) fingerprints another dumped IR level instead.
+
+Every level, by default (`levels.py`): at dump time the IR plugin hashes each level the
+run compiled (ttgir, llir, ptx or amdgcn, and the cubin/hsaco/mubin) from the Triton
+cache into `<run>/ttgir/ir_fingerprints.json`, over the same variants and relative paths
+as the dumped .ttgir files, so no level has to be dumped to be compared. The verdict
+walks LEVEL_ORDER and names the first level at which the two runs differ:
+`IR_CHANGED@ttgir`, `IR_CHANGED@llir`, `IR_CHANGED@ptx`, `BINARY_CHANGED` (only the
+binary differs) or `NO_IR_DIFF` (every level present on both sides equal; the levels
+compared are printed, and without a binary on both sides NO_IR_DIFF says so). This is
+the one rule: the screen, its RESCORE and ab_repeat.sh's round-1 check all call it.
+PTX loses its `.section .debug_*` blocks (line tables carrying the source path as bytes);
+a binary is hashed over its non-debug ELF sections (zl.ir.binary).
 """
 
 from __future__ import annotations
@@ -57,6 +72,18 @@ DEFAULT_STRIP_PREFIXES = ("ttg.rlc-",)
 STRIP_ENV = "ZL_IR_STRIP_ATTRS"
 CONVERT_RE = re.compile(r"\bttg\.convert_layout\b")
 DEFAULT_LAUNCH_FLOOR = 1
+FINGERPRINTS_NAME = "ir_fingerprints.json"
+SCHEMA_VERSION = 1
+# First-difference order: the verdict names the first of these that differs. ptx (NVIDIA)
+# and amdgcn (AMD) are the vendor assembly; "binary" is the cubin/hsaco/mubin.
+LEVEL_ORDER = ("ttgir", "llir", "ptx", "amdgcn", "binary")
+BINARY_EXTS = ("cubin", "hsaco", "mubin")
+NO_IR_DIFF = "NO_IR_DIFF"
+BINARY_CHANGED = "BINARY_CHANGED"
+IR_CHANGED_AT = "IR_CHANGED@"
+NO_IR = "NO_IR"
+# screen.tsv columns after `verdict`: compared levels, then one fingerprint per level kind.
+VERDICT_COLUMNS = ("ir_levels", "fp_ttgir", "fp_llir", "fp_asm", "fp_binary")
 
 
 class NoIRError(RuntimeError):
@@ -105,6 +132,30 @@ def normalize_paths(text: str) -> str:
     return _ABS_PATH_RE.sub(lambda m: f'"{m.group(1)}"', text)
 
 
+# A PTX debug section: `.section .debug_x` then a `{ ... }` block of .b8/.b32 data. The
+# line tables spell the source's absolute path as bytes, out of reach of normalize_paths.
+_PTX_DEBUG_RE = re.compile(r"^[ \t]*\.section[ \t]+\.debug_\w+[ \t]*\n?[ \t]*\{.*?^[ \t]*\}[ \t]*\n?",
+                           re.DOTALL | re.MULTILINE)
+
+
+def normalize_text(text: str, level: str, prefixes: Optional[Sequence[str]] = None) -> str:
+    """The text a level's fingerprint reads: paths cut, switch stamps removed, PTX debug dropped."""
+    text = strip_switch_stamps(normalize_paths(text), prefixes if prefixes is not None else strip_prefixes())
+    if level == "ptx":
+        text = _PTX_DEBUG_RE.sub("", text)
+    return text
+
+
+def digest_items(items: Iterable, level: str, prefixes: Optional[Sequence[str]] = None) -> str:
+    """sha256 over (relative path, normalised text) pairs, in byte order of the path."""
+    prefixes = list(prefixes) if prefixes is not None else strip_prefixes()
+    digest = hashlib.sha256()
+    for rel, text in sorted(items, key=lambda it: it[0].encode("utf-8")):
+        digest.update(rel.encode("utf-8") + b"\n")
+        digest.update(normalize_text(text, level, prefixes).encode("utf-8", errors="surrogateescape"))
+    return digest.hexdigest()
+
+
 def ir_root(run_dir: os.PathLike) -> Path:
     run = Path(run_dir)
     if not run.is_dir():
@@ -127,14 +178,9 @@ def fingerprint(run_dir: os.PathLike, level: str = "ttgir", prefixes: Optional[S
     files = ir_files(run_dir, level)
     if not files:
         raise NoIRError(f"no .{level} files under {root}")
-    prefixes = list(prefixes) if prefixes is not None else strip_prefixes()
-    digest = hashlib.sha256()
-    for path in files:
-        digest.update(path.relative_to(root).as_posix().encode("utf-8") + b"\n")
-        text = path.read_text(encoding="utf-8", errors="surrogateescape")
-        text = strip_switch_stamps(normalize_paths(text), prefixes)
-        digest.update(text.encode("utf-8", errors="surrogateescape"))
-    return digest.hexdigest()
+    items = ((p.relative_to(root).as_posix(), p.read_text(encoding="utf-8", errors="surrogateescape"))
+             for p in files)
+    return digest_items(items, level, prefixes)
 
 
 def compare(run_a: os.PathLike, run_b: os.PathLike, level: str = "ttgir") -> Dict[str, Any]:
@@ -152,6 +198,68 @@ def compare(run_a: os.PathLike, run_b: os.PathLike, level: str = "ttgir") -> Dic
     else:
         out.update(status="different", exit_code=EXIT_DIFFERENT)
     return out
+
+
+def recorded_levels(run_dir: os.PathLike) -> Dict[str, str]:
+    """{level: hash} of the complete levels in `<run>/ttgir/ir_fingerprints.json` ({} if none)."""
+    path = ir_root(run_dir) / FINGERPRINTS_NAME
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        levels = doc["levels"]
+        return {lv: str(info["hash"]) for lv, info in levels.items()
+                if isinstance(info, dict) and info.get("complete") and info.get("hash")}
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        # A corrupt record must not read as "this run has fewer levels": say so.
+        print(f"[ir-fingerprint] unreadable {path} ({exc!r}); only dumped files are compared",
+              file=sys.stderr)
+        return {}
+
+
+def run_levels(run_dir: os.PathLike) -> Dict[str, str]:
+    """Every level's hash for a run: recorded at dump time, else from the dumped files."""
+    levels = recorded_levels(run_dir)
+    for level in LEVEL_ORDER:
+        if level != "binary" and level not in levels:
+            try:
+                levels[level] = fingerprint(run_dir, level)
+            except NoIRError:
+                pass
+    return levels
+
+
+def verdict(run_a: os.PathLike, run_b: os.PathLike) -> Dict[str, Any]:
+    """The first-difference rule: {'verdict', 'compared', 'one_sided', 'a', 'b', 'exit_code'}."""
+    a, b = run_levels(run_a), run_levels(run_b)
+    compared: List[str] = []
+    one_sided = [lv for lv in LEVEL_ORDER if (lv in a) != (lv in b)]
+    out: Dict[str, Any] = {"a": a, "b": b, "compared": compared, "one_sided": one_sided}
+    if "ttgir" not in a or "ttgir" not in b:
+        out.update(verdict=NO_IR, exit_code=EXIT_NO_IR)
+        return out
+    for level in LEVEL_ORDER:
+        if level not in a or level not in b:
+            continue
+        compared.append(level)
+        if a[level] != b[level]:
+            word = BINARY_CHANGED if level == "binary" else IR_CHANGED_AT + level
+            out.update(verdict=word, exit_code=EXIT_DIFFERENT)
+            return out
+    out.update(verdict=NO_IR_DIFF, exit_code=EXIT_OK)
+    return out
+
+
+def verdict_row(result: Dict[str, Any]) -> List[str]:
+    """screen.tsv cells: verdict, then VERDICT_COLUMNS (`A` when equal, `A/B` when not)."""
+    def cell(levels) -> str:
+        level = next((lv for lv in levels if lv in result["a"] or lv in result["b"]), None)
+        if level is None:
+            return "-"
+        fa, fb = result["a"].get(level, "-")[:12], result["b"].get(level, "-")[:12]
+        return fa if fa == fb else f"{fa}/{fb}"
+    return [result["verdict"], ",".join(result["compared"]) or "-", cell(["ttgir"]), cell(["llir"]),
+            cell(["ptx", "amdgcn"]), cell(["binary"])]
 
 
 def read_index(root: Path) -> Optional[List[Dict[str, str]]]:
@@ -256,12 +364,31 @@ def _parser() -> argparse.ArgumentParser:
         description="fingerprint a run's dumped IR (exit 0 ok, 1 no IR, 2 usage, "
         "10 different for `compare`)",
     )
-    p.add_argument("args", nargs="+", metavar="RUN_DIR | compare RUN_A RUN_B")
+    p.add_argument("args", nargs="*", metavar="RUN_DIR | compare RUN_A RUN_B | verdict RUN_A RUN_B")
     p.add_argument("--level", default="ttgir", help="IR level (file extension), default ttgir")
     p.add_argument("--converts", action="store_true", help="print convert_layout counts as JSON")
     p.add_argument("--launch-floor", type=int, default=DEFAULT_LAUNCH_FLOOR,
                    help="with --converts: variants launched at most N times are excluded (default 1)")
+    p.add_argument("--tsv", action="store_true",
+                   help="with verdict: one screen.tsv fragment (verdict + " + " ".join(VERDICT_COLUMNS) + ")")
+    p.add_argument("--header", action="store_true", help="print the --tsv column names and exit")
     return p
+
+
+def _print_verdict(args: List[str], tsv: bool) -> int:
+    result = verdict(args[1], args[2])
+    if tsv:
+        print("\t".join(verdict_row(result)))
+    else:
+        print(result["verdict"])
+    compared = ",".join(result["compared"]) or "none"
+    note = f"levels compared: {compared}"
+    if result["verdict"] == NO_IR_DIFF and "binary" not in result["compared"]:
+        note += " (no binary hash on both sides: identical at these levels only)"
+    if result["one_sided"]:
+        note += f"; present on one side only, not compared: {','.join(result['one_sided'])}"
+    print(f"[ir-fingerprint] {note}", file=sys.stderr)
+    return result["exit_code"]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -270,7 +397,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args: List[str] = ns.args
     if not re.fullmatch(r"[a-z][a-z0-9_]*", ns.level):
         p.error(f"invalid --level {ns.level!r}")
+    if ns.header:
+        print("\t".join(("verdict",) + VERDICT_COLUMNS))
+        return EXIT_OK
+    if not args:
+        p.error("expected RUN_DIR, compare RUN_A RUN_B or verdict RUN_A RUN_B")
     try:
+        if args[0] == "verdict":
+            if len(args) != 3 or ns.converts:
+                p.error("usage: verdict RUN_A RUN_B [--tsv]")
+            for run in args[1:]:
+                ir_root(run)
+            return _print_verdict(args, ns.tsv)
         if args[0] == "compare":
             if len(args) != 3 or ns.converts:
                 p.error("usage: compare RUN_A RUN_B")

@@ -14,6 +14,7 @@ from typing import Dict, List, Tuple
 from zl.report.guard import (MARKER_LABELS, BadInput, NoReport, check_caliber, fmt_pct,
                              print_replay_fallbacks, refuse_self_comparison,
                              replay_fallback_facts)
+from zl.report import results as results_report
 from zl.runlog import caliber as cal
 from zl.runlog.parse import ParsedLog, RunLogError, read_run_log, resolve_log
 from zl.runlog.stats import PairReport, key_text, pair_logs
@@ -108,12 +109,17 @@ def report_ab(before: Path, after: Path, label: str, allow: bool) -> Dict:
     problems = check_caliber([("before", blog.parent), ("after", alog.parent)], name, allow)
     bparsed, aparsed = _parse_pair(blog, alog)
     rep = pair_logs(bparsed, aparsed)
+    res = results_report.facts(blog.parent, alog.parent)
+    results_report.print_first(name, "ab", res)
     _print_rows(name, rep)
     _print_summary(name, rep, rep.summary())
     fallbacks = {"before": replay_fallback_facts(blog.parent, bparsed),
                  "after": replay_fallback_facts(alog.parent, aparsed)}
     print_replay_fallbacks(name, "ab", fallbacks)
-    result = _as_json(name, blog, alog, rep, problems, fallbacks)
+    # Beside the replay facts; no REPLAY_RESULTS_DIFFER here: side B also carries the switch,
+    # so only --ab-rounds' A replays (same switch value as the record) can blame the replay.
+    results_report.print_line(name, "ab", res)
+    result = results_report.ordered(_as_json(name, blog, alog, rep, problems, fallbacks), res)
     if not rep.paired:
         result["status"] = "no_paired_rows"
         raise NoReport(f"{name}: no row succeeded on both sides: no speedup to report", result)

@@ -15,6 +15,7 @@ from typing import Dict, Optional
 from zl.report.guard import (MARKER_LABELS, BadInput, NoReport, Refused, check_caliber,
                              fmt_pct, print_replay_fallbacks, replay_fallback_facts,
                              require_stats_libraries)
+from zl.report import results as results_report
 from zl.runlog.campaign import (CampaignChoice, MixedCampaigns, UnknownCampaign, cell_name,
                                 select_campaign)
 from zl.runlog.parse import RunLogError
@@ -124,7 +125,9 @@ def report_ab_rounds(root: Path, label: str, allow: bool,
                              name, allow)
     data = _load(root, name, choice)
     res = analyse_rounds(data)
-    out = _as_json(name, root, res, data, choice, problems)
+    checked = results_report.rounds_facts(choice.used)
+    out = results_report.ordered(_as_json(name, root, res, data, choice, problems), checked)
+    results_report.print_first(name, "ab-rounds", checked, "B vs r1_A")
     if res["rounds"] < 2:
         out["status"] = "too_few_rounds"
         raise NoReport(f"{name}: need at least 2 complete rounds of r<k>_<A|B>/run.log "
@@ -132,6 +135,10 @@ def report_ab_rounds(root: Path, label: str, allow: bool,
     _print_shapes(name, res)
     print_replay_fallbacks(name, "ab-rounds", {k: v for k, v in out["replay_fallbacks"].items()
                                                if v["events"] or v["replay_fallback_keys"]})
+    results_report.print_line(name, "ab-rounds", checked, "B vs r1_A")
+    for cell, r in checked["cells"].items():
+        if cell.endswith("_A"):
+            results_report.print_replay_difference(name, "ab-rounds", cell, r)
     if not res["shapes"]:
         out["status"] = "no_shapes"
         raise NoReport(f"{name}: {res['rounds']} rounds, but no shape succeeded in every round "

@@ -24,20 +24,29 @@ source "$ZL_ROOT/zl/sh/ir_fingerprint.sh"
 
 die2() { echo "!!! $*" >&2; exit 2; }
 
-# IR_LEVEL: which dumped IR the verdict fingerprints (default ttgir). A switch that acts
-# below TTGIR (DISABLE_LLVM_OPT changes LLVM's optimisation, not the TTGIR) needs llir or
-# ptx here; the runs are then asked to dump that level too (ZL_IR_LEVELS).
+# IR_LEVEL: an extra level the runs dump as files (ZL_IR_LEVELS), for reading. The verdict
+# (ir_verdict) compares every level each run recorded in ir_fingerprints.json whatever it
+# says: DISABLE_LLVM_OPT once read NO_IR_DIFF because only TTGIR was compared by default.
 IR_LEVEL="${IR_LEVEL:-ttgir}"
 [[ "$IR_LEVEL" =~ ^[a-z][a-z0-9_]*$ ]] || die2 "IR_LEVEL is not an IR level name: '$IR_LEVEL'"
 if [[ "$IR_LEVEL" != ttgir && ",${ZL_IR_LEVELS:-}," != *",$IR_LEVEL,"* ]]; then
   export ZL_IR_LEVELS="${ZL_IR_LEVELS:+$ZL_IR_LEVELS,}$IR_LEVEL"
 fi
-fp_of() {   # the shared rule (zl.ir.fingerprint) at IR_LEVEL; exit 1 = no IR of that level
-  if [[ "$IR_LEVEL" == ttgir ]]; then
-    ir_fingerprint "$1"
-  else
-    "$PY" -m zl.ir.fingerprint --level "$IR_LEVEL" "$1"
-  fi
+
+# The screen cells of the first-difference rule (verdict ir_levels fp_*); NO_IR when a
+# side is not a run directory (exit 2), so a row never loses its columns.
+ir_verdict_cells() {
+  local cells
+  cells="$(ir_verdict "$1" "$2" --tsv 2>/dev/null)"
+  if [[ -z "$cells" ]]; then cells=$'NO_IR\t-\t-\t-\t-\t-'; fi
+  printf '%s' "$cells"
+}
+# `results<TAB>results_torch` of side B vs side A (zl.results.compare).
+results_cells() {
+  local cells
+  cells="$(PYTHONPATH="$ZL_ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m zl.results.compare "$1" "$2" --tsv 2>/dev/null)"
+  if [[ -z "$cells" ]]; then cells=$'n/a (results unreadable)\tn/a'; fi
+  printf '%s' "$cells"
 }
 
 # The drivers' variable checks, one wording: exit 2 with the variable's name and value.

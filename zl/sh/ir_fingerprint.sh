@@ -7,6 +7,10 @@
 #   ir_compare RUN_A RUN_B        returns 0 same, 10 different, 1 no IR on either side
 #   ir_converts RUN_DIR [FLOOR]   prints convert_layout counts (JSON), scoped to variants
 #                                 launched more than FLOOR (default 1) times
+#   ir_verdict RUN_A RUN_B        prints the first-difference verdict (NO_IR_DIFF,
+#                                 IR_CHANGED@<level>, BINARY_CHANGED, NO_IR); returns 0 same,
+#                                 10 changed, 1 no IR, 2 usage. `--tsv` after the runs adds
+#                                 the screen columns (ir_levels fp_ttgir fp_llir fp_asm fp_binary)
 #
 # All three call `python -m zl.ir.fingerprint`: the screen and the A/B step must use
 # one rule, or an operator let through by one is stopped by the other. Nothing is
@@ -31,4 +35,9 @@ ir_compare() {
 ir_converts() {
   [[ $# -ge 1 && $# -le 2 ]] || { echo "usage: ir_converts RUN_DIR [LAUNCH_FLOOR]" >&2; return 2; }
   _zl_ir_py --converts "$1" --launch-floor "${2:-1}"
+}
+
+ir_verdict() {
+  [[ $# -ge 2 && $# -le 3 ]] || { echo "usage: ir_verdict RUN_A RUN_B [--tsv]" >&2; return 2; }
+  _zl_ir_py verdict "$@"
 }

@@ -1,0 +1,289 @@
+"""Issue 16 results check: capture (zl.results.capture / recorder), compare, and the screen.
+
+The end-to-end tests run ab_rlc_test.sh through the real run_pytest.sh on the fake tree:
+`ZL_TEST_SKEW=1` makes the fake abs kernel return 1.01 * |x| at the same speed.
+"""
+import json
+import subprocess
+import sys
+import types
+
+import pytest
+import torch
+
+import _results_plugin
+from harness.runner import REPO_ROOT, run_zl
+from zl.results import capture, compare
+from zl.results.recorder import ResultsRecorder
+
+
+@pytest.mark.parametrize("name,reason", [
+    ("dropout", "random operator (dropout)"), ("native_dropout", "random operator (dropout)"),
+    ("randn", "random operator (randn)"), ("rand_like", "random operator (rand)"),
+    ("normal", "random operator (normal)"), ("uniform_", "random operator (uniform)"),
+    ("exponential_", "random operator (exponential)"), ("bernoulli", "random operator (bernoulli)"),
+    ("multinomial", "random operator (multinomial)"), ("dropout_backward", "random operator (dropout)"),
+    ("add_", "in-place operator"), ("zero_", "in-place operator"),
+    ("layer_norm", None), ("normalize", None), ("softmax", None), ("gelu_backward", None), ("randomize_ish", None),
+])
+def test_random_and_inplace_names(name, reason):
+    assert capture.not_comparable_reason(name) == reason
+
+
+def _rec(values, dtype=torch.float32):
+    return capture.describe(torch.tensor(values, dtype=dtype))
+
+
+def test_tensor_comparison_equal_within_tol_and_different():
+    a = _rec([1.0, 2.0, 3.0])
+    assert compare.compare_tensor(_rec([1.0, 2.0, 3.0]), a)["status"] == "equal"
+    near = compare.compare_tensor(_rec([1.0, 2.0, 3.000001]), a)
+    assert near["status"] == "within_tol" and near["abs"] > 0
+    off = compare.compare_tensor(_rec([1.0, 2.0, 3.03]), a)
+    assert off["status"] == "different" and abs(off["rel"] - 0.01) < 1e-4
+    # bf16 tolerance is wider: 1 % is within it, 5 % is not
+    h = _rec([1.0, 2.0, 3.0], torch.bfloat16)
+    assert compare.compare_tensor(_rec([1.0, 2.0, 3.03], torch.bfloat16), h)["status"] in ("within_tol", "equal")
+    assert compare.compare_tensor(_rec([1.0, 2.0, 3.15], torch.bfloat16), h)["status"] == "different"
+    assert compare.compare_tensor(_rec([1, 2], torch.int64), _rec([1, 3], torch.int64))["status"] == "different"
+    assert "vs" in compare.compare_tensor(_rec([1.0, 2.0]), a)["why"]
+    nan = compare.compare_tensor(_rec([1.0, 2.0, float("nan")]), a)
+    assert nan["status"] == "different" and "nan/inf" in nan["why"]
+
+
+def test_large_tensors_keep_a_sample_and_compare_on_it():
+    x = torch.arange(capture.FULL_CAP * 4, dtype=torch.float32)
+    rx = capture.describe(x)
+    assert "values" not in rx and len(rx["sample"]) == capture.SAMPLE_SIZE and rx["numel"] == x.numel()
+    ry = capture.describe(x * 1.01)
+    res = compare.compare_tensor(ry, rx)
+    assert res["status"] == "different" and res["why"] == "sampled"
+
+
+class FakeBench:
+    def __init__(self, op_name, torch_op, gems_op=None, is_backward=False, is_inplace=False):
+        self.op_name, self.torch_op, self.gems_op = op_name, torch_op, gems_op
+        self.is_backward, self.is_inplace = is_backward, is_inplace
+
+
+def _record(tmp_path, bench, inputs, gems_scale=1.0, name="run"):
+    rec = ResultsRecorder(tmp_path / name, log=lambda m: None)
+    for x in inputs:
+        rec.record(bench, bench.torch_op, (x,), {})
+        rec.gems_depth = 1  # as inside flag_gems.use_gems()
+        rec.record(bench, lambda t: bench.torch_op(t) * gems_scale, (x,), {})
+        rec.gems_depth = 0
+    return tmp_path / name, rec
+
+
+def test_recorder_sides_keys_and_a_planted_change(tmp_path):
+    inputs = [torch.randn(8, 16), torch.randn(64)]
+    bench = FakeBench("exp", torch.exp)
+    a, rec = _record(tmp_path, bench, inputs, name="A")
+    doc = json.loads((a / "results" / "exp.json").read_text())
+    assert sorted(doc["entries"]) == ["float32|64#0", "float32|8x16#0"]
+    assert set(doc["entries"]["float32|64#0"]) == {"torch", "gems"}
+    b, _ = _record(tmp_path, bench, inputs, name="B")
+    same = compare.compare_runs(a, b)
+    assert same["value"] == "match" and same["torch_value"] == "A match; B match"
+    c, _ = _record(tmp_path, bench, inputs, gems_scale=1.01, name="C")
+    res = compare.compare_runs(a, c)
+    assert res["status"] == "mismatch" and res["value"].startswith("MISMATCH (2/2 shapes, worst error abs")
+    assert res["torch_value"].startswith("A match; B MISMATCH")
+    assert compare.exit_code(res) == compare.EXIT_MISMATCH
+
+
+def test_random_and_inplace_operators_are_na_and_not_called(tmp_path):
+    calls = []
+
+    def dropout(x):
+        calls.append(1)
+        return torch.nn.functional.dropout(x, 0.5)
+    a, _ = _record(tmp_path, FakeBench("dropout", dropout), [torch.randn(4)], name="A")
+    b, _ = _record(tmp_path, FakeBench("dropout", dropout), [torch.randn(4)], name="B")
+    assert not calls
+    res = compare.compare_runs(a, b)
+    assert res["value"] == "n/a (random operator (dropout))" and compare.exit_code(res) == compare.EXIT_NA
+    # in-place discovered at capture time: the output aliases the input
+    c, _ = _record(tmp_path, FakeBench("relu_inplace_alias", lambda t: t.clamp_(min=0)), [torch.randn(4)], name="C")
+    d, _ = _record(tmp_path, FakeBench("relu_inplace_alias", lambda t: t.clamp_(min=0)), [torch.randn(4)], name="D")
+    assert compare.compare_runs(c, d)["value"] == "n/a (in-place operator (output aliases an input))"
+
+
+def test_backward_records_output_and_gradients(tmp_path):
+    bench = FakeBench("gelu_backward", torch.nn.functional.gelu, is_backward=True)
+    x = torch.randn(32).requires_grad_()
+    run, _ = _record(tmp_path, bench, [x])
+    entry = json.loads((run / "results" / "gelu_backward.json").read_text())["entries"]["float32|32#0"]
+    assert len(entry["torch"]) == 2 and entry["torch"][1]["shape"] == [32]
+    assert entry["torch"] == entry["gems"]
+
+
+def test_compare_cli_exit_codes_and_tsv(tmp_path):
+    bench = FakeBench("exp", torch.exp)
+    a, _ = _record(tmp_path, bench, [torch.randn(16)], name="A")
+    c, _ = _record(tmp_path, bench, [torch.randn(16)], gems_scale=1.01, name="C")
+    cmd = [sys.executable, "-m", "zl.results.compare"]
+    ok = subprocess.run(cmd + [str(a), str(a), "--tsv"], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert ok.returncode == 0 and ok.stdout == "match\tA match; B match\n"
+    bad = subprocess.run(cmd + [str(a), str(c), "--json", str(tmp_path / "r.json")], cwd=REPO_ROOT,
+                         capture_output=True, text=True)
+    assert bad.returncode == 10 and bad.stdout.startswith("MISMATCH (1/1 shapes")
+    assert json.loads((tmp_path / "r.json").read_text())["ops"]["exp"]["b_vs_a"]["status"] == "mismatch"
+    none = subprocess.run(cmd + [str(a), str(tmp_path / "missing")], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert none.returncode == 2 and "run directory not found" in none.stderr
+    (tmp_path / "E").mkdir()
+    empty = subprocess.run(cmd + [str(a), str(tmp_path / "E")], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert empty.returncode == 1 and empty.stdout.startswith("n/a (side B recorded no outputs)")
+    (c / "results" / "exp.json").write_text("{not json")
+    corrupt = subprocess.run(cmd + [str(a), str(c)], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert corrupt.returncode == 2 and "unreadable results file" in corrupt.stderr
+
+
+class FakeConfig:
+    def __init__(self, value=None):
+        self.value = value
+
+    def getoption(self, dest, default=None):
+        return self.value
+
+
+def test_plugin_switch_and_bad_value(monkeypatch, tmp_path):
+    parser = types.SimpleNamespace(getgroup=lambda *a: types.SimpleNamespace(addoption=lambda *a, **k: None))
+    _results_plugin.pytest_addoption(parser)
+    monkeypatch.setenv("OUT_DIR", str(tmp_path))
+    monkeypatch.setenv("ZL_ENABLE_RESULTS", "maybe")
+    with pytest.raises(pytest.UsageError, match="ZL_ENABLE_RESULTS='maybe'"):
+        _results_plugin.pytest_configure(FakeConfig())
+    _results_plugin.pytest_configure(FakeConfig("0"))  # the option wins over the variable
+    assert _results_plugin._state["recorder"] is None
+    monkeypatch.setenv("ZL_ENABLE_RESULTS", "1")
+    _results_plugin.pytest_configure(FakeConfig())
+    assert _results_plugin._state["recorder"] is not None
+    _results_plugin.pytest_unconfigure(FakeConfig())
+    assert _results_plugin._state["recorder"] is None
+
+
+# ---------------------------------------------------------------- screens on the CPU
+
+def _screen(tmp_path, switch, name):
+    root = tmp_path / name
+    r = run_zl(tmp_path / f"w_{name}", script="ab_rlc_test.sh", timeout=400, OPS="abs", SWITCH=switch, AB_ROOT=root)
+    assert r.returncode == 0, r.explain()
+    import csv
+    with open(root / "screen.tsv", newline="") as fh:
+        return list(csv.DictReader(fh, delimiter="\t"))[0], r
+
+
+def test_screen_flags_a_wrong_answer_at_equal_speed(tmp_path):
+    row, r = _screen(tmp_path, "ZL_TEST_SKEW", "skew")
+    assert row["verdict"] == "WRONG_RESULTS", r.explain()
+    assert row["results"].startswith("MISMATCH (2/2 shapes, worst error abs") and "rel 0.01" in row["results"]
+    assert row["results_torch"].startswith("A match; B MISMATCH")
+    assert "!!! abs: WRONG_RESULTS: MISMATCH" in r.stdout
+
+
+def test_aa_screen_is_not_wrong_results(tmp_path):
+    row, r = _screen(tmp_path, "ZL_UNREAD_SWITCH", "aa")
+    assert row["verdict"] == "NO_TRITON" and row["results"] == "match", r.explain()
+    assert (tmp_path / "aa" / "abs_after" / "results" / "abs.json").is_file()
+
+
+# ---------------------------------------------------------------- reports
+
+STUB = REPO_ROOT / "tests" / "fixtures" / "runlogs" / "stub_run_pytest.py"
+
+
+def _stub_cell(tmp_path, out, replay="", scale=1.0):
+    """A run directory with an upstream-format run.log (the stub) plus recorded outputs."""
+    env = {"OUT_DIR": str(out), "OP": "exp", "ZL_STUB_IR": "same", "REPLAY_FROM": replay, "PATH": "/usr/bin:/bin"}
+    subprocess.run([sys.executable, str(STUB)], env=env, check=True, capture_output=True)
+    torch.manual_seed(0)
+    rec = ResultsRecorder(out, log=lambda m: None)
+    bench = FakeBench("exp", torch.exp)
+    x = torch.randn(64)
+    rec.record(bench, bench.torch_op, (x,), {})
+    rec.gems_depth = 1
+    rec.record(bench, lambda t: torch.exp(t) * scale, (x,), {})
+    return out
+
+
+def _summary(*args):
+    return subprocess.run([sys.executable, str(REPO_ROOT / "batch_summary.py"), *map(str, args)],
+                          cwd=REPO_ROOT, capture_output=True, text=True)
+
+
+def test_ab_report_shows_a_mismatch_first_and_beside_the_replay_facts(tmp_path):
+    a = _stub_cell(tmp_path, tmp_path / "A")
+    b = _stub_cell(tmp_path, tmp_path / "B", replay=str(a), scale=1.01)
+    r = _summary("--ab", a, b, "--json", tmp_path / "ab.json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("!!! [ab] exp: WRONG RESULTS B vs A: MISMATCH (1/1 shapes")
+    assert "[ab] exp: results B vs A: MISMATCH (1/1 shapes" in r.stdout
+    doc = json.loads((tmp_path / "ab.json").read_text())
+    assert next(iter(doc)) == "results" and doc["results"]["status"] == "mismatch"
+    same = _summary("--ab", a, _stub_cell(tmp_path, tmp_path / "C", replay=str(a)))
+    assert "WRONG RESULTS" not in same.stdout and "[ab] exp: results B vs A: match; vs torch: A match" in same.stdout
+
+
+def test_ab_rounds_report_checks_b_cells_and_replays_against_the_record(tmp_path):
+    root = tmp_path / "exp"
+    rec = _stub_cell(tmp_path, root / "r1_A")
+    _stub_cell(tmp_path, root / "r1_B", replay=str(rec))
+    _stub_cell(tmp_path, root / "r2_B", replay=str(rec))
+    _stub_cell(tmp_path, root / "r2_A", replay=str(rec), scale=1.01)  # a replay that is not the record
+    r = _summary("--ab-rounds", root, "--label", "exp", "--json", tmp_path / "r.json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "[ab-rounds] exp: results B vs r1_A: match" in r.stdout
+    assert "REPLAY_RESULTS_DIFFER label=exp side=r2_A MISMATCH (1/1 shapes" in r.stdout
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["results"]["replays"]["status"] == "mismatch" and doc["results"]["cells"]["r2_B"]["status"] == "match"
+
+
+def test_device_plant_plugin_skews_abs_on_the_fake_tree(tmp_path):
+    """docs/validation/scripts/_plant_skew_plugin.py (used on the H200) works as the CPU skew does."""
+    scripts = REPO_ROOT / "docs" / "validation" / "scripts"
+    r = run_zl(tmp_path / "w", script="ab_rlc_test.sh", timeout=400, OPS="abs", SWITCH="ZL_PLANT_SKEW",
+               AB_ROOT=tmp_path / "root", ZL_EXTRA_PLUGINS="_plant_skew_plugin",
+               PYTHONPATH=f"{REPO_ROOT}:{REPO_ROOT}/tests/fake_flaggems/src:{scripts}")
+    import csv
+    with open(tmp_path / "root" / "screen.tsv", newline="") as fh:
+        row = list(csv.DictReader(fh, delimiter="\t"))[0]
+    assert row["verdict"] == "WRONG_RESULTS" and "rel 0.01" in row["results"], r.explain()
+
+
+def test_uninstall_leaves_a_wrapper_stacked_over_ours_in_place(tmp_path, monkeypatch):
+    """Another plugin wrapping get_latency after us must keep its wrapper when we restore."""
+    import sys as _sys
+
+    class Benchmark:
+        def run(self):
+            pass
+
+        def get_latency(self, op, *args, **kwargs):
+            return 1.0
+    mod = types.ModuleType("zl_test_results_fake.base")  # found like FlagGems' benchmark/base.py
+    mod.Benchmark = Benchmark
+    monkeypatch.setitem(_sys.modules, "zl_test_results_fake.base", mod)
+    rec = ResultsRecorder(tmp_path, log=lambda m: None)
+    rec.install()
+    ours = Benchmark.get_latency
+
+    def theirs(self, op, *a, **k):
+        return ours(self, op, *a, **k) * 2
+    Benchmark.get_latency = theirs
+    rec.uninstall()
+    assert Benchmark.get_latency is theirs
+    b = Benchmark()
+    b.op_name = "exp"
+    assert b.get_latency(torch.exp, torch.zeros(2)) == 2.0
+    assert not (tmp_path / "results").exists()  # inactive: no capture after uninstall
+    # alone (nobody wrapped over us): the original comes back
+    plain = Benchmark.__dict__["run"]
+    Benchmark.get_latency = original = lambda self, op, *a, **k: 1.0
+    rec2 = ResultsRecorder(tmp_path, log=lambda m: None)
+    rec2.install()
+    assert Benchmark.__dict__["get_latency"] is not original and Benchmark.__dict__["run"] is plain
+    rec2.uninstall()
+    assert Benchmark.__dict__["get_latency"] is original

@@ -1,0 +1,70 @@
+"""The results check in the A/B reports: a MISMATCH first, the value next to replay facts.
+
+`--ab BEFORE AFTER`: side B (after) against side A (before), and each against its torch
+baseline (zl.results.compare). `--ab-rounds ROOT`: every cell against r1_A, the recording
+all other cells replay: the B cells say whether the switch changed the answers, the later
+A cells whether a replayed config reproduces the recorded outputs. A replaying cell whose
+outputs differ from its record is marked `REPLAY_RESULTS_DIFFER` beside the
+AUTOTUNE_REPLAY_FALLBACK lines: a replay that reproduced configs but not outputs is not
+the run it claims to repeat.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, Mapping, Tuple
+
+from zl import markers
+from zl.results import compare
+
+_RANK = {"mismatch": 0, "within_tol": 1, "match": 2, "n/a": 3}
+
+
+def facts(reference: Path, other: Path) -> Dict:
+    """compare_runs(reference, other), or an n/a record when a side's results are unreadable."""
+    try:
+        return compare.compare_runs(Path(reference), Path(other))
+    except compare.ResultsError as exc:
+        return {"value": f"n/a ({exc})", "status": "n/a", "torch_value": "n/a", "ops": {}}
+
+
+def print_first(name: str, tag: str, res: Dict, what: str = "B vs A") -> None:
+    """A MISMATCH is the first thing a report says, before any speed."""
+    if res["status"] == "mismatch":
+        print(f"!!! [{tag}] {name}: WRONG RESULTS {what}: {res['value']} "
+              "(a speedup below is of a different answer)")
+
+
+def print_line(name: str, tag: str, res: Dict, what: str = "B vs A") -> None:
+    print(f"[{tag}] {name}: results {what}: {res['value']}; vs torch: {res['torch_value']}")
+
+
+def print_replay_difference(name: str, tag: str, side: str, res: Dict) -> None:
+    if res["status"] == "mismatch":
+        print("  " + markers.format_marker(markers.REPLAY_RESULTS_DIFFER, label=name, side=side)
+              + f" {res['value']} (the replayed configs did not reproduce the recorded outputs)")
+
+
+def ordered(out: Dict, res: Dict) -> Dict:
+    """The report JSON with `results` first when it is a MISMATCH, else after the rest."""
+    if res["status"] == "mismatch":
+        return {"results": res, **{k: v for k, v in out.items() if k != "results"}}
+    out["results"] = res
+    return out
+
+
+def rounds_facts(cells: Mapping[Tuple[int, str], Path]) -> Dict:
+    """Every cell vs r1_A: {'status', 'value', 'torch_value', 'b', 'replays', 'cells'}."""
+    record = cells.get((1, "A"))
+    if record is None:
+        return {"status": "n/a", "value": "n/a (no r1_A recording among the cells used)",
+                "torch_value": "n/a", "cells": {}, "replays": None}
+    per_cell = {f"r{k}_{s}": facts(record, d) for (k, s), d in sorted(cells.items()) if (k, s) != (1, "A")}
+    b = [r for c, r in per_cell.items() if c.endswith("_B")]
+    a = [r for c, r in per_cell.items() if c.endswith("_A")]
+    worst_b = min(b, key=lambda r: _RANK[r["status"]], default=None)
+    worst_a = min(a, key=lambda r: _RANK[r["status"]], default=None)
+    base = worst_b or {"status": "n/a", "value": "n/a (no B cell)", "torch_value": "n/a"}
+    return {"status": base["status"], "value": base["value"], "torch_value": base["torch_value"],
+            "replays": None if worst_a is None else {"status": worst_a["status"], "value": worst_a["value"]},
+            "cells": {c: {"status": r["status"], "value": r["value"]} for c, r in per_cell.items()}}

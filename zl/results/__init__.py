@@ -1,0 +1,5 @@
+"""Operator outputs kept per shape and side, and their comparison (issue 16).
+
+`capture` turns one output into a compact comparable record and writes
+`<run>/results/<op>.json`; `compare` pairs two runs' records (B vs A, each vs torch).
+"""

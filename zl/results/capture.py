@@ -1,0 +1,153 @@
+"""One operator output -> a compact, comparable record; one JSON file per operator.
+
+`<run>/results/<op>.json`:
+    {"schema_version": 1, "op": ..., "status": "captured" | "n/a", "reason": ...,
+     "entries": {"<dtype>|<shape label>#<n>": {"torch": [T...], "gems": [T...]}}}
+where each T describes one output tensor (outputs are flattened: tuples, lists, and for a
+backward benchmark the forward output followed by the input gradients):
+    {"dtype", "shape", "numel", "sha256" (of the raw bytes), "nan", "inf",
+     "min", "max", "mean", "abs_mean" (finite elements, float64),
+     "values" (all, when numel <= FULL_CAP) | "sample_index" + "sample" (SAMPLE_SIZE
+     evenly spaced elements)}.
+The digest decides "bitwise equal"; values or the sample decide "within tolerance".
+
+Not comparable, reported `n/a (reason)` and never called an extra time: random operators
+(their output depends on the generator state, which the timing loop advances) and in-place
+operators (the timing loop has already applied them to their inputs many times). An
+output found to alias an input at capture time is in-place too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from zl import atomic
+
+SCHEMA_VERSION = 1
+RESULTS_SUBDIR = "results"
+FULL_CAP = 4096
+SAMPLE_SIZE = 256
+# Operators whose output is drawn from a random generator (FlagGems op names; `_` bounded
+# so layer_norm or normalize do not match).
+RANDOM_RE = re.compile(r"(?:^|_)(dropout|randn|rand|randint|randperm|normal|multinomial|uniform|"
+                       r"exponential|bernoulli|poisson|geometric|cauchy|log_normal|random)(?:_|$)")
+SIDES = ("torch", "gems")
+
+
+def not_comparable_reason(op_name: str, is_inplace: bool = False) -> Optional[str]:
+    """Why an operator's outputs cannot be compared across runs, or None."""
+    name = (op_name or "").lower()
+    match = RANDOM_RE.search(name)
+    if match:
+        return f"random operator ({match.group(1)})"
+    stem = name[: -len("_backward")] if name.endswith("_backward") else name
+    if is_inplace or (stem.endswith("_") and not stem.endswith("__")):
+        return "in-place operator"
+    return None
+
+
+def flatten(value: Any, depth: int = 0) -> List[Any]:
+    """Tensors (and numbers) of an output, in order; None and other objects are skipped."""
+    import torch
+    if depth > 6:
+        return []
+    if torch.is_tensor(value):
+        return [value]
+    if isinstance(value, (bool, int, float, complex)):
+        return [torch.tensor(value)]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in flatten(v, depth + 1)]
+    if isinstance(value, dict):
+        return [t for k in sorted(value, key=str) for t in flatten(value[k], depth + 1)]
+    return []
+
+
+def aliases_input(outputs: List[Any], inputs: List[Any]) -> bool:
+    """True when an output tensor shares storage with an input tensor (an in-place op)."""
+    import torch
+    ptrs = set()
+    for t in inputs:
+        if torch.is_tensor(t) and t.numel():
+            ptrs.add(t.untyped_storage().data_ptr())
+    return any(torch.is_tensor(o) and o.numel() and o.untyped_storage().data_ptr() in ptrs
+               for o in outputs)
+
+
+def _float(x: float) -> Optional[float]:
+    return None if not np.isfinite(x) else float(x)
+
+
+def describe(tensor: Any) -> Dict[str, Any]:
+    """The compact record of one tensor (see the module doc)."""
+    import torch
+    t = tensor.detach()
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    cpu = t.to("cpu").contiguous()
+    raw = cpu.reshape(-1).view(torch.uint8) if cpu.numel() else torch.empty(0, dtype=torch.uint8)
+    values = cpu.to(torch.float64).reshape(-1).numpy() if cpu.numel() else np.zeros(0)
+    finite = values[np.isfinite(values)]
+    rec: Dict[str, Any] = {
+        "dtype": str(tensor.dtype).replace("torch.", ""), "shape": list(tensor.shape),
+        "numel": int(values.size), "sha256": hashlib.sha256(raw.numpy().tobytes()).hexdigest(),
+        "nan": int(np.isnan(values).sum()), "inf": int(np.isinf(values).sum()),
+        "min": _float(finite.min()) if finite.size else None,
+        "max": _float(finite.max()) if finite.size else None,
+        "mean": _float(finite.mean()) if finite.size else None,
+        "abs_mean": _float(np.abs(finite).mean()) if finite.size else None,
+    }
+    if values.size <= FULL_CAP:
+        rec["values"] = values.tolist()
+    else:
+        index = np.unique(np.linspace(0, values.size - 1, SAMPLE_SIZE).astype(np.int64))
+        rec["sample_index"] = index.tolist()
+        rec["sample"] = values[index].tolist()
+    return rec
+
+
+def shape_label(args: Any) -> str:
+    """`1024x1024_64` from the tensors among the arguments (dims `x`-joined, tensors `_`-joined)."""
+    import torch
+    return "_".join("x".join(str(d) for d in t.shape) or "scalar"
+                    for t in flatten(list(args)) if torch.is_tensor(t) and t.dim() >= 0) or "noshape"
+
+
+def first_dtype(args: Any) -> str:
+    import torch
+    for t in flatten(list(args)):
+        if torch.is_tensor(t) and t.dim() > 0:
+            return str(t.dtype).replace("torch.", "")
+    return "none"
+
+
+class ResultsFile:
+    """Records of one operator in one run, rewritten atomically after each shape."""
+
+    def __init__(self, run_dir: Path, op: str):
+        self.path = Path(run_dir) / RESULTS_SUBDIR / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', op)}.json"
+        self.doc: Dict[str, Any] = {"schema_version": SCHEMA_VERSION, "op": op, "status": "captured",
+                                    "reason": None, "entries": {}}
+        self._occurrence: Dict[tuple, int] = {}
+
+    def key(self, side: str, dtype: str, label: str) -> str:
+        base = f"{dtype}|{label}"
+        n = self._occurrence.get((side, base), 0)
+        self._occurrence[(side, base)] = n + 1
+        return f"{base}#{n}"
+
+    def add(self, key: str, side: str, outputs: List[Any]) -> None:
+        self.doc["entries"].setdefault(key, {})[side] = [describe(t) for t in outputs]
+        self.write()
+
+    def not_comparable(self, reason: str) -> None:
+        if self.doc["status"] != "n/a":
+            self.doc.update(status="n/a", reason=reason, entries={})
+            self.write()
+
+    def write(self) -> None:
+        atomic.write_json(self.path, self.doc, indent=None)
