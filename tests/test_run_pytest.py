@@ -209,6 +209,7 @@ def test_bad_values_exit_2(zl_run, tmp_path, env, needle):
     ("softmax:\n  shapes:\n    - [4, 64]\n", "has no 'relu:' entry"),
     ("relu:\n  shapes:\n    - [0, 64]\n", "is not a list of positive integers"),
     ("relu:\n  shapes:\n    - [4, -1]\n", "is not a list of positive integers"),
+    ("relu:\n  shapes:\n    - [valid, true]\n", "is not a list of positive integers"),
     ("relu: [unclosed\n", "is not valid yaml"),
     ("relu:\n  shape_desc: M\n", "has no 'shapes:' list"),
 ])
@@ -220,6 +221,17 @@ def test_shape_file_is_validated_at_preflight(zl_run, tmp_path, text, needle):
     line = [x for x in r.stderr.splitlines() if "PREFLIGHT_FAILED" in x]
     assert len(line) == 1 and "check=shape_file" in line[0] and needle in line[0], r.stderr
     assert r.log_text == ""
+
+
+@pytest.mark.parametrize("shape,ok", [
+    ([1, 2, 5, 5, 3, 3, 3, 1, "valid", 1], True),   # conv2d_padding's class-list tuple
+    ([2, 4, 24, 24, 12, 12, True], True),            # align_corners as a flag
+    ([[4, 64], [64]], True),
+    ([0, 64], False), ([4, -1], False), (["valid"], False), ([], False), ([4, 1.5], False),
+])
+def test_shape_entries_allow_words_and_flags_but_no_nonpositive_dimension(shape, ok):
+    from zl.shapefile import _positive_dims
+    assert _positive_dims(shape) is ok
 
 
 def test_help_prints_usage_and_takes_no_arguments(zl_run, tmp_path):
@@ -290,3 +302,18 @@ def test_killed_run_pytest_leaves_nothing_running(tmp_path, sig):
         assert list(tmpdir.glob("zl_triton_cache.*")) and list(tmpdir.glob("zl_inline_shapes.*"))
         from zl.rundir import reclaim_tmp
         assert len(reclaim_tmp(str(tmpdir))) == 2 and not list(tmpdir.iterdir())
+
+
+def test_batch_attempt_logs_stay_and_do_not_block_a_rerun(tmp_path):
+    """run_batch.py wipes a case directory between attempts but keeps run.attempt<N>.log in it;
+    the next attempt's run_pytest.sh must neither refuse that directory nor move the logs."""
+    from zl.rundir import move_previous_run
+    case = tmp_path / "case"
+    case.mkdir()
+    (case / "run.attempt1.log").write_text("attempt 1\n")
+    assert move_previous_run(case) is None
+    assert (case / "run.attempt1.log").read_text() == "attempt 1\n"
+    (case / "run.log").write_text("a run\n")
+    aside = move_previous_run(case)
+    assert aside is not None and (aside / "run.log").is_file()
+    assert (case / "run.attempt1.log").is_file()

@@ -97,13 +97,24 @@ def test_iter_list_arity_mismatch_says_so_and_keeps_upstream(zl_run, tmp_path):
     assert _identity(res)["shape_source"] == "conv2d_padding=hardcoded"
 
 
-def test_iter_list_no_key_says_so(zl_run, tmp_path):
+def test_iter_list_no_key_says_so(fake_pytest, tmp_path):
+    """run_pytest.sh refuses a SHAPE_FILE without the operator's key at preflight
+    (test_run_pytest.py); a direct pytest run with the plugins still says it in one line
+    and keeps the class's shapes, never a mix."""
     shape_file = _yaml(tmp_path, "softmax:\n  shapes:\n    - [4, 64]\n")
-    res = zl_run(OP="conv2d_padding", OP_FILE="conv2d", SHAPE_FILE=shape_file, **FAST)
-    assert res.returncode == 0, res.explain()
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = fake_pytest("benchmark/test_conv2d.py::test_conv2d_padding", "--shape_file", shape_file,
+                       "-p", "_device_setup_plugin", "-p", "_shape_inject_plugin",
+                       "-p", "_shape_iter_inject_plugin", OUT_DIR=str(out), ZL_OP="conv2d_padding",
+                       ZL_SHAPE_FILE=shape_file, ZL_SHAPE_MODE="file")
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text
     assert "no yaml key for Conv2DPaddingBenchmark (op=conv2d_padding; tried: conv2d_padding, " \
-           "Conv2DPaddingBenchmark, GenericBenchmark, Benchmark)" in res.log_text
-    assert _identity(res)["shape_source"] == "conv2d_padding=hardcoded"
+           "Conv2DPaddingBenchmark, GenericBenchmark, Benchmark)" in text
+    assert "torch.Size([1, 2, 6, 6])" in text
+    ident = json.loads((out / "run_identity.json").read_text())
+    assert ident["shape_source"] == "conv2d_padding=hardcoded"
 
 
 def test_bespoke_class_measures_the_yaml_shape(zl_run, tmp_path):

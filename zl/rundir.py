@@ -10,6 +10,7 @@ trap cannot run on SIGKILL).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -100,7 +101,10 @@ def move_previous_run(out: Path) -> Optional[Path]:
     A stale `replay_from`, `shapes.source.yaml` or `*.used.json` left by the previous run
     otherwise reads as this run's. Temporaries of a killed run are deleted, not kept.
     """
-    entries = [e for e in os.listdir(out) if not e.startswith(PREV_PREFIX)]
+    # run_batch.py keeps each attempt's log in the case directory it hands to run_pytest.sh
+    # (`run.attempt<N>.log`): the batch's record of the case, left where it is.
+    entries = [e for e in os.listdir(out)
+               if not e.startswith(PREV_PREFIX) and not re.fullmatch(r"run\.attempt\d+\.log", e)]
     if not entries:
         return None
     if not any(e in RUN_MARKERS or e.startswith("run.log.prev-") for e in entries):

@@ -21,13 +21,27 @@ class ShapeFileError(ValueError):
 
 
 def _positive_dims(value) -> bool:
-    if isinstance(value, bool):
+    """Every integer positive (`[0, 64]` once ran as a "measured" empty shape), at least one
+    integer, nothing but integers, lists, words and true/false.
+
+    Words and booleans are parameters, not dimensions: the class-list entries the shape
+    plugins accept carry conv padding modes ("valid") and flags (align_corners: true).
+    """
+    def ok(v) -> bool:
+        if isinstance(v, bool) or (isinstance(v, str) and v.strip()):
+            return True
+        if isinstance(v, int):
+            return v > 0
+        if isinstance(v, (list, tuple)):
+            return bool(v) and all(ok(x) for x in v)
         return False
-    if isinstance(value, int):
-        return value > 0
-    if isinstance(value, (list, tuple)):
-        return bool(value) and all(_positive_dims(v) for v in value)
-    return False
+
+    def has_int(v) -> bool:
+        if isinstance(v, (list, tuple)):
+            return any(has_int(x) for x in v)
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    return isinstance(value, (list, tuple)) and ok(value) and has_int(value)
 
 
 def validate_shape_file(path: str, op: str) -> Optional[str]:
@@ -57,7 +71,7 @@ def validate_shape_file(path: str, op: str) -> Optional[str]:
         for shape in shapes:
             if not _positive_dims(shape):
                 raise ShapeFileError(f"{path}: '{key}' shape {shape!r} is not a list of "
-                                     "positive integers")
+                                     "positive integers (words and true/false are allowed as parameters)")
     if keys != [op]:
         return (f"{path} has no '{op}:' key; FlagGems' class-chain lookup decides among "
                 f"{', '.join(keys)}")
