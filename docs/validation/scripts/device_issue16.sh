@@ -14,7 +14,7 @@
 #   OUT=/some/dir bash docs/validation/scripts/device_issue16.sh
 # (FlagGems at $PWD/.fg; PYTHONPATH=/tmp/site:$PWD/.fg/src as device_env.sh sets it.)
 set -uo pipefail
-source benchmarks/device_env.sh || exit 1
+source docs/validation/scripts/device_env.sh || exit 1
 export PYTHONPATH="$PWD/docs/validation/scripts:$PYTHONPATH"
 round_dir issue16
 T0=$(date +%s)
