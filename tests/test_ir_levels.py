@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-import _ir_meta_plugin as plugin
-from test_ir_meta_plugin import replay
+from zl.ir.collect import IRCollector
+from harness.ir_replay import replay
 from zl.ir import binary, fingerprint as fp, levels
 
 REPO = Path(__file__).resolve().parents[1]
@@ -89,7 +89,7 @@ def make_run(tmp_path, name, mutate=None, ptx=False, cubin=None, dump_levels=("t
         h = ev["payload"]["metadata"]["hash"]
         if cubin is not None:
             (cache / f"{h}.cubin").write_bytes(cubin(kname, str(cache)))
-    collector = plugin.IRCollector(str(base / "run" / "ttgir"), list(dump_levels))
+    collector = IRCollector(str(base / "run" / "ttgir"), list(dump_levels))
     replay(collector, doc, base)
     summary = collector.dump("test")
     return base / "run", summary

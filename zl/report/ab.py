@@ -106,11 +106,12 @@ def report_ab(before: Path, after: Path, label: str, allow: bool) -> Dict:
     """Print the A/B report and return it as a dict (raises Refused / BadInput / NoReport)."""
     blog, alog = _resolve_pair(Path(before), Path(after))
     name = _label(label, blog.parent)
+    # A wrong answer is the first line of the report, before any caliber word.
+    res = results_report.facts(blog.parent, alog.parent)
+    results_report.print_first(name, "ab", res)
     problems = check_caliber([("before", blog.parent), ("after", alog.parent)], name, allow)
     bparsed, aparsed = _parse_pair(blog, alog)
     rep = pair_logs(bparsed, aparsed)
-    res = results_report.facts(blog.parent, alog.parent)
-    results_report.print_first(name, "ab", res)
     _print_rows(name, rep)
     _print_summary(name, rep, rep.summary())
     fallbacks = {"before": replay_fallback_facts(blog.parent, bparsed),
