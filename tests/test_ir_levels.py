@@ -189,6 +189,19 @@ def test_binary_digest_ignores_debug_sections_and_hashes_non_elf_whole():
     assert binary.code_digest(x[:70]) == binary.code_digest(x[:70])  # truncated: whole-blob hash
 
 
+def test_binary_digest_ignores_relocations_of_debug_sections():
+    """The H200 A/A that read BINARY_CHANGED on abs/gelu: the relocations of .debug_line point
+    past its file-name table and move with the path; relocations of code still count."""
+    x = elf([(".text.k", b"\x01" * 16), (".debug_line", b"/tmp/a"), (".rel.debug_line", b"\x10")])
+    y = elf([(".text.k", b"\x01" * 16), (".debug_line", b"/tmp/bbbb"), (".rel.debug_line", b"\x13")])
+    assert binary.code_digest(x) == binary.code_digest(y)
+    c1 = elf([(".text.k", b"\x01" * 16), (".rela.text.k", b"\x01")])
+    c2 = elf([(".text.k", b"\x01" * 16), (".rela.text.k", b"\x02")])
+    assert binary.code_digest(c1) != binary.code_digest(c2)
+    assert binary.skipped(".rela.nv_debug_line_sass") and not binary.skipped(".rel.text.k")
+    assert not binary.skipped(".relocated") and binary.skipped("")
+
+
 def test_verdict_cli_words_tsv_and_exit_codes(tmp_path):
     a, _ = make_run(tmp_path, "a", ptx=True, cubin=default_cubin)
     b, _ = make_run(tmp_path, "b", ptx=True, cubin=default_cubin,

@@ -4,7 +4,8 @@ A binary embeds the source file's absolute path in its debug sections (`.debug_l
 `.nv_debug_line_sass`, ...). FlagGems generates pointwise kernels into a cache directory
 that the A/B drivers make private per run, so hashing the raw bytes would call every A/A
 pair "binary changed". Only the sections that carry code and data count: every ELF section
-except `.debug*`, `.nv_debug*`, `.note*`, `.comment` and the section-name string table.
+except `.debug*`, `.nv_debug*`, `.note*`, `.comment`, the relocations of those, and the
+section-name string table.
 A blob that is not an ELF file is hashed whole (there is no structure to trust).
 
 There is no ELF reader in the project's dependencies; section headers are a fixed struct
@@ -18,6 +19,19 @@ import struct
 from typing import Iterator, Tuple
 
 _SKIP_PREFIXES = (".debug", ".nv_debug", ".note", ".comment", ".shstrtab")
+# Relocations of a skipped section go with it: `.rel.debug_line` holds offsets into
+# `.debug_line`, past its file-name table, so they move with the path's length (H200 A/A of
+# FlagGems' generated abs/gelu kernels: equal TTGIR, LLIR and PTX, different cubin hashes).
+_RELOC_PREFIXES = (".rela", ".rel")
+
+
+def skipped(name: str) -> bool:
+    """Whether a section is left out of the code digest (debug info and what points into it)."""
+    for reloc in _RELOC_PREFIXES:
+        if name.startswith(reloc + "."):
+            name = name[len(reloc):]
+            break
+    return not name or name.startswith(_SKIP_PREFIXES)
 SHT_NOBITS = 8
 
 
@@ -64,7 +78,7 @@ def code_digest(blob: bytes) -> str:
         digest.update(b"raw\n" + blob)
         return digest.hexdigest()
     for name, sh_type, data in sections:
-        if not name or name.startswith(_SKIP_PREFIXES):
+        if skipped(name):
             continue
         digest.update(f"{name}\0{sh_type}\0{len(data)}\n".encode() + data)
     return digest.hexdigest()
