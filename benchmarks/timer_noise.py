@@ -181,11 +181,36 @@ def run_one(timer: str, op: str, op_file: str, args, run_dir: Path,
 
 # --- profiler cross-check (child process) ----------------------------------------------------
 
+def cupti_ms(fn, cache, cold: bool, names=None, n: int = 50):
+    """CUPTI device time per call of `fn` (ms) and the kernel names seen; `cold` zeroes
+    `cache` (larger than L2) before every call and counts only `names` (the flush is a
+    kernel too). Shared by the timer comparison and docs/validation/scripts/issue18.py."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            if cold:
+                cache.zero_()
+            fn()
+        torch.cuda.synchronize()
+    total, seen = 0.0, set()
+    for evt in prof.key_averages():
+        t = getattr(evt, "self_device_time_total", None)
+        if t is None:
+            t = getattr(evt, "self_cuda_time_total", 0.0)
+        if t and (names is None or evt.key in names):
+            total += t
+            seen.add(evt.key)
+    return total / n / 1e3, seen
+
+
 def profile_main(args) -> int:
     import torch
     import triton.testing as tt
-    from torch.profiler import ProfilerActivity, profile
-
     import flag_gems
     from zl.backends import get_backend
     from zl.timing.direct import run_direct
@@ -194,27 +219,6 @@ def profile_main(args) -> int:
     upstream_do_bench, upstream_graph = tt.do_bench, tt.do_bench_cudagraph
     cache = torch.empty(int(256e6 // 4), dtype=torch.int, device="cuda")
     warmup, rep = 200, 100
-
-    def kernel_ms(fn, cold: bool, names=None, n=50):
-        """CUPTI device time per call; cold flushes L2 first and counts only `names`."""
-        for _ in range(5):
-            fn()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(n):
-                if cold:
-                    cache.zero_()
-                fn()
-            torch.cuda.synchronize()
-        total, seen = 0.0, set()
-        for evt in prof.key_averages():
-            t = getattr(evt, "self_device_time_total", None)
-            if t is None:
-                t = getattr(evt, "self_cuda_time_total", 0.0)
-            if t and (names is None or evt.key in names):
-                total += t
-                seen.add(evt.key)
-        return total / n / 1e3, seen
 
     results = []
     for shape in PROFILE_SHAPES:
@@ -225,8 +229,8 @@ def profile_main(args) -> int:
 
             fn()
             torch.cuda.synchronize()
-            warm_ms, names = kernel_ms(fn, cold=False)
-            cold_ms, _ = kernel_ms(fn, cold=True, names=names)
+            warm_ms, names = cupti_ms(fn, cache, cold=False)
+            cold_ms, _ = cupti_ms(fn, cache, cold=True, names=names)
             timings = {}
             timings["up_kernel"] = tt.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
             timings["up_cudagraph"] = upstream_graph(fn, rep=rep, return_mode="median")

@@ -33,7 +33,7 @@ for p in (ROOT, ROOT / "benchmarks"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from timer_noise import fmt, pair_stats, parse_tables  # noqa: E402
+from timer_noise import cupti_ms, fmt, pair_stats, parse_tables  # noqa: E402
 from zl import atomic, markers  # noqa: E402
 
 RUNS = ("upstream", "before", "after1", "after2")
@@ -107,7 +107,6 @@ def wall_main(args) -> int:
 def cold_main(args) -> int:
     import torch
     import triton.testing as tt
-    from torch.profiler import ProfilerActivity, profile
 
     import flag_gems
     from zl.backends import get_backend
@@ -118,24 +117,6 @@ def cold_main(args) -> int:
     cache = torch.empty(nbytes // 4, dtype=torch.int32, device="cuda")
     ops = {"relu": torch.relu, "sum": torch.sum,
            "softmax": lambda x: torch.nn.functional.softmax(x, dim=-1)}
-
-    def cupti_ms(fn, cold, names=None, n=50):
-        for _ in range(5):
-            fn()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(n):
-                if cold:
-                    cache.zero_()
-                fn()
-            torch.cuda.synchronize()
-        total, seen = 0.0, set()
-        for evt in prof.key_averages():
-            t = getattr(evt, "self_device_time_total", None) or getattr(evt, "self_cuda_time_total", 0.0)
-            if t and (names is None or evt.key in names):
-                total += t
-                seen.add(evt.key)
-        return total / n / 1e3, seen
 
     def graph_ms(fn, mode):
         timer = GraphTimer(get_backend("cuda"), l2=mode)
@@ -153,8 +134,8 @@ def cold_main(args) -> int:
             fn = (lambda f=ops[name]: f(x))
             fn()
             torch.cuda.synchronize()
-            warm_k, names = cupti_ms(fn, cold=False)
-            cold_k, _ = cupti_ms(fn, cold=True, names=names)
+            warm_k, names = cupti_ms(fn, cache, cold=False)
+            cold_k, _ = cupti_ms(fn, cache, cold=True, names=names)
             case = {"op": name, "shape": list(shape), "kernels": sorted(names),
                     "cupti_warm_ms": warm_k, "cupti_cold_ms": cold_k,
                     "graph_warm_ms": graph_ms(fn, "warm"), "graph_cold_ms": graph_ms(fn, "cold")}
