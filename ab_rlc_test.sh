@@ -64,8 +64,7 @@ require_var_name SWITCH "$SWITCH"
 require_positive_int CELL_TIMEOUT "$CELL_TIMEOUT"
 
 CAL_HEADER="$("$PY" "$ZL_ROOT/batch_summary.py" --caliber-header)" || die2 "batch_summary.py --caliber-header failed"
-IR_COLS="$(_zl_ir_py --header | cut -f2-)" || die2 "zl.ir.fingerprint --header failed"
-EXTRA_COLS="results	results_torch	$IR_COLS"
+EXTRA_COLS="$("$PY" -m zl.screen_verdict --header)" || die2 "zl.screen_verdict --header failed"
 SCREEN_HEADER="op	op_file	dtypes	rows_before	rows_after	kernels_before	kernels_after	cvt_before	cvt_after	elapsed_before	elapsed_after	rc_before	rc_after	verdict	$CAL_HEADER	$EXTRA_COLS"
 
 # "success failed ..." of a run through the one run.log parser.
@@ -83,15 +82,9 @@ ir_counts() {
 
 # judge rows_before rows_after rc_before rc_after before_dir after_dir
 #   -> "verdict<TAB>$EXTRA_COLS cells" (results first: a wrong answer outranks any code verdict)
-judge() {
-  local rb="$1" ra="$2" rcb="$3" rca="$4" ir res v
-  ir="$(ir_verdict_cells "$5" "$6")"
-  res="$(results_cells "$5" "$6")"
-  v="${ir%%$'\t'*}"
-  if [[ "$rcb" != 0 || "$rca" != 0 || "${rb:-0}" == 0 || "${ra:-0}" == 0 ]]; then v=NO_ROWS
-  elif [[ "$res" == *"MISMATCH ("* ]]; then v=WRONG_RESULTS
-  elif [[ "$v" == NO_IR ]]; then v=NO_TRITON; fi
-  printf '%s\t%s\t%s' "$v" "$res" "${ir#*$'\t'}"
+judge() {   # one rule with run_batch.py --switch (zl/screen_verdict.py)
+  "$PY" -m zl.screen_verdict "${1:-0}" "${2:-0}" "$3" "$4" "$5" "$6" 2>/dev/null \
+    || printf 'NO_ROWS\tn/a (verdict failed)\tn/a\t-\t-\t-\t-\t-'
 }
 
 explain() {   # verdict rc_before rc_after

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Multi-round A/B of a screen's IR_CHANGED operators over several devices: one ab_repeat.sh per
+# Multi-round A/B of a screen's IR_CHANGED@*/BINARY_CHANGED operators over several devices: one ab_repeat.sh per
 # device, serial within it. Orchestration only; every measurement is ab_repeat.sh's.
 #
 #   SWITCH=FLAGTREE_MUSA_RLC_ENHANCE SCREEN=runs/ab_rlc_X/screen.tsv DEVICES=0,1,2,3 \
@@ -17,7 +17,8 @@
 # Variables:
 #   SWITCH, SCREEN (required)  the switch under test; an ab_rlc_test.sh / run_batch.py screen.tsv
 #   DEVICES        comma separated (default: the backend's visible devices)
-#   ROUNDS=6  CELL_TIMEOUT=2400  VERDICT=IR_CHANGED ("" = every row)
+#   ROUNDS=6  CELL_TIMEOUT=2400  VERDICT=IR_CHANGED,BINARY_CHANGED (IR_CHANGED also matches
+#                  IR_CHANGED@<level>; "" = every row)
 #   EXTRA_OPS      OPS words not in the screen (e.g. a benchmark just fixed): least loaded device
 #   DRY_RUN=1      print the plan and each device's command; start nothing, create nothing
 #   CAMPAIGN_ROOT  output root (default <runs>/campaign_<SWITCH>_<timestamp>)
@@ -42,7 +43,7 @@ SWITCH="${SWITCH:-}"
 SCREEN="${SCREEN:-}"
 ROUNDS="${ROUNDS:-6}"
 CELL_TIMEOUT="${CELL_TIMEOUT:-2400}"
-VERDICT="${VERDICT-IR_CHANGED}"
+VERDICT="${VERDICT-IR_CHANGED,BINARY_CHANGED}"
 EXTRA_OPS="${EXTRA_OPS:-}"
 [[ -n "$SWITCH" ]] || die2 "SWITCH is required (e.g. SWITCH=FLAGTREE_MUSA_RLC_ENHANCE)"
 require_var_name SWITCH "$SWITCH"

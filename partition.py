@@ -4,7 +4,8 @@
     python partition.py --screen runs/ab_rlc_X/screen.tsv --devices 0,1,2,3 [--rounds 6]
     python partition.py --screen ... --devices 0,1 --extra "topk:topk" --format shell
 
-Only rows whose verdict is --verdict (default IR_CHANGED; "" = every row) are planned.
+Only rows whose verdict is in --verdict are planned (a comma list; IR_CHANGED also matches
+IR_CHANGED@<level>; default IR_CHANGED,BINARY_CHANGED; "" = every row).
 --extra adds unscreened OPS words to the least loaded device afterwards (no weight known).
 text: the plan, critical path, even share, imbalance, and whether the heaviest operator
 alone sets the floor. shell: one line per device `DEVICE<TAB>OPS<TAB>PAIR_SECONDS<TAB>EST_SECONDS`.
@@ -25,7 +26,8 @@ def main(argv=None) -> int:
                                 epilog="exit codes: 0 planned, 2 bad input, 3 nothing to plan")
     p.add_argument("--screen", required=True, help="screen.tsv of ab_rlc_test.sh")
     p.add_argument("--devices", required=True, help="comma separated device ids")
-    p.add_argument("--verdict", default="IR_CHANGED", help='rows to plan ("" = all)')
+    p.add_argument("--verdict", default=pt.REPEAT_VERDICTS,
+                   help='comma list of verdicts to plan; a word also matches its @level forms ("" = all)')
     p.add_argument("--rounds", type=int, default=6, help="rounds per operator (estimate = pair x rounds)")
     p.add_argument("--extra", default="", help="space separated OPS words to append")
     p.add_argument("--format", choices=("text", "shell"), default="text")
@@ -44,7 +46,7 @@ def main(argv=None) -> int:
         return 2
     for w in warnings:
         print(f"!!! [partition] {w}", file=sys.stderr)
-    chosen = [r for r in rows if not args.verdict or r.verdict == args.verdict]
+    chosen = [r for r in rows if pt.verdict_selected(r.verdict, args.verdict)]
     left = [f"{r.op}({r.verdict})" for r in rows if r not in chosen]
     extra = args.extra.split()
     if not chosen and not extra:

@@ -46,6 +46,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from zl import atomic  # noqa: E402
 from zl.backends import TELEMETRY_FIELDS, UnknownBackendError, get_backend  # noqa: E402
+from zl.rundir import pid_alive  # noqa: E402
 
 try:
     from zl.term import tag as _tag
@@ -221,15 +222,7 @@ def run(backend, out: Path, device: str, interval: float, count: Optional[int] =
 
 def _parent_alive(pid: int) -> bool:
     # Reparenting (to init or a subreaper) means the parent died even if its pid was reused.
-    if os.getppid() != pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return os.getppid() == pid and pid_alive(pid)
 
 
 def watch_parent(pid: int, stop: threading.Event, poll: float = PARENT_POLL_S) -> None:

@@ -348,7 +348,9 @@ def test_switch_screen_judges_like_ab_rlc_and_feeds_partition(tmp_path):
     with open(bd / "screen.tsv", newline="") as fh:
         rows = {x["run_name"]: x for x in csv.DictReader(fh, delimiter="\t")}
     assert {k: v["verdict"] for k, v in rows.items()} == {
-        "relu": "IR_CHANGED", "abs": "NO_IR_DIFF", "exp": "NO_TRITON", "amax": "NO_ROWS", "mm": "IR_CHANGED"}
+        "relu": "IR_CHANGED@ttgir", "abs": "NO_IR_DIFF", "exp": "NO_TRITON", "amax": "NO_ROWS",
+        "mm": "IR_CHANGED@ttgir"}
+    assert rows["relu"]["ir_levels"] == "ttgir" and rows["relu"]["results"].startswith("n/a")
     assert rows["relu"]["kernels_after"] == "1" and rows["relu"]["timer"] == "cuda_graph"
     assert rows["mm"]["dtypes"] == "<all>" and rows["relu"]["dtypes"] == "float16"
     assert status(bd / "after")["amax"]["status"] == "NOT_RUN"
@@ -364,7 +366,7 @@ def test_switch_screen_judges_like_ab_rlc_and_feeds_partition(tmp_path):
               ZL_STUB_SWITCH="ZL_TEST_SWITCH", ZL_STUB_PLAN="mm=dtype")
     assert r.returncode == 0 and "4 reused, 1 to run" in r.stdout, r.stdout
     with open(bd / "screen.tsv", newline="") as fh:
-        assert [x["verdict"] for x in csv.DictReader(fh, delimiter="\t")].count("IR_CHANGED") == 3
+        assert [x["verdict"] for x in csv.DictReader(fh, delimiter="\t")].count("IR_CHANGED@ttgir") == 3
 
 
 # ---------------------------------------------------------------- partition.py and campaign.sh
@@ -437,3 +439,14 @@ def test_campaign_runs_one_ab_repeat_per_device_and_merges(tmp_path):
     assert len(rows) == 4 + 3 and (root / "device4" / "relu" / "r2_B" / "run.log").is_file()
     assert [x["rc"] for x in rows if x["op"] == "abs" and x["round"] == "2"] == ["1"]
     assert ">>> cells: 7, non-zero rc: 1" in r.stdout
+
+
+def test_partition_selects_every_level_of_a_changed_verdict():
+    from zl.batch.partition import REPEAT_VERDICTS, verdict_selected
+    for v in ("IR_CHANGED@ttgir", "IR_CHANGED@llir", "IR_CHANGED@ptx", "BINARY_CHANGED"):
+        assert verdict_selected(v, REPEAT_VERDICTS), v
+    for v in ("NO_IR_DIFF", "WRONG_RESULTS", "NO_ROWS", "NO_TRITON", "IR_CHANGEDX"):
+        assert not verdict_selected(v, REPEAT_VERDICTS), v
+    assert verdict_selected("IR_CHANGED@llir", "IR_CHANGED@llir")
+    assert not verdict_selected("IR_CHANGED@ttgir", "IR_CHANGED@llir")
+    assert verdict_selected("NO_ROWS", "")

@@ -29,7 +29,8 @@ class RunDirError(ValueError):
     """OUT_DIR cannot be used (cannot be created, or holds something that is not a run)."""
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (one we may not signal still exists)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -51,7 +52,7 @@ def reclaim_tmp(tmpdir: str) -> List[str]:
         if prefix is None:
             continue
         pid = name[len(prefix):].split(".", 1)[0]
-        if not pid.isdigit() or _pid_alive(int(pid)):
+        if not pid.isdigit() or pid_alive(int(pid)):
             continue
         path = os.path.join(tmpdir, name)
         if os.path.isdir(path):

@@ -112,3 +112,15 @@ def read_screen(path: Path) -> Tuple[List[ScreenRow], List[str]]:
             if x.weight != x.weight:
                 x.weight = fill
     return out, warnings
+
+
+# Screen verdicts worth a multi-round A/B: the code differs at some level (never WRONG_RESULTS,
+# never NO_IR_DIFF, whose range is the noise floor).
+REPEAT_VERDICTS = "IR_CHANGED,BINARY_CHANGED"
+
+
+def verdict_selected(verdict: str, wanted: str) -> bool:
+    """`wanted` is a comma list; a word matches itself and its `@<level>` forms
+    (IR_CHANGED matches IR_CHANGED@llir); an empty `wanted` matches every verdict."""
+    words = [w.strip() for w in wanted.split(",") if w.strip()]
+    return not words or any(verdict == w or verdict.startswith(w + "@") for w in words)

@@ -1,11 +1,8 @@
 """A batch-wide screen of one switch: per case, side A ($SWITCH=0) records, side B
 ($SWITCH=1) replays A's picks on the same device right after, and one screen.tsv row judges
-the pair with the same rule as ab_rlc_test.sh (the shared IR fingerprint, zl.ir.fingerprint):
-
-  NO_ROWS     a side exited non-zero or measured no row
-  NO_TRITON   rows on both sides, but a side compiled no .ttgir
-  NO_IR_DIFF  identical TTGIR with configs pinned
-  IR_CHANGED  the two sides compiled different TTGIR (campaign.sh repeats these)
+the pair with ab_rlc_test.sh's rule, the one implementation in zl/screen_verdict.py:
+NO_ROWS, WRONG_RESULTS, NO_TRITON, IR_CHANGED@<level> / BINARY_CHANGED (campaign.sh repeats
+these), NO_IR_DIFF.
 
 screen.tsv has ab_rlc_test.sh's columns (so partition.py and campaign.sh read either; the
 caliber's `device` column says where the pair ran), then repo and run_name.
@@ -20,21 +17,15 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 from zl import atomic
-from zl.ir.fingerprint import NoIRError, RunDirError, convert_count, fingerprint
+from zl.ir.fingerprint import NoIRError, RunDirError, convert_count
 from zl.runlog.caliber import CALIBER_FIELDS, caliber_of
+from zl.screen_verdict import COLUMNS, judge
 
 BASE_FIELDS = ["op", "op_file", "dtypes", "rows_before", "rows_after", "kernels_before",
                "kernels_after", "cvt_before", "cvt_after", "elapsed_before", "elapsed_after",
                "rc_before", "rc_after", "verdict"]
-FIELDS = BASE_FIELDS + list(CALIBER_FIELDS) + ["repo", "run_name"]
+FIELDS = BASE_FIELDS + list(CALIBER_FIELDS) + list(COLUMNS) + ["repo", "run_name"]
 SIDES = ("before", "after")
-
-
-def _fp(run_dir: Path) -> str:
-    try:
-        return fingerprint(run_dir)
-    except (NoIRError, RunDirError):
-        return ""
 
 
 def _ir_counts(run_dir: Path) -> Tuple[int, int]:
@@ -43,15 +34,6 @@ def _ir_counts(run_dir: Path) -> Tuple[int, int]:
         return c["ttgir_files"], c["measured_convert_count"]
     except (NoIRError, RunDirError):
         return 0, 0
-
-
-def judge(rows_a: int, rows_b: int, rc_a: str, rc_b: str, dir_a: Path, dir_b: Path) -> str:
-    if rc_a != "0" or rc_b != "0" or not rows_a or not rows_b:
-        return "NO_ROWS"
-    fa, fb = _fp(dir_a), _fp(dir_b)
-    if not fa or not fb:
-        return "NO_TRITON"
-    return "NO_IR_DIFF" if fa == fb else "IR_CHANGED"
 
 
 def screen_row(a: Dict[str, str], b: Dict[str, str], dtypes: str) -> Dict[str, str]:
@@ -67,9 +49,9 @@ def screen_row(a: Dict[str, str], b: Dict[str, str], dtypes: str) -> Dict[str, s
         "elapsed_before": round(int(a.get("elapsed_ms") or 0) / 1000),
         "elapsed_after": round(int(b.get("elapsed_ms") or 0) / 1000),
         "rc_before": a.get("return_code", ""), "rc_after": b.get("return_code", ""),
-        "verdict": judge(ra, rb, a.get("return_code", ""), b.get("return_code", ""), da, db),
         "repo": a["repo"], "run_name": a["run_name"],
     }
+    row.update(judge(ra, rb, a.get("return_code", ""), b.get("return_code", ""), da, db))
     row.update({k: cal.get(k, "") for k in CALIBER_FIELDS})
     return {k: str(v) for k, v in row.items()}
 

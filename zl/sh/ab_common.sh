@@ -33,14 +33,6 @@ if [[ "$IR_LEVEL" != ttgir && ",${ZL_IR_LEVELS:-}," != *",$IR_LEVEL,"* ]]; then
   export ZL_IR_LEVELS="${ZL_IR_LEVELS:+$ZL_IR_LEVELS,}$IR_LEVEL"
 fi
 
-# The screen cells of the first-difference rule (verdict ir_levels fp_*); NO_IR when a
-# side is not a run directory (exit 2), so a row never loses its columns.
-ir_verdict_cells() {
-  local cells
-  cells="$(ir_verdict "$1" "$2" --tsv 2>/dev/null)"
-  if [[ -z "$cells" ]]; then cells=$'NO_IR\t-\t-\t-\t-\t-'; fi
-  printf '%s' "$cells"
-}
 # `results<TAB>results_torch` of side B vs side A (zl.results.compare).
 results_cells() {
   local cells
