@@ -17,14 +17,8 @@ set -uo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
-case "${1:-}" in
-  -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
-  "") ;;
-  *) echo "!!! run_pytest.sh takes no arguments (got: $1); every knob is an environment variable, see --help" >&2
-     exit 2 ;;
-esac
-
-PY="${ZL_PYTHON:-$(command -v python || command -v python3)}"
+# shellcheck source=zl/sh/entry.sh
+source "$SCRIPT_DIR/zl/sh/entry.sh" "$@"
 die2() { echo "!!! $*" >&2; exit 2; }
 [[ -n "$PY" ]] || die2 "no python on PATH (set ZL_PYTHON)"
 export PYTHONPATH="$SCRIPT_DIR${PYTHONPATH:+:$PYTHONPATH}"

@@ -6,16 +6,8 @@
 # Nothing a user types is glob-expanded: OPS='*' once ran file names as operators.
 set -f
 
-# --help / -h prints the driver's header comment and starts nothing; the drivers take no
-# arguments (every knob is an environment variable).
-case "${1:-}" in
-  -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
-  "") ;;
-  *) echo "!!! $(basename "$0") takes no arguments (got: $1); every knob is an environment variable, see --help" >&2
-     exit 2 ;;
-esac
-
-PY="${ZL_PYTHON:-$(command -v python || command -v python3)}"
+# shellcheck source=entry.sh
+source "$ZL_ROOT/zl/sh/entry.sh" "$@"
 export ZL_PYTHON="$PY"
 export PYTHONPATH="$ZL_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 RUN_PYTEST="${ZL_RUN_PYTEST:-$ZL_ROOT/run_pytest.sh}"
