@@ -19,14 +19,32 @@ _ROOT = os.path.dirname(os.path.abspath(__file__))
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
-from zl import options  # noqa: E402
+from zl import options, registry  # noqa: E402
 from zl.switches import SwitchError, parse_switch  # noqa: E402
 from zl.term import log  # noqa: E402
 
 TAG = "[results-plugin]"
 FLAG = "--zl-results"
 ENV = "ZL_ENABLE_RESULTS"
-_state = {"recorder": None}
+NAME = "zl_results"
+
+
+class ResultsSession:
+    """The session's recorder, registered only while output capture is on."""
+
+    def __init__(self, recorder):
+        self.recorder = recorder
+
+    def pytest_runtest_setup(self, item):
+        self.recorder.install()
+
+    def close(self):
+        rec = self.recorder
+        rec.uninstall()
+        if rec.files:
+            log(TAG, f"outputs of {', '.join(sorted(rec.files))} recorded under "
+                     f"{os.path.join(rec.run_dir, 'results')} ({rec.captures} calls, "
+                     f"{rec.seconds:.3f} s outside the timed loops)")
 
 
 def pytest_addoption(parser):
@@ -44,20 +62,9 @@ def pytest_configure(config):
     if not on or not out:
         return
     from zl.results.recorder import ResultsRecorder
-    _state["recorder"] = ResultsRecorder(os.path.abspath(out), lambda m: log(TAG, m))
-
-
-def pytest_runtest_setup(item):
-    recorder = _state["recorder"]
-    if recorder is not None:
-        recorder.install()
+    registry.register(config, NAME, ResultsSession(
+        ResultsRecorder(os.path.abspath(out), lambda m: log(TAG, m))))
 
 
 def pytest_unconfigure(config):
-    recorder, _state["recorder"] = _state["recorder"], None
-    if recorder is not None:
-        recorder.uninstall()
-        if recorder.files:
-            log(TAG, f"outputs of {', '.join(sorted(recorder.files))} recorded under "
-                     f"{os.path.join(recorder.run_dir, 'results')} ({recorder.captures} calls, "
-                     f"{recorder.seconds:.3f} s outside the timed loops)")
+    registry.release(config, NAME)

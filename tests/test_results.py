@@ -140,28 +140,22 @@ def test_compare_cli_exit_codes_and_tsv(tmp_path):
     assert corrupt.returncode == 2 and "unreadable results file" in corrupt.stderr
 
 
-class FakeConfig:
-    def __init__(self, value=None):
-        self.value = value
-
-    def getoption(self, dest, default=None):
-        return self.value
-
-
 def test_plugin_switch_and_bad_value(monkeypatch, tmp_path):
-    parser = types.SimpleNamespace(getgroup=lambda *a: types.SimpleNamespace(addoption=lambda *a, **k: None))
-    _results_plugin.pytest_addoption(parser)
+    from harness.fake_config import FakeConfig
     monkeypatch.setenv("OUT_DIR", str(tmp_path))
     monkeypatch.setenv("ZL_ENABLE_RESULTS", "maybe")
     with pytest.raises(pytest.UsageError, match="ZL_ENABLE_RESULTS='maybe'"):
-        _results_plugin.pytest_configure(FakeConfig())
-    _results_plugin.pytest_configure(FakeConfig("0"))  # the option wins over the variable
-    assert _results_plugin._state["recorder"] is None
+        _results_plugin.pytest_configure(FakeConfig(_results_plugin))
+    off = FakeConfig(_results_plugin, zl_results="0")  # the option wins over the variable
+    _results_plugin.pytest_configure(off)
+    assert off.pluginmanager.get_plugin(_results_plugin.NAME) is None
     monkeypatch.setenv("ZL_ENABLE_RESULTS", "1")
-    _results_plugin.pytest_configure(FakeConfig())
-    assert _results_plugin._state["recorder"] is not None
-    _results_plugin.pytest_unconfigure(FakeConfig())
-    assert _results_plugin._state["recorder"] is None
+    on = FakeConfig(_results_plugin)
+    _results_plugin.pytest_configure(on)
+    session = on.pluginmanager.get_plugin(_results_plugin.NAME)
+    assert session is not None and session.recorder.run_dir == tmp_path
+    _results_plugin.pytest_unconfigure(on)
+    assert on.pluginmanager.get_plugin(_results_plugin.NAME) is None
 
 
 # ---------------------------------------------------------------- screens on the CPU
