@@ -326,3 +326,29 @@ def test_chromium_renders_each_page(tmp_path, capsys, kind):
     non_white = (img < 0.95).any(axis=2).mean()
     assert non_white > 0.02, f"rendered page is blank ({non_white:.4f} non-white)"
     assert float(np.std(img)) > 0.05
+
+
+def test_batch_pass_and_skip_are_not_failures_and_screen_ignores_per_operator_caliber(tmp_path):
+    """Seen on the real H200 pages: PASS rows listed under failures, and a screen warned of mixed
+    calibers because shape_source names each operator."""
+    from zl.report import views
+    batch = tmp_path / "batch"
+    batch.mkdir()
+    cols = ("repo,op,op_file,run_name,backend,device,gpu,timer,status,return_code,elapsed_ms,"
+            "rows_total,rows_success,notes,out_dir")
+    (batch / "ops_status.csv").write_text(
+        cols + "\nmain,abs,abs,abs,cuda,0,0,cuda_graph,PASS,0,1000,5,5,,/nowhere/abs\n"
+        "main,isnan,isnan,isnan,cuda,0,0,cuda_graph,SKIP,0,900,0,0,skipped=1,/nowhere/isnan\n"
+        "main,mm,mm,mm,cuda,0,0,,FAIL,1,900,0,0,reason=boom,/nowhere/mm\n")
+    result = views.batch_result(batch)
+    reasons = {o["op"]: o["failure_reason"] for o in result["ops"]}
+    assert reasons["abs"] is None and reasons["isnan"] is None and reasons["mm"].startswith("FAIL")
+    screen = tmp_path / "screen"
+    screen.mkdir()
+    head = "op\top_file\tdtypes\trows_before\trows_after\trc_before\trc_after\tverdict\tbackend\tshape_source\n"
+    (screen / "screen.tsv").write_text(head + "abs\tabs\tfloat16\t2\t2\t0\t0\tNO_IR_DIFF\tcuda\tabs=yaml\n"
+                                       "relu\trelu\tfloat16\t2\t2\t0\t0\tNO_IR_DIFF\tcuda\trelu=yaml\n")
+    assert views.screen_result(screen)["calibers_differ"] is False
+    (screen / "screen.tsv").write_text(head + "abs\tabs\tfloat16\t2\t2\t0\t0\tNO_IR_DIFF\tcuda\tabs=yaml\n"
+                                       "relu\trelu\tfloat16\t2\t2\t0\t0\tNO_IR_DIFF\tmusa\trelu=yaml\n")
+    assert views.screen_result(screen)["calibers_differ"] is True

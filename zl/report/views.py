@@ -216,7 +216,8 @@ def screen_result(root: Path) -> Dict:
             "noise_band_pct": band,
             "noise_source": "range of the NO_IR_DIFF operators (same code on both sides)" if band else None,
             "median_speedups_pct": meds,
-            "calibers_differ": len({tuple(o["caliber"].values()) for o in ops}) > 1,
+            "calibers_differ": len({tuple(v for k, v in o["caliber"].items()
+                                          if k not in cal.PER_OPERATOR_FIELDS) for o in ops}) > 1,
             "demo": None}
 
 
@@ -284,7 +285,8 @@ def batch_result(batch: Path) -> Dict:
              "backend": r.get("backend", ""), "device": r.get("device", "") or r.get("gpu", ""),
              "timer": r.get("timer", ""), "run_dir": str(run),
              "median_speedup": median(speedups) if speedups else None, "failure_text": fail}
-        ok = r["status"].strip().lower() in ("success", "ok", "passed")
+        # run_batch.py's PASS and SKIP are final, not failures (a runtime skip is upstream's own).
+        ok = r["status"].strip().lower() in ("success", "ok", "passed", "pass", "skip")
         o["failure_reason"] = None if ok else (
             f"{r['status'] or 'no status'}: {(r.get('notes') or fail or 'rc ' + str(r.get('return_code', ''))).split(';')[0].strip()}")
         ops.append(o)

@@ -46,6 +46,9 @@ CALIBER_FIELDS = (
     "tuner_cache", "direct_repeat", "use_flagtune", "seed", "shape_source",
     "graph_warmup_ms", "l2",
 )
+# Fields whose value names the operator itself (`softmax=yaml`): equal within one A/B pair,
+# different across the rows of a screen or a batch by construction.
+PER_OPERATOR_FIELDS = ("shape_source",)
 # Fields holding an on/off word: " 1", "on" and "1" are one value (zl.switches decides).
 SWITCH_FIELDS = ("use_flagtune",)
 
