@@ -1,13 +1,22 @@
-"""Rebuild docs/images/report_*.png: each report page from committed real H200 logs
-(tests/harness/report_fixtures.py), rendered by headless Chromium.
+"""Rebuild docs/images/report_*.png: each report page from committed real H200 results,
+rendered by headless Chromium.
 
     python3 docs/images/make_screenshots.py [OUT_DIR]     # needs chromium and matplotlib
+
+Sources (all under docs/validation/):
+  ab         report_h200/demo_softmax/{before,after}  demo.sh's real softmax record/replay
+  ab_rounds  ab_h200/round9/part3_softmax_runs         4 rounds x 2 sides (the rounds kept no
+             run_identity.json; tests/harness/report_fixtures.py gives them screen.tsv's caliber)
+  screen     ir_h200/issue16/call1/aa_screen.tsv       issue 16's A/A screen (no cell run dirs kept)
+  batch      batch/h200/                               run_batch.py's real 8-case call (2 ran)
 
 Screenshots are cut to the page's content and reduced to a 64-colour palette so they
 stay small in the repository.
 """
 from __future__ import annotations
 
+import csv
+import os
 import shutil
 import subprocess
 import sys
@@ -20,8 +29,37 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 import batch_summary  # noqa: E402
 from harness import report_fixtures as rf  # noqa: E402
 
+VALIDATION = REPO / "docs" / "validation"
+DEMO = VALIDATION / "report_h200" / "demo_softmax"
+SCREEN_TSV = VALIDATION / "ir_h200" / "issue16" / "call1" / "aa_screen.tsv"
+BATCH = VALIDATION / "batch" / "h200"
+
 # (name, window height) per page; the height covers the page, the crop removes the rest.
 PAGES = (("ab", 1250), ("ab_rounds", 2400), ("screen", 900), ("batch", 1000))
+
+
+def screen_root(root: Path) -> Path:
+    root.mkdir(parents=True)
+    shutil.copy(SCREEN_TSV, root / "screen.tsv")
+    return root
+
+
+def batch_dir(root: Path) -> Path:
+    """The committed batch with its run dirs where the report looks for them: ops_status.csv's
+    out_dir named the device machine's paths (/root/out/...), so it is pointed at the copies."""
+    root.mkdir(parents=True)
+    with open(BATCH / "ops_status.csv", newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    for r in rows:
+        run = root / r["repo"] / (r.get("run_name") or r["op"])
+        if (BATCH / "runs" / r["op"]).is_dir():
+            shutil.copytree(BATCH / "runs" / r["op"], run)
+        r["out_dir"] = str(run)
+    with open(root / "ops_status.csv", "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return root
 
 
 def main() -> int:
@@ -32,13 +70,14 @@ def main() -> int:
         return 2
     from PIL import Image, ImageChops
 
+    os.chdir(REPO)  # the A/B page names its run logs as given: repository-relative, not this checkout's path
+    demo = DEMO.relative_to(REPO)
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
-        runs = rf.ab_pair(t / "ab")
-        argv = {"ab": ["--ab", runs["before"], runs["after"], "--label", "softmax"],
+        argv = {"ab": ["--ab", demo / "before", demo / "after", "--label", "softmax (H200 demo)"],
                 "ab_rounds": ["--ab-rounds", rf.rounds_root(t / "rounds"), "--label", "softmax"],
-                "screen": ["--screen", rf.screen_root(t / "screen_root")],
-                "batch": ["--batch", rf.batch_dir(t / "batch_root")]}
+                "screen": ["--screen", screen_root(t / "issue16_aa_screen")],
+                "batch": ["--batch", batch_dir(t / "h200_batch")]}
         for name, height in PAGES:
             html, raw = t / f"{name}.html", t / f"{name}.raw.png"
             if batch_summary.main([str(a) for a in argv[name]] + ["--html", str(html)]) != 0:
