@@ -339,10 +339,12 @@ def test_batch_pass_and_skip_are_not_failures_and_screen_ignores_per_operator_ca
     (batch / "ops_status.csv").write_text(
         cols + "\nmain,abs,abs,abs,cuda,0,0,cuda_graph,PASS,0,1000,5,5,,/nowhere/abs\n"
         "main,isnan,isnan,isnan,cuda,0,0,cuda_graph,SKIP,0,900,0,0,skipped=1,/nowhere/isnan\n"
-        "main,mm,mm,mm,cuda,0,0,,FAIL,1,900,0,0,reason=boom,/nowhere/mm\n")
+        "main,mm,mm,mm,cuda,0,0,,FAIL,1,900,0,0,reason=boom,/nowhere/mm\n"
+        "main,sum,sum,sum,cuda,0,0,,PENDING,,,,,,/nowhere/sum\n")
     result = views.batch_result(batch)
     reasons = {o["op"]: o["failure_reason"] for o in result["ops"]}
     assert reasons["abs"] is None and reasons["isnan"] is None and reasons["mm"].startswith("FAIL")
+    assert reasons["sum"] == "PENDING: not finished (run_batch.py --resume)"
     screen = tmp_path / "screen"
     screen.mkdir()
     head = "op\top_file\tdtypes\trows_before\trows_after\trc_before\trc_after\tverdict\tbackend\tshape_source\n"

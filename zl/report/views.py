@@ -287,7 +287,9 @@ def batch_result(batch: Path) -> Dict:
              "median_speedup": median(speedups) if speedups else None, "failure_text": fail}
         # run_batch.py's PASS and SKIP are final, not failures (a runtime skip is upstream's own).
         ok = r["status"].strip().lower() in ("success", "ok", "passed", "pass", "skip")
-        o["failure_reason"] = None if ok else (
+        unfinished = r["status"].strip().upper() in ("PENDING", "RUNNING", "INTERRUPTED")
+        o["failure_reason"] = None if ok else f"{r['status']}: not finished (run_batch.py --resume)" \
+            if unfinished else (
             f"{r['status'] or 'no status'}: {(r.get('notes') or fail or 'rc ' + str(r.get('return_code', ''))).split(';')[0].strip()}")
         ops.append(o)
     return {"mode": "batch", "label": batch.name, "root": str(batch), "ops": ops,
