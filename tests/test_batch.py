@@ -450,3 +450,29 @@ def test_partition_selects_every_level_of_a_changed_verdict():
     assert verdict_selected("IR_CHANGED@llir", "IR_CHANGED@llir")
     assert not verdict_selected("IR_CHANGED@ttgir", "IR_CHANGED@llir")
     assert verdict_selected("NO_ROWS", "")
+
+
+def test_a_broken_interpreter_stops_the_batch_before_any_case(tmp_path):
+    """Like the A/B drivers: triton and flag_gems are imported once, for real, first."""
+    bad = tmp_path / "py"
+    bad.write_text("#!/bin/sh\necho 'ModuleNotFoundError: No module named flag_gems' >&2\nexit 3\n")
+    bad.chmod(0o755)
+    bd = tmp_path / "b"
+    r = batch(tmp_path, "--ops", "abs", "--devices", "0", "--batch-dir", bd, ZL_PYTHON=str(bad))
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert "No module named flag_gems" in r.stderr
+    assert not (bd / "ops_status.csv").exists() and trace(tmp_path) == []
+
+
+def test_cases_get_a_private_tuner_cache_unless_told_otherwise(tmp_path):
+    script = tmp_path / "seen.sh"
+    script.write_text('#!/bin/bash\nmkdir -p "$OUT_DIR"\necho "${ZL_ISOLATE_TUNER_CACHE-unset}" '
+                      '>> "$ZL_SEEN"\necho "collected 0 items" > "$OUT_DIR/run.log"\n')
+    seen = tmp_path / "seen"
+    for value, want in ((None, "1"), ("0", "0")):
+        extra = {} if value is None else {"ZL_ISOLATE_TUNER_CACHE": value}
+        seen.write_text("")
+        r = batch(tmp_path, "--ops", "abs", "--devices", "0", "--retries", "0", "--batch-dir",
+                  tmp_path / f"b{want}", ZL_RUN_PYTEST=str(script), ZL_SEEN=str(seen), **extra)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert set(seen.read_text().split()) == {want}

@@ -83,6 +83,9 @@ class CaseRunner:
     # ------------------------------------------------------------------ environment
     def env(self, e: Entry, device: str, out_dir: Path, dtypes: str, replay: str) -> Dict[str, str]:
         env = dict(os.environ)
+        # Each case gets a private tuner cache unless the user says otherwise: a shared store
+        # hands one case's (or side A's) winners to the next (the A/B drivers do the same).
+        env.setdefault("ZL_ISOLATE_TUNER_CACHE", "1")
         for key in DROPPED_ENV:
             env.pop(key, None)
         env = self.cfg.backend.apply_visibility(env, device)

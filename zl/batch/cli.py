@@ -13,6 +13,7 @@ Statuses: PASS, SKIP (runtime skip/xfail, no rows), NO_ROWS (exit 0, nothing mea
 TIMEOUT; PENDING/RUNNING/INTERRUPTED for cases not finished (--resume reruns those and
 every FAIL/TIMEOUT/NO_ROWS; PASS/SKIP with .complete are reused untouched).
 Exit codes: 0 every case has a final status (the statuses carry the results); 2 bad input;
+4 the interpreter cannot import triton or flag_gems (checked once, before the first case);
 3 cases left unstarted (--budget-s reached; rerun with --resume); 130 interrupted (Ctrl-C,
 SIGTERM): running cases killed, their rows INTERRUPTED.
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -46,7 +48,7 @@ from zl.flaggems import checkout_commit
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 OPS_DIR = REPO_ROOT / "ops"
-EXIT_OK, EXIT_USAGE, EXIT_UNFINISHED, EXIT_INTERRUPTED = 0, 2, 3, 130
+EXIT_OK, EXIT_USAGE, EXIT_UNFINISHED, EXIT_INTERPRETER, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
 LOG = "[batch]"
 
 
@@ -134,10 +136,32 @@ def select_cases(args, selector: Selector, old: Dict) -> List[inv.Entry]:
     return cases
 
 
+class InterpreterError(RuntimeError):
+    """The interpreter the cases will use cannot import triton or flag_gems."""
+
+
+def preflight_interpreter(backend_name: str) -> None:
+    """Import triton and flag_gems once, for real, in the cases' interpreter, before the first
+    case (the A/B drivers' preflight, `python -m zl.prepare campaign`): a broken install
+    otherwise fails once per case and burns the whole batch."""
+    py = os.environ.get("ZL_PYTHON") or shutil.which("python") or shutil.which("python3") or sys.executable
+    path = os.environ.get("PYTHONPATH", "")
+    env = dict(os.environ, ZL_BACKEND=backend_name,
+               PYTHONPATH=f"{REPO_ROOT}{os.pathsep + path if path else ''}")
+    proc = subprocess.run([py, "-m", "zl.prepare", "campaign", "--driver", "run_batch"], env=env,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        raise InterpreterError(lines[-1] if lines else f"{py} -m zl.prepare campaign exited {proc.returncode}")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return run(args)
+    except InterpreterError as exc:
+        print(f"!!! {LOG} {exc}", file=sys.stderr)
+        return EXIT_INTERPRETER
     except (UsageError, SelectionError, inv.InventoryError, PartitionError, UnknownBackendError) as exc:
         return _fail(str(exc))
 
@@ -190,6 +214,7 @@ def run(args) -> int:
         for c in cases:
             print(f"{c.repo}:{c.run_name}\tdevice={device_of[(c.repo, c.run_name)]}\t{c.test_file}::test_{c.op}")
         return EXIT_OK
+    preflight_interpreter(backend.name)
 
     keys = [(c.repo, c.run_name) for c in cases]
     reused = set()
