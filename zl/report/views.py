@@ -185,15 +185,23 @@ def _pair_summary(before: Path, after: Path) -> Dict:
     return out
 
 
+def _read_table(path: Path, what: str, need: set, delimiter: str = ",") -> List[Dict[str, str]]:
+    """The rows of a screen.tsv / ops_status.csv; ReportInputError when it is missing or lacks
+    the columns a page needs."""
+    if not path.is_file():
+        raise ReportInputError(f"{path.parent}: no {path.name} (is this {what}?)")
+    with open(path, newline="", encoding="utf-8", errors="replace") as fh:
+        rows = list(csv.DictReader(fh, delimiter=delimiter))
+    if not rows or not need <= set(rows[0]):
+        raise ReportInputError(f"{path}: no rows with {' and '.join(sorted(need))} columns "
+                               f"(expected columns {sorted(need)}, "
+                               f"got {sorted(rows[0]) if rows else 'no rows'})")
+    return rows
+
+
 def screen_result(root: Path) -> Dict:
     root = Path(root)
-    tsv = root / "screen.tsv"
-    if not tsv.is_file():
-        raise ReportInputError(f"{root}: no screen.tsv (is this an ab_rlc_test.sh root?)")
-    with open(tsv, newline="", encoding="utf-8", errors="replace") as fh:
-        rows = list(csv.DictReader(fh, delimiter="\t"))
-    if not rows or not {"op", "verdict"} <= set(rows[0]):
-        raise ReportInputError(f"{tsv}: no rows with op and verdict columns")
+    rows = _read_table(root / "screen.tsv", "an ab_rlc_test.sh root", {"op", "verdict"}, "\t")
     rows = [{k: (v or "") for k, v in r.items() if k is not None} for r in rows]  # short rows
     ops = []
     for r in rows:
@@ -256,14 +264,7 @@ def _num(text: str) -> Optional[float]:
 
 def batch_result(batch: Path) -> Dict:
     batch = Path(batch)
-    path = batch / "ops_status.csv"
-    if not path.is_file():
-        raise ReportInputError(f"{batch}: no ops_status.csv (is this a run_batch.py batch?)")
-    with open(path, newline="", encoding="utf-8", errors="replace") as fh:
-        rows = list(csv.DictReader(fh))
-    need = {"repo", "op", "status"}
-    if not rows or not need <= set(rows[0]):
-        raise ReportInputError(f"{path}: expected columns {sorted(need)}, got {sorted(rows[0]) if rows else 'no rows'}")
+    rows = _read_table(batch / "ops_status.csv", "a run_batch.py batch", {"repo", "op", "status"})
     rows = [{k: (v or "") for k, v in r.items() if k is not None} for r in rows]  # short rows
     ops = []
     for r in rows:
