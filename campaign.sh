@@ -29,15 +29,10 @@
 # Exit: 0 done (a failed device is reported, its log named); 2 bad variables or screen;
 # 3 nothing to plan (no row with that verdict).
 set -uo pipefail
-if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-  sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'
-  exit 0
-fi
 
 ZL_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=zl/sh/ab_common.sh
 source "$ZL_ROOT/zl/sh/ab_common.sh"
-export PYTHONPATH="$ZL_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 
 SWITCH="${SWITCH:-}"
 SCREEN="${SCREEN:-}"
