@@ -83,13 +83,16 @@ else
   echo ">>> demo.sh: real run of $OP with FLAGGEMS_DIR=$FLAGGEMS_DIR (backend ${ZL_BACKEND:-cuda}, $n_dev device(s))"
 fi
 export OP OP_FILE ZL_PYTHON="$PY"
+export PYTHONPATH="$ZL_ROOT${PYTHONPATH:+:$PYTHONPATH}"
+# Each step under zl.supervise: killed, even by SIGKILL, demo.sh takes the running step along.
+step() { "$PY" -m zl.supervise --parent "$$" -- "$@"; }
 
 echo ">>> [1/3] side A: record $OP -> $ROOT/before"
-OUT_DIR="$ROOT/before" bash "$ZL_ROOT/run_pytest.sh"; rc=$?
+OUT_DIR="$ROOT/before" step bash "$ZL_ROOT/run_pytest.sh"; rc=$?
 (( rc == 0 )) || { echo "!!! demo.sh: side A failed (rc=$rc); see $ROOT/before/run.log" >&2; exit "$rc"; }
 echo ">>> [2/3] side B: replay side A's autotune picks -> $ROOT/after"
 # shellcheck disable=SC2086  # AFTER_ENV is a list of NAME=VALUE words
-env ${AFTER_ENV:-} OUT_DIR="$ROOT/after" REPLAY_FROM="$ROOT/before" bash "$ZL_ROOT/run_pytest.sh"; rc=$?
+step env ${AFTER_ENV:-} OUT_DIR="$ROOT/after" REPLAY_FROM="$ROOT/before" bash "$ZL_ROOT/run_pytest.sh"; rc=$?
 (( rc == 0 )) || { echo "!!! demo.sh: side B failed (rc=$rc); see $ROOT/after/run.log" >&2; exit "$rc"; }
 
 if [[ "$MODE" == demo ]]; then
@@ -100,7 +103,7 @@ if [[ "$MODE" == demo ]]; then
 fi
 
 echo ">>> [3/3] A/B report"
-"$PY" "$ZL_ROOT/batch_summary.py" --ab "$ROOT/before" "$ROOT/after" --label "$OP" \
+step "$PY" "$ZL_ROOT/batch_summary.py" --ab "$ROOT/before" "$ROOT/after" --label "$OP" \
   --json "$ROOT/report.json" --html "$ROOT/report.html"; rc=$?
 (( rc == 0 )) || { echo "!!! demo.sh: batch_summary.py failed (rc=$rc)" >&2; exit "$rc"; }
 [[ "$MODE" == demo ]] && echo ">>> CPU DEMO finished: the numbers above and in the page mean nothing."

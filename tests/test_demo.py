@@ -97,3 +97,28 @@ def test_real_mode_with_a_device_and_flaggems_dir(tmp_path):
 def test_after_env_must_be_assignments(tmp_path):
     proc = run_demo(tmp_path, timeout=30, AFTER_ENV="rm")
     assert proc.returncode == 2 and "NAME=VALUE" in proc.stderr
+
+
+def test_killed_demo_leaves_nothing_running(tmp_path):
+    """SIGKILL of demo.sh mid-run takes the running run_pytest.sh and its pytest along."""
+    import os
+    import signal
+    import time
+    from harness.runner import procs_with_env
+    home = tmp_path / "home"
+    home.mkdir()
+    root = tmp_path / "demo_root"
+    e = base_env(home, **{"FLAGGEMS_DIR": None, "TRITON_INTERPRET": None, "DEMO_ROOT": root})
+    e["PYTHONPATH"] = ""
+    proc = subprocess.Popen(["bash", str(DEMO)], cwd=str(tmp_path), env=e,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline and not procs_with_env(str(root / "before")):
+        time.sleep(0.2)
+    assert procs_with_env(str(root / "before")), "side A never started"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.time() + 2.5   # side A alone runs longer than this; only the kill ends it sooner
+    while time.time() < deadline and procs_with_env(str(root)):
+        time.sleep(0.3)
+    assert procs_with_env(str(root)) == []
