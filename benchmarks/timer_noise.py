@@ -181,10 +181,13 @@ def run_one(timer: str, op: str, op_file: str, args, run_dir: Path,
 
 # --- profiler cross-check (child process) ----------------------------------------------------
 
-def cupti_ms(fn, cache, cold: bool, names=None, n: int = 50):
+def cupti_ms(fn, cache, cold: bool, names=None, n: int = 50, spans=None):
     """CUPTI device time per call of `fn` (ms) and the kernel names seen; `cold` zeroes
     `cache` (larger than L2) before every call and counts only `names` (the flush is a
-    kernel too). Shared by the timer comparison and docs/validation/scripts/issue18.py."""
+    kernel too). Shared by the timer comparison and docs/validation/scripts/issue18.py.
+    With a list as `spans`, it also receives the median per-call span (ms, first kernel's
+    start to last kernel's end): an operator of several kernels (sum's two-stage reduction)
+    spends the gaps between them too, which a graph replay includes and a kernel sum does not."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -205,7 +208,25 @@ def cupti_ms(fn, cache, cold: bool, names=None, n: int = 50):
         if t and (names is None or evt.key in names):
             total += t
             seen.add(evt.key)
+    if spans is not None:
+        intervals = [(e.time_range.start, e.time_range.end) for e in prof.events()
+                     if e.name in seen and getattr(e, "device_type", None) is not None
+                     and "CUDA" in str(e.device_type)]
+        spans.append(call_span_us(intervals, n) / 1e3)
     return total / n / 1e3, seen
+
+
+def call_span_us(intervals, calls: int) -> float:
+    """Median span (us) of one call, from `calls` calls' kernel (start, end) intervals in us:
+    sorted by start, cut into `calls` equal groups (each call launches the same kernels)."""
+    import numpy as np
+
+    if calls < 1 or not intervals or len(intervals) % calls:
+        raise ValueError(f"{len(intervals)} kernel intervals do not split into {calls} calls")
+    per = len(intervals) // calls
+    ordered = sorted(intervals)
+    spans = [max(e for _, e in ordered[i:i + per]) - ordered[i][0] for i in range(0, len(ordered), per)]
+    return float(np.median(spans))
 
 
 def profile_main(args) -> int:

@@ -159,12 +159,37 @@ def test_issue18_summary_tables_from_stage_outputs(tmp_path):
     work.mkdir()
     (work / "wall.json").write_text(json.dumps(runs))
     (work / "cold.json").write_text(json.dumps({"device": "H200", "flush_bytes": 120 << 20,
-        "cases": [{"op": "relu", "shape": [4096, 4096], "cupti_warm_ms": 0.010,
+        "cases": [{"op": "relu", "shape": [4096, 4096], "cupti_warm_ms": 0.010, "cupti_span_warm_ms": 0.009,
                    "cupti_cold_ms": 0.020, "graph_warm_ms": 0.0101, "graph_cold_ms": 0.0204}]}))
     proc = subprocess.run([sys.executable, str(ROOT / "docs/validation/scripts/issue18.py"),
                            "summary", "--work", str(work), "--out", str(tmp_path / "o")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     md = (tmp_path / "o" / "issue18.md").read_text()
-    assert "| clamp | 20.0 (10.0) | 27.0 (17.0) | 21.0 (10.5) | 1.05 | 1.05 | 1.70 | 1.00 (1.00) |" in md
-    assert "| relu | [4096, 4096] | 10.00 | 20.00 | 10.10 | 20.40 | 1.010 | 1.020 | +102.0 |" in md
+    assert ("| clamp | 20.0 (10.0) | 27.0 (17.0) | 21.0 (10.5) | 21.0 (10.4) | 1.05, 1.04 | 1.05, 1.05 "
+            "| 1.70 | 1.00 (1.00) |") in md
+    assert ("| relu | [4096, 4096] | 0 | 10.00 (9.00) | 20.00 (-) | 10.10 | 20.40 | 1.010 (1.122) "
+            "| 1.020 (-) | +102.0 |") in md
+
+
+def test_call_span_takes_first_start_to_last_end_per_call():
+    # two calls of a two-kernel operator; the 1 us gap inside each call belongs to the span
+    iv = [(0.0, 5.0), (6.0, 7.0), (20.0, 25.0), (26.0, 28.0)]
+    assert tn.call_span_us(iv, 2) == pytest.approx(7.5)
+    assert tn.call_span_us(list(reversed(iv)), 2) == pytest.approx(7.5)
+
+
+def test_call_span_refuses_intervals_that_do_not_split_into_calls():
+    with pytest.raises(ValueError, match="do not split into 2 calls"):
+        tn.call_span_us([(0.0, 1.0), (2.0, 3.0), (4.0, 5.0)], 2)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--runs", "upstream,nope"], "--runs: unknown ['nope']"),
+    (["--shape-file", "/no/such.yaml"], "--shape-file /no/such.yaml: no such file"),
+])
+def test_issue18_wall_refuses_bad_arguments_with_exit_2(tmp_path, extra, message):
+    proc = subprocess.run([sys.executable, str(ROOT / "docs/validation/scripts/issue18.py"), "wall",
+                           "--work", str(tmp_path / "w"), "--ops", "abs", "--flaggems-dir", str(tmp_path)]
+                          + extra, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr

@@ -3,7 +3,7 @@ only difference is where FlagGems and Triton keep their caches (the A/A of a scr
 
     python3 docs/validation/scripts/binary_sections_probe.py WORK_DIR [OP]
 
-Compiles torch.<OP> (default abs) through flag_gems in two fresh processes, each with its
+Compiles torch.<OP> or torch.nn.functional.<OP> (default abs) through flag_gems in two fresh processes, each with its
 own HOME, FLAGGEMS_CACHE_DIR and TRITON_CACHE_DIR, then prints every section of each pair
 of same-named cubins with its size, its sha256 prefix, and whether zl.ir.binary leaves it out.
 """
@@ -20,7 +20,9 @@ work = Path(sys.argv[1])
 op = sys.argv[2] if len(sys.argv) > 2 else "abs"
 code = ("import torch, flag_gems\n"
         "x = torch.randn(4096, 4096, device='cuda', dtype=torch.float16)\n"
-        f"with flag_gems.use_gems():\n    torch.{op}(x)\n"
+        # gelu lives in torch.nn.functional only (call 2's probe failed on torch.gelu)
+        f"fn = getattr(torch, {op!r}, None) or getattr(torch.nn.functional, {op!r})\n"
+        f"with flag_gems.use_gems():\n    fn(x)\n"
         "torch.cuda.synchronize()\n")
 cubins = {}
 for side in ("a", "b"):

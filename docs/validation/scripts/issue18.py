@@ -1,16 +1,19 @@
 #!/usr/bin/env python
 """Issue 18 evidence on one GPU: graph-timer cost against upstream, A/A, cold vs warm L2.
 
-    issue18.py wall --flaggems-dir FG --shape-file F --ops op:file,... --work W --deadline-s S
+    issue18.py wall --flaggems-dir FG [--shape-file F] --ops op:file,... --work W --deadline-s S
+                    [--runs upstream,before,after1,after2]
         per operator, each run alone, with a fresh Triton cache (cold caches, as in the issue):
         upstream `pytest --mode cudagraph`, zl_bench before (ZL_GRAPH_WARMUP_MS=caller, the
         warmup before issue 18), zl_bench after (default) twice (A/A, run 2 replays run 1's
-        autotune picks). Wall and pytest's own time per run; W/wall.json after every run. No run
+        autotune picks); --runs picks a subset. Without --shape-file both sides run upstream's
+        core shapes. Wall and pytest's own time per run; W/wall.json after every run. No run
         starts after --deadline-s.
     issue18.py cold --work W
         in-process, 3 memory-bound float16 shapes: the graph timer warm and cold, and CUPTI
         kernel time (torch.profiler) back to back (warm) and with a flush of 2x L2 before every
-        launch (cold, the flush kernel excluded by name); W/cold.json.
+        launch (cold, the flush kernel excluded by name), as a kernel-time sum and as the
+        per-call span (first kernel start to last kernel end); W/cold.json.
     issue18.py summary --work W --out OUT
         OUT/issue18.md from whatever the two stages left (no GPU).
 Exit status: 0 done (failed runs are results), 2 bad arguments.
@@ -52,11 +55,14 @@ def run_once(kind, op, stem, args, run_dir: Path, replay_from=None):
     if kind == "upstream":
         cmd = [sys.executable, "-u", "-m", "pytest", "-s", "--color=no",
                f"benchmark/test_{stem}.py::test_{op}", "--level", "core", "--mode", "cudagraph",
-               "--dtypes", "float16", "--shape_file", str(args.shape_file)]
+               "--dtypes", "float16"] + (["--shape_file", str(args.shape_file)] if args.shape_file else [])
         cwd = args.flaggems_dir
     else:
         env.update(OP=op, OP_FILE=stem, FLAGGEMS_DIR=str(args.flaggems_dir), DTYPES="float16",
-                   SHAPE_FILE=str(args.shape_file), BENCH_LEVEL="core", OUT_DIR=str(run_dir / "zl"))
+                   BENCH_LEVEL="core", OUT_DIR=str(run_dir / "zl"))
+        env.pop("SHAPE_FILE", None)
+        if args.shape_file:
+            env["SHAPE_FILE"] = str(args.shape_file)
         for key in ("REPLAY_FROM", "ZL_GRAPH_WARMUP_MS", "ZL_L2", "ZL_ENABLE_CUDAGRAPH"):
             env.pop(key, None)
         if kind == "before":
@@ -90,7 +96,7 @@ def wall_main(args) -> int:
     results = []
     for item in args.ops.split(","):
         op, _, stem = item.partition(":")
-        for kind in RUNS:
+        for kind in args.runs:
             if time.monotonic() - t0 > args.deadline_s:
                 say(f"deadline: skipping {op} {kind}")
                 results.append({"kind": kind, "op": op, "rc": "skipped_deadline", "rows": []})
@@ -134,10 +140,12 @@ def cold_main(args) -> int:
             fn = (lambda f=ops[name]: f(x))
             fn()
             torch.cuda.synchronize()
-            warm_k, names = cupti_ms(fn, cache, cold=False)
-            cold_k, _ = cupti_ms(fn, cache, cold=True, names=names)
+            spans = []
+            warm_k, names = cupti_ms(fn, cache, cold=False, spans=spans)
+            cold_k, _ = cupti_ms(fn, cache, cold=True, names=names, spans=spans)
             case = {"op": name, "shape": list(shape), "kernels": sorted(names),
                     "cupti_warm_ms": warm_k, "cupti_cold_ms": cold_k,
+                    "cupti_span_warm_ms": spans[0], "cupti_span_cold_ms": spans[1],
                     "graph_warm_ms": graph_ms(fn, "warm"), "graph_cold_ms": graph_ms(fn, "cold")}
         out["cases"].append(case)
         say(f"{name} {shape}: " + " ".join(f"{k}={v * 1e3:.2f}us" for k, v in case.items()
@@ -157,10 +165,11 @@ def summary_main(args) -> int:
     if wall.is_file():
         runs = json.loads(wall.read_text())
         by = {(r["op"], r["kind"]): r for r in runs}
-        md += ["| op | upstream wall s (pytest s) | before wall (pytest) | after wall (pytest) "
-               "| after/upstream pytest | after/upstream wall | before/upstream pytest "
-               "| A/A median % (max) | after vs before median % | rows up/before/after | fallback |",
-               "|---|---|---|---|---|---|---|---|---|---|---|"]
+        md += ["| op | upstream wall s (pytest s) | before wall (pytest) | after1 wall (pytest) "
+               "| after2 wall (pytest) | after/upstream pytest (1, 2) | after/upstream wall (1, 2) "
+               "| before/upstream pytest | A/A median % (max) | after vs before median % "
+               "| rows up/before/after | fallback |",
+               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for op in dict.fromkeys(r["op"] for r in runs):
             up, bf, a1, a2 = (by.get((op, k), {}) for k in RUNS)
             aa, ab = pair_stats(a1.get("rows", []), a2.get("rows", [])), \
@@ -169,10 +178,12 @@ def summary_main(args) -> int:
             def wp(r):
                 return f"{fmt(r.get('wall_s'), '.1f')} ({fmt(r.get('pytest_s'), '.1f')})" \
                     if r.get("wall_s") is not None else str(r.get("rc", "-"))
+
+            def both(key):
+                return ", ".join(fmt(_ratio(r.get(key), up.get(key)), ".2f") for r in (a1, a2))
             md.append(
-                f"| {op} | {wp(up)} | {wp(bf)} | {wp(a1)} | "
-                f"{fmt(_ratio(a1.get('pytest_s'), up.get('pytest_s')), '.2f')} | "
-                f"{fmt(_ratio(a1.get('wall_s'), up.get('wall_s')), '.2f')} | "
+                f"| {op} | {wp(up)} | {wp(bf)} | {wp(a1)} | {wp(a2)} | {both('pytest_s')} | "
+                f"{both('wall_s')} | "
                 f"{fmt(_ratio(bf.get('pytest_s'), up.get('pytest_s')), '.2f')} | "
                 f"{fmt(aa.get('median_pct'))} ({fmt(aa.get('max_pct'))}) | "
                 f"{fmt(ab.get('median_pct'))} | {len(up.get('rows', []))}/"
@@ -182,16 +193,22 @@ def summary_main(args) -> int:
     if cold.is_file():
         data = json.loads(cold.read_text())
         md += ["", f"Cold L2 ({data['device']}, flush {data['flush_bytes'] >> 20} MiB, float16):", "",
-               "| op | shape | CUPTI warm us | CUPTI cold us | graph warm us | graph cold us "
-               "| warm/CUPTI warm | cold/CUPTI cold | cold vs warm % |",
-               "|---|---|---|---|---|---|---|---|---|"]
+               "| op | shape | kernels | CUPTI warm us (span) | CUPTI cold us (span) | graph warm us "
+               "| graph cold us | warm/CUPTI warm (span) | cold/CUPTI cold (span) | cold vs warm % |",
+               "|---|---|---|---|---|---|---|---|---|---|"]
         for c in data["cases"]:
             gap = _ratio(c["graph_cold_ms"], c["graph_warm_ms"])
-            md.append(f"| {c['op']} | {c['shape']} | {c['cupti_warm_ms'] * 1e3:.2f} | "
-                      f"{c['cupti_cold_ms'] * 1e3:.2f} | {c['graph_warm_ms'] * 1e3:.2f} | "
-                      f"{c['graph_cold_ms'] * 1e3:.2f} | "
-                      f"{fmt(_ratio(c['graph_warm_ms'], c['cupti_warm_ms']), '.3f')} | "
-                      f"{fmt(_ratio(c['graph_cold_ms'], c['cupti_cold_ms']), '.3f')} | "
+            sw, sc = c.get("cupti_span_warm_ms"), c.get("cupti_span_cold_ms")
+
+            def us(v):
+                return "-" if v is None else f"{v * 1e3:.2f}"
+            md.append(f"| {c['op']} | {c['shape']} | {len(c.get('kernels', []))} | "
+                      f"{us(c['cupti_warm_ms'])} ({us(sw)}) | {us(c['cupti_cold_ms'])} ({us(sc)}) | "
+                      f"{us(c['graph_warm_ms'])} | {us(c['graph_cold_ms'])} | "
+                      f"{fmt(_ratio(c['graph_warm_ms'], c['cupti_warm_ms']), '.3f')} "
+                      f"({fmt(_ratio(c['graph_warm_ms'], sw), '.3f')}) | "
+                      f"{fmt(_ratio(c['graph_cold_ms'], c['cupti_cold_ms']), '.3f')} "
+                      f"({fmt(_ratio(c['graph_cold_ms'], sc), '.3f')}) | "
                       f"{fmt(None if gap is None else (gap - 1) * 100, '+.1f')} |")
     out.mkdir(parents=True, exist_ok=True)
     atomic.write_text(out / "issue18.md", "\n".join(md) + "\n")
@@ -205,6 +222,8 @@ def main(argv=None) -> int:
     ap.add_argument("--flaggems-dir", default=os.environ.get("FLAGGEMS_DIR", ""))
     ap.add_argument("--shape-file", default="")
     ap.add_argument("--ops", default="")
+    ap.add_argument("--runs", default=",".join(RUNS),
+                    help="comma separated subset of " + ",".join(RUNS))
     ap.add_argument("--work", required=True)
     ap.add_argument("--out", default="")
     ap.add_argument("--deadline-s", type=float, default=360.0)
@@ -212,10 +231,16 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     Path(args.work).mkdir(parents=True, exist_ok=True)
     if args.stage == "wall":
-        if not (args.ops and Path(args.flaggems_dir).is_dir() and Path(args.shape_file).is_file()):
-            ap.error("wall needs --ops, an existing --flaggems-dir and --shape-file")
+        if not (args.ops and Path(args.flaggems_dir).is_dir()):
+            ap.error("wall needs --ops and an existing --flaggems-dir")
+        if args.shape_file and not Path(args.shape_file).is_file():
+            ap.error(f"--shape-file {args.shape_file}: no such file")
+        args.runs = [r for r in args.runs.split(",") if r]
+        bad = [r for r in args.runs if r not in RUNS]
+        if bad or not args.runs:
+            ap.error(f"--runs: unknown {bad or '(empty)'}; choose from {','.join(RUNS)}")
         args.flaggems_dir = Path(args.flaggems_dir).resolve()
-        args.shape_file = Path(args.shape_file).resolve()
+        args.shape_file = Path(args.shape_file).resolve() if args.shape_file else None
         return wall_main(args)
     if args.stage == "cold":
         return cold_main(args)
