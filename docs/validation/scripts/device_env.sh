@@ -2,13 +2,16 @@
 # into /tmp/site and points FLAGGEMS_DIR at the carried checkout (.fg/) unless set.
 # Prints the interpreter, torch/triton versions and the GPU so every log says
 # where it ran.
-if ls .whl/*.whl >/dev/null 2>&1; then
+# Installed once: two scripts sourcing this side by side must not race on one --target.
+if ls .whl/*.whl >/dev/null 2>&1 && [[ ! -d /tmp/site/sqlalchemy ]]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || return 1
+fi
+if [[ -d /tmp/site/sqlalchemy && ":${PYTHONPATH:-}:" != *":/tmp/site:"* ]]; then
   export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 export FLAGGEMS_DIR="${FLAGGEMS_DIR:-$PWD/.fg}"
-export PYTHONPATH="$PYTHONPATH:$FLAGGEMS_DIR/src"
+export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$FLAGGEMS_DIR/src"
 export PYTHONUNBUFFERED=1
 python3 - <<'PY'
 import sys, torch, triton

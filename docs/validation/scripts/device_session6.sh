@@ -4,9 +4,10 @@
 #   PART=1 OUT=$OUT bash docs/validation/scripts/device_session6.sh
 #     issue 18 wall stage, alone on the GPU: 6 operators x (upstream cudagraph, zl after1,
 #     zl after2), fresh Triton caches, mm first.
-#   PART=2: issue 16 A/A over 9 operators (three screens side by side: functional), issue 18
-#     A/A on upstream's core shapes (softmax, gelu_backward; alone), issue 18 cold L2 (alone),
-#     then the issue 17 batch (device_batch.sh, SHARE cases per GPU: functional) until CALL_S.
+#   PART=2: functional checks side by side: the issue 17 batch (device_batch.sh, SHARE cases at
+#     once: a functional sweep, its first BATCH1_S seconds) next to issue 16's A/A over 9
+#     operators (three screens side by side); then, alone on the GPU, issue 18's A/A on
+#     upstream's core shapes (softmax, gelu_backward) and its cold-L2 check.
 #   PART=3: the batch again (resume, then the batch-wide screen) until CALL_S.
 set -uo pipefail
 cd "$(dirname "$0")/../../.." || exit 2
@@ -22,17 +23,19 @@ case "$PART" in
     timeout $(( $(left) - 5 )) bash $S/device_issue18.sh
   ;;
 2)
+  SHARE="${SHARE:-8}" BUDGET_S="${BATCH1_S:-200}" OP_TIMEOUT=100 bash docs/validation/batch/device_batch.sh \
+    > "$OUT/batch_part2.console" 2>&1 &
+  batch_pid=$!
   LIMIT_S=200 timeout 215 bash $S/issue16_aa_wide.sh
+  wait "$batch_pid"; echo "batch (part 2) rc=$?"; tail -n 25 "$OUT/batch_part2.console"
   echo "===== issue18 A/A on core shapes ($(( $(date +%s) - T0 )) s in)"
   WORK=issue18_core OPS="softmax:softmax,gelu_backward:gelu" RUNS=after1,after2 SHAPES=core \
     STAGES=wall,summary WALL_DEADLINE_S=90 RUN_TIMEOUT_S=60 timeout 170 bash $S/device_issue18.sh
   echo "===== issue18 cold ($(( $(date +%s) - T0 )) s in)"
   WORK=issue18_cold STAGES=cold,summary timeout 130 bash $S/device_issue18.sh
-  echo "===== batch ($(( $(date +%s) - T0 )) s in, $(left) s left)"
-  SHARE="${SHARE:-8}" BUDGET_S=$(( $(left) - 15 )) OP_TIMEOUT=100 bash docs/validation/batch/device_batch.sh
   ;;
 3)
-  SHARE="${SHARE:-8}" BUDGET_S=$(( $(left) - 15 )) OP_TIMEOUT=100 bash docs/validation/batch/device_batch.sh
+  SHARE="${SHARE:-10}" BUDGET_S=$(( $(left) - 15 )) OP_TIMEOUT=100 bash docs/validation/batch/device_batch.sh
   ;;
 esac
 echo "===== part $PART done in $(( $(date +%s) - T0 )) s"
