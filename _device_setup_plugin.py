@@ -15,6 +15,10 @@ because a run on an unnamed backend must not produce a valid-looking identity.
 `pytest_load_initial_conftests`, before the benchmark's conftest imports flag_gems; given
 after an earlier `-p` plugin imported FlagGems they are a usage error.
 
+A shared device (ZL_DEVICE_SHARE / --zl-device-share N > 1, set by run_batch.py
+--share-device) is recorded as identity `device_share`; the caliber guard refuses such runs'
+timings (zl/runlog/caliber.py). A value that is not an integer >= 1 is a usage error.
+
 Why: both sides of an A/B must run the same vendor's kernels on the card they name;
 run_identity.json records backend, device, vendor and versions so the comparison tools
 can refuse a pair that differs.
@@ -29,7 +33,8 @@ import pytest
 from zl import options, registry
 from zl.backends import UnknownBackendError
 from zl.flaggems import PACKAGES
-from zl.device import DeviceSetup, foreign_vendor_modules, log  # noqa: F401  (re-exported for the alias)
+from zl.device import (DEVICE_SHARE_ENV, DeviceSetup, DeviceShareError, foreign_vendor_modules,  # noqa: F401
+                       log, record_device_share)  # (foreign_vendor_modules, log: re-exported for the alias)
 
 NAME = "zl_device_setup"
 _STASH = pytest.StashKey[DeviceSetup]()
@@ -54,6 +59,9 @@ def pytest_addoption(parser):
                 "device backend: cuda, musa, rocm, ascend (aliases nvidia, nv, amd, hip, npu, huawei)", "cuda")
     options.add(parser, "--zl-device", "ZL_DEVICE",
                 "device id recorded in run_identity.json; empty = the inherited visibility list's first")
+    options.add(parser, "--zl-device-share", DEVICE_SHARE_ENV,
+                "measurements sharing this device at once (run_batch.py --share-device); > 1 is "
+                "recorded as identity device_share and every comparison refuses the run's timings", "1")
 
 
 def _setup_for(backend, device) -> DeviceSetup:
@@ -93,7 +101,11 @@ def pytest_configure(config):
     if setup is None:  # a configure without the early hook (in-process tests)
         setup = _setup_for(config.getoption("zl_backend", default=None),
                            config.getoption("zl_device", default=None))
-    registry.register(config, NAME, setup)
+    registry.register(config, NAME, setup)   # first: unconfigure restores GEMS_VENDOR even after a refusal
+    try:
+        record_device_share(options.value(config, "--zl-device-share"))
+    except DeviceShareError as exc:
+        raise pytest.UsageError(str(exc)) from None
     setup.probe()
 
 

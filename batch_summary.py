@@ -4,7 +4,9 @@
     python batch_summary.py BATCH_DIR [-o OUT.csv]
         summary.csv for a run_batch.py batch (<batch>/<repo>/<op>/run.log), one row per
         measured row, with backend/device/timer and the operator's status and notes from
-        <batch>/ops_status.csv. Rerunnable on old batches.
+        <batch>/ops_status.csv. Rerunnable on old batches. Rows measured on a shared device
+        (run_batch.py --share-device N) carry device_share=N and a `!!!` line says their
+        latencies and speedups are functional only, not timings.
     python batch_summary.py --ab BEFORE AFTER [--label OP] [--json FILE]
         pair two runs (run.log paths or run directories) by shape; per-shape gems
         latency before -> after and speedup % = before/after - 1; one summary line;
@@ -73,7 +75,7 @@ __all__ = ["main", "report_ab", "report_ab_rounds", "summarize", "cell_stats", "
            "BadInput", "NoReport", "SUMMARY_FIELDS"]
 
 SUMMARY_FIELDS = [
-    "repo", "op", "backend", "device", "timer",
+    "repo", "op", "backend", "device", "timer", "device_share",
     "fg_op_name", "dtype", "mode", "case_id", "row_status",
     "torch_lat", "gems_lat", "speedup", "extra_metrics", "size_detail",
     "op_status", "notes", "failures",
@@ -111,6 +113,7 @@ def _op_rows(log: Path, status: Dict[str, Dict[str, str]]) -> List[Dict[str, str
         "backend": ident.get("backend") or srow.get("backend", ""),
         "device": ident.get("device") or srow.get("device") or srow.get("gpu", ""),
         "timer": ident.get("timer") or srow.get("timer", ""),
+        "device_share": ident.get("device_share") or views.shared_device_of(srow.get("notes", "")),
         "op_status": srow.get("status", ""), "notes": srow.get("notes", ""),
     }
     try:
@@ -221,12 +224,19 @@ def _run_mode(args) -> Dict:
     if args.batch_dir is not None:
         path, n = summarize(args.batch_dir, args.output)
         print(f"[batch-summary] {n} row(s) -> {path}")
+        rows = summary_rows(args.batch_dir)
+        warning = views.shared_warning(r["device_share"] for r in rows)
+        if warning:
+            print(f"!!! [batch-summary] {warning}")
         return {"mode": "batch", "batch": str(args.batch_dir), "csv": str(path),
-                "rows": summary_rows(args.batch_dir)}
+                "timing_warning": warning, "rows": rows}
     if args.screen is not None:
         return views.screen_result(args.screen)
     if args.batch is not None:
-        return views.batch_result(args.batch)
+        result = views.batch_result(args.batch)
+        if result["timing_warning"]:
+            print(f"!!! [batch-summary] {result['timing_warning']}")
+        return result
     if args.ab:
         return report_ab(args.ab[0], args.ab[1], args.label, args.allow_caliber_mismatch)
     return report_ab_rounds(args.ab_rounds, args.label, args.allow_caliber_mismatch,

@@ -8,7 +8,7 @@
 #
 # Every knob is an environment variable (README.md has the full table): OP, OP_FILE,
 # TEST_NODE, FLAGGEMS_DIR, SHAPE_FILE, SHAPE_MODE, DTYPES, BENCH_LEVEL, USE_FLAGTUNE,
-# REPLAY_FROM, OUT_DIR, ZL_BACKEND, ZL_DEVICE, ZL_ISOLATE_TUNER_CACHE, ZL_ENABLE_*,
+# REPLAY_FROM, OUT_DIR, ZL_BACKEND, ZL_DEVICE, ZL_DEVICE_SHARE, ZL_ISOLATE_TUNER_CACHE, ZL_ENABLE_*,
 # ZL_DIRECT_REPEAT, ZL_SEED, ZL_PYTHON, ZL_RUNS_ROOT, FLAGGEMS_PERF_COLOR.
 # An OUT_DIR holding an earlier run keeps that run's files in OUT_DIR/prev-<stamp>-<pid>/.
 # Exit status: pytest's own; 2 = a variable has a bad value; 3 = a preflight check

@@ -111,7 +111,9 @@ def test_shared_tuner_cache_record_is_a_warning_not_a_refusal(tmp_path, cli):
 def test_caliber_tsv_row_and_header(tmp_path, cli):
     a = make_run(tmp_path / "a", [], mode="record")
     assert cli("--caliber-header").stdout.strip().split("\t") == list(CALIBER_FIELDS)
-    assert cli("--caliber", a).stdout.rstrip("\n").split("\t") == [str(IDENT[k]) for k in CALIBER_FIELDS]
+    # a solo run has no device_share: its cell is empty (present only when the device was shared)
+    assert cli("--caliber", a).stdout.rstrip("\n").split("\t") == [str(IDENT.get(k, "")) for k in CALIBER_FIELDS]
+    assert "device_share" not in IDENT
     assert cli("--caliber", tmp_path / "nope").returncode == 2
 
 

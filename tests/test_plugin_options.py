@@ -14,8 +14,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 PLUGIN_OPTIONS = {
     "_ir_meta_plugin": ("--zl-enable-ir", "--zl-ttgir-dump-dir", "--zl-ir-levels"),
-    "_device_setup_plugin": ("--zl-backend", "--zl-device"),
-    "_device_guard_plugin": ("--zl-backend", "--zl-device"),
+    "_device_setup_plugin": ("--zl-backend", "--zl-device", "--zl-device-share"),
+    "_device_guard_plugin": ("--zl-backend", "--zl-device", "--zl-device-share"),
     "_seed_plugin": ("--zl-seed",),
     "_shape_inject_plugin": ("--zl-shape-file", "--zl-shape-mode"),
     "_pretty_report_plugin": ("--zl-pretty-fold", "--zl-color"),

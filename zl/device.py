@@ -26,6 +26,38 @@ from zl.patching import PatchStack
 from zl.term import log as _term_log
 
 TAG = "[device-setup-plugin]"
+DEVICE_SHARE_ENV = "ZL_DEVICE_SHARE"
+
+
+class DeviceShareError(ValueError):
+    """ZL_DEVICE_SHARE / --zl-device-share is not an integer >= 1."""
+
+
+def parse_device_share(text: Optional[str]) -> int:
+    """How many measurements share this run's device (run_batch.py --share-device); empty = 1.
+
+    Anything but an integer >= 1 is an error: a misread value would drop the field that makes
+    the comparison tools refuse a contended timing."""
+    text = (text or "").strip()
+    if not text:
+        return 1
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise DeviceShareError(f"{DEVICE_SHARE_ENV}={text!r} is not an integer >= 1")
+    return n
+
+
+def record_device_share(text: Optional[str]) -> int:
+    """Write identity `device_share` when the device is shared (N > 1); a solo run has no field,
+    so runs from before the field existed stay comparable with solo runs."""
+    n = parse_device_share(text)
+    if n > 1:
+        update_identity(device_share=n)
+        log(f"device shared with {n} concurrent measurements: a functional check, not a timing")
+    return n
 
 
 def log(message: str) -> None:

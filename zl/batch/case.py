@@ -35,7 +35,7 @@ UNSUPPORTED_DTYPE = "can't be supported by this op"
 # Inherited from a parent shell these would change every case: the batch shards devices
 # itself, each case records its own picks, and each case has its own directory.
 DROPPED_ENV = ("PARALLEL_WARMUP_GPUS", "REPLAY_FROM", "OUT_DIR", "TEST_NODE", "ZL_TEST_NODE",
-               "OP", "OP_FILE", "SHAPE_MODE", "SHAPE_FILE", "DTYPES")
+               "OP", "OP_FILE", "SHAPE_MODE", "SHAPE_FILE", "DTYPES", "ZL_DEVICE_SHARE")
 SKIP_RE = re.compile(r"(\d+) (skipped|xfailed)\b")
 PREFLIGHT_RE = re.compile(r"PREFLIGHT_FAILED check=(\S+)")
 COMPLETE_MARK = ".complete"
@@ -55,6 +55,7 @@ class CaseConfig:
     shape_file: str = ""
     batch_id: str = ""
     extra_env: Dict[str, str] = field(default_factory=dict)
+    device_share: int = 1               # cases sharing one device at once (> 1: functional only)
 
 
 @dataclass
@@ -97,6 +98,8 @@ class CaseRunner:
             "DTYPES": dtypes, "FLAGGEMS_PERF_COLOR": "never", "NO_COLOR": "1",
             "ZL_BATCH_ID": self.cfg.batch_id,
         })
+        if self.cfg.device_share > 1:   # recorded in the identity, so no report trusts the timing
+            env["ZL_DEVICE_SHARE"] = str(self.cfg.device_share)
         if self.cfg.shape_file:
             env["SHAPE_FILE"] = self.cfg.shape_file
         if replay:
@@ -264,6 +267,8 @@ class CaseRunner:
             notes.append("rc=" + "->".join(map(str, rcs)))
         if leftovers:
             notes.append(f"leftover_processes_killed={leftovers}")
+        if cfg.device_share > 1:
+            notes.append(f"shared_device={cfg.device_share}")
         row.update(result)
         row["notes"] = join_notes(result["notes"], *notes)
         row["elapsed_ms"] = str(int((time.monotonic() - t0) * 1000))

@@ -1,10 +1,12 @@
 """run_batch.py: run many FlagGems benchmark nodes through run_pytest.sh, one case directory
-each, sharded over devices, one case at a time per device.
+each, sharded over devices, one case at a time per device (--share-device N > 1: up to N at a
+time, a functional sweep whose timings are invalid and marked so everywhere).
 
     python run_batch.py --all --devices 0,1,2,3 --dtypes float16 --op-timeout 1800
     python run_batch.py --ops softmax vllm:fused_marlin_moe nextafter_@nextafter_
     python run_batch.py --ops-file my_ops.txt --replay-root runs/batch_X
     python run_batch.py --resume --batch-dir runs/batch_X        # rerun only the unfinished
+    python run_batch.py --ops-file list.txt --switch NAME --share-device 3   # functional screen
 
 Output: <batch>/<repo>/<run_name>/ (a single run's layout), <batch>/ops_status.csv (one row
 per case, rewritten atomically after every change), <batch>/summary.csv (batch_summary.py),
@@ -12,6 +14,10 @@ per case, rewritten atomically after every change), <batch>/summary.csv (batch_s
 Statuses: PASS, SKIP (runtime skip/xfail, no rows), NO_ROWS (exit 0, nothing measured), FAIL,
 TIMEOUT; PENDING/RUNNING/INTERRUPTED for cases not finished (--resume reruns those and
 every FAIL/TIMEOUT/NO_ROWS; PASS/SKIP with .complete are reused untouched).
+--share-device N (default 1): N cases at once per device. Screen verdicts (IR, results) stay
+valid; every latency is measured under contention: each case gets ZL_DEVICE_SHARE=N (identity
+device_share, refused by every comparison), ops_status notes shared_device=N. --resume keeps
+a batch's caliber: 1 and > 1 never mix in one batch (exit 2).
 Exit codes: 0 every case has a final status (the statuses carry the results); 2 bad input;
 4 the interpreter cannot import triton or flag_gems (checked once, before the first case);
 3 cases left unstarted (--budget-s reached; rerun with --resume); 130 interrupted (Ctrl-C,
@@ -21,6 +27,7 @@ SIGTERM): running cases killed, their rows INTERRUPTED.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -68,6 +75,16 @@ def _positive(kind):
     return parse
 
 
+def _share_count(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1 (got {text}); 1 = one case at a time per device")
+    return v
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="run_batch.py", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -85,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--devices", default=None, help="comma separated ids (default: the backend's visible ones)")
     d.add_argument("--gpus", default=None, help="alias of --devices (giving both is an error)")
     d.add_argument("--balance", type=Path, help="screen.tsv or ops_status.csv: shard by measured time")
+    d.add_argument("--share-device", type=_share_count, default=1, metavar="N",
+                   help="run up to N cases at once per device (default 1, the only timing-valid "
+                        "setting; N > 1 is a functional sweep: its timings are marked invalid)")
     r = p.add_argument_group("running")
     r.add_argument("--batch-dir", type=Path, help="output directory (default <runs>/batch_<timestamp>)")
     r.add_argument("--resume", action="store_true", help="with --batch-dir: rerun only the unfinished")
@@ -194,6 +214,8 @@ def run(args) -> int:
     side_dir = {name: batch_dir / name if name else batch_dir for name, _ in sides}
     old = {name: read_rows(side_dir[name] / "ops_status.csv") if args.resume else {} for name, _ in sides}
     old_screen = read_screen_rows(batch_dir / "screen.tsv") if args.switch and args.resume else {}
+    if args.resume:
+        check_resume_share(batch_dir, args.share_device)
 
     inventories = load_inventories()
     cases = select_cases(args, Selector(inventories), old[sides[0][0]])
@@ -235,14 +257,16 @@ def run(args) -> int:
     atomic.write_json(batch_dir / "batch.json", {
         "argv": sys.argv, "backend": backend.name, "devices": devices, "cases": len(cases),
         "reused": len(reused), "op_timeout_s": args.op_timeout, "dtypes": args.dtypes,
-        "switch": args.switch or "", "run_script": str(run_script),
+        "switch": args.switch or "", "run_script": str(run_script), "share_device": args.share_device,
         "started": datetime.now().isoformat(timespec="seconds"), "batch_id": batch_id,
         "roots": inv.repo_roots()})
     todo = {d: [c for c in cs if (c.repo, c.run_name) not in reused] for d, cs in shards.items()}
     n_todo = sum(len(v) for v in todo.values())
     print(f"{LOG} backend={backend.name} {len(cases)} case(s), {len(reused)} reused, {n_todo} to run "
           f"on {len([d for d in todo if todo[d]])} device(s) {devices}  out={batch_dir}"
-          + (f"  screen of {args.switch}: before=0 (record), after=1 (replay)" if args.switch else ""))
+          + (f"  screen of {args.switch}: before=0 (record), after=1 (replay)" if args.switch else "")
+          + (f"  {args.share_device} case(s) at a time per device" if args.share_device > 1 else ""))
+    warn_shared(args.share_device)
 
     roots = {repo: str(Path(root).resolve()) for repo, root in inv.repo_roots().items()}
     dtypes = " ".join(args.dtypes.replace(",", " ").split())
@@ -256,7 +280,7 @@ def run(args) -> int:
             batch_dir=side_dir[name], run_script=run_script, roots=roots, backend=backend,
             op_timeout=args.op_timeout, kill_grace=args.kill_grace, retries=args.retries,
             dtypes=dtypes, replay_root=replay, shape_file=args.shape_file, batch_id=batch_id,
-            extra_env=extra), guard, stop)
+            extra_env=extra, device_share=args.share_device), guard, stop)
     t0 = time.monotonic()
     lock = threading.Lock()
     progress = {"done": 0, "spent": 0.0}
@@ -302,14 +326,14 @@ def run(args) -> int:
             progress["done"] += 1
             progress["spent"] += int(row.get("elapsed_ms") or 0) / 1000.0
             done = progress["done"]
-            active = max(1, len([d for d in todo if todo[d]]))
+            active = max(1, len([d for d in todo if todo[d]])) * args.share_device
             eta = progress["spent"] / done * (n_todo - done) / active
             print(f"{LOG} ({done:>{len(str(n_todo))}}/{n_todo}) {shown:<11}{verdict} "
                   f"{int(row.get('elapsed_ms') or 0) / 1000:7.1f}s rows={row['rows_success']}/"
                   f"{row['rows_total']} {c.repo}:{c.run_name} device={device} ETA {eta / 60:.1f}min"
                   + (f"  {row['notes']}" if row.get("notes") else ""), flush=True)
 
-    executor = LocalExecutor()
+    executor = LocalExecutor(args.share_device)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     interrupted = False
     try:
@@ -335,11 +359,37 @@ def run(args) -> int:
         code = max(code, finish(tables[name], side_dir[name], interrupted,
                                 f"python run_batch.py --resume --batch-dir {batch_dir}"
                                 + (f" --switch {args.switch}" if args.switch else "")))
+    warn_shared(args.share_device)
     if screen is not None:
         verdicts = Counter(r["verdict"] for r in screen.rows.values())
         print(f"{LOG} screen of {args.switch}: " + ", ".join(f"{k}={v}" for k, v in sorted(verdicts.items()))
               + f" -> {batch_dir / 'screen.tsv'} (campaign.sh SCREEN=)")
     return EXIT_INTERRUPTED if interrupted else code
+
+
+SHARED_WARNING = ("TIMINGS OF THIS BATCH ARE FUNCTIONAL ONLY: {n} cases shared each device "
+                  "(--share-device {n}); statuses and screen verdicts hold, latencies and speedups "
+                  "do not (identity device_share={n}, refused by every comparison)")
+
+
+def warn_shared(share: int) -> None:
+    if share > 1:
+        print(f"!!! {LOG} " + SHARED_WARNING.format(n=share), flush=True)
+
+
+def check_resume_share(batch_dir: Path, share: int) -> None:
+    """--resume keeps the batch's caliber: timing-valid (1) and shared (> 1) cases never mix in
+    one ops_status.csv / summary.csv. A different N > 1 is fine: both are functional only."""
+    try:
+        started = json.loads((batch_dir / "batch.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        started = {}
+    before = started.get("share_device", 1) if isinstance(started, dict) else 1
+    if not isinstance(before, int) or before < 1:
+        raise UsageError(f"--resume: {batch_dir / 'batch.json'} has share_device={before!r}, not an integer >= 1")
+    if (before > 1) != (share > 1):
+        raise UsageError(f"--resume: the batch was started with --share-device {before}, this call gives "
+                         f"--share-device {share}; a batch is either timing-valid (1) or shared (> 1), never both")
 
 
 def _raise_interrupt(signum, frame):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -135,7 +136,8 @@ def kill_group(pgid: int, proc: Optional[subprocess.Popen], grace: float) -> Non
 
 
 class Executor:
-    """Interface: run each device's cases; never two cases on one device at a time."""
+    """Interface: run each device's cases, at most `share` at a time per device (1, the only
+    timing-valid setting, unless run_batch.py --share-device says otherwise)."""
 
     def run(self, shards: Dict[str, List], work: Callable[[object, str], None],
             may_start: Callable[[], bool]) -> None:
@@ -143,25 +145,39 @@ class Executor:
 
 
 class LocalExecutor(Executor):
-    """One thread per device on this machine, each running its share serially."""
+    """`share` threads per device on this machine, pulling from that device's queue: a
+    device's cases stay on it, and never more than `share` of them run at once."""
 
-    def __init__(self) -> None:
+    def __init__(self, share: int = 1) -> None:
+        if share < 1:
+            raise ValueError(f"share must be >= 1 (got {share})")
+        self.share = share
         self.errors: List[BaseException] = []
         self.threads: List[threading.Thread] = []
 
     def run(self, shards, work, may_start) -> None:
-        def worker(device: str, cases: List) -> None:
-            for case in cases:
-                if not may_start():
+        def worker(device: str, pending: "queue.SimpleQueue") -> None:
+            while may_start():
+                try:
+                    case = pending.get_nowait()
+                except queue.Empty:
                     return
                 try:
                     work(case, device)
-                except BaseException as exc:  # recorded; the other devices keep going
+                except BaseException as exc:  # recorded; the other workers keep going
                     self.errors.append(exc)
                     return
 
-        self.threads = [threading.Thread(target=worker, args=(d, cs), name=f"device-{d}", daemon=True)
-                        for d, cs in shards.items() if cs]
+        self.threads = []
+        for d, cs in shards.items():
+            if not cs:
+                continue
+            pending: queue.SimpleQueue = queue.SimpleQueue()
+            for c in cs:   # queue order = shard order (longest first under --balance)
+                pending.put(c)
+            self.threads += [threading.Thread(target=worker, args=(d, pending), daemon=True,
+                                              name=f"device-{d}" + (f"-{i}" if self.share > 1 else ""))
+                             for i in range(min(self.share, len(cs)))]
         for t in self.threads:
             t.start()
         self.join()

@@ -246,6 +246,8 @@ def page_batch(result: Dict) -> Page:
     _top(page, result)
     page.add('<div class="sub">status: ' + esc(", ".join(f"{k}={v}" for k, v in result["status_counts"].items()))
              + "</div>")
+    if result.get("timing_warning"):
+        page.add('<div class="sub"><b>' + esc(result["timing_warning"]) + "</b></div>")
     if result["median_speedups"]:
         page.chart("batch_hist", charts.histogram(
             result["median_speedups"], "median Gems Speedup per operator (torch latency / gems latency, x)",

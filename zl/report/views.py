@@ -262,6 +262,25 @@ def _num(text: str) -> Optional[float]:
         return None
 
 
+SHARED_NOTE = re.compile(r"(?:^|;)shared_device=(\d+)")
+
+
+def shared_device_of(notes: str) -> str:
+    """N from an ops_status note `shared_device=N` (run_batch.py --share-device); "" if none."""
+    m = SHARED_NOTE.search(notes or "")
+    return m.group(1) if m else ""
+
+
+def shared_warning(shares) -> Optional[str]:
+    """One line when any row was measured on a shared device, else None: such latencies
+    (and speedups) were taken under contention and are a functional check only."""
+    found = sorted({s for s in shares if s and s != "1"})
+    if not found:
+        return None
+    return (f"rows measured on a shared device (device_share={','.join(found)}, run_batch.py "
+            "--share-device): latencies and speedups are a functional check, not timings")
+
+
 def batch_result(batch: Path) -> Dict:
     batch = Path(batch)
     rows = _read_table(batch / "ops_status.csv", "a run_batch.py batch", {"repo", "op", "status"})
@@ -285,6 +304,7 @@ def batch_result(batch: Path) -> Dict:
              "rows_success": _num(r.get("rows_success", "")), "notes": r.get("notes", ""),
              "backend": r.get("backend", ""), "device": r.get("device", "") or r.get("gpu", ""),
              "timer": r.get("timer", ""), "run_dir": str(run),
+             "device_share": shared_device_of(r.get("notes", "")),
              "median_speedup": median(speedups) if speedups else None, "failure_text": fail}
         # run_batch.py's PASS and SKIP are final, not failures (a runtime skip is upstream's own).
         ok = r["status"].strip().lower() in ("success", "ok", "passed", "pass", "skip")
@@ -296,4 +316,5 @@ def batch_result(batch: Path) -> Dict:
     return {"mode": "batch", "label": batch.name, "root": str(batch), "ops": ops,
             "status_counts": _counts(o["status"] for o in ops), "failures": _group(ops),
             "median_speedups": [o["median_speedup"] for o in ops if o["median_speedup"] is not None],
+            "timing_warning": shared_warning(o["device_share"] for o in ops),
             "demo": None}

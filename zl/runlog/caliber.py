@@ -19,6 +19,11 @@ because changing it alone moved a measured result (seed, S5000 / H200):
                    measured the class's own shapes under the same op name
   graph_warmup_ms  the warmup before each capture (issue 18): `caller` vs an adaptive cap
   l2               warm vs cold L2: a memory-bound kernel reads slower from a flushed cache
+  device_share     N cases measured on one GPU at once (run_batch.py --share-device N) moved
+                   every timing; absent on a solo run, so shared vs solo is a mismatch. Unlike
+                   the others, equal values do not help: any run with device_share > 1 is
+                   refused ("a functional check, not a timing"); screen verdicts (IR, results)
+                   still hold for it.
 
 A field absent on one side only is a mismatch (one run cannot show it matched); absent
 on every side is accepted, so runs written before a field existed still compare.
@@ -44,7 +49,7 @@ from zl.switches import SwitchError, parse_switch
 CALIBER_FIELDS = (
     "backend", "device", "timer", "bench_level", "shape_mode",
     "tuner_cache", "direct_repeat", "use_flagtune", "seed", "shape_source",
-    "graph_warmup_ms", "l2",
+    "graph_warmup_ms", "l2", "device_share",
 )
 # Fields whose value names the operator itself (`softmax=yaml`): equal within one A/B pair,
 # different across the rows of a screen or a batch by construction.
@@ -114,7 +119,25 @@ def complaints(runs: Sequence[Tuple[str, Path]]) -> List[str]:
         if len({c[fld] for _, c in known}) > 1:
             vals = ", ".join(f"{n}={_shown(c[fld])}" for n, c in known)
             out.append(f"{fld} differs: {vals}")
-    return out + autotune_complaints(known)
+    return out + shared_device_complaints(known) + autotune_complaints(known)
+
+
+def shared_device_complaints(known: Sequence[Tuple[str, Dict]]) -> List[str]:
+    """A run that shared its device with other measurements has no valid latency, whatever
+    the other side did: two equally contended runs are not equally contended."""
+    out: List[str] = []
+    for name, c in known:
+        share = c.get("device_share")
+        if share is None:
+            continue
+        try:
+            solo = int(share) <= 1
+        except ValueError:
+            solo = False    # unreadable: cannot show the device was not shared
+        if not solo:
+            out.append(f"{name}: device shared with {share} concurrent measurements "
+                       "(device_share): a functional check, not a timing")
+    return out
 
 
 def _shown(value: Optional[str]) -> str:

@@ -19,7 +19,11 @@
 # State lives in BATCH_ROOT (default runs/device_batch: git-ignored, so a warm machine keeps it
 # between calls). On a fresh machine give CARRY_TGZ=<the last batch_validation.tgz> to continue.
 # Variables: OUT (required), BUDGET_S=540, OP_TIMEOUT=120, SWITCH=TRITON_DEBUG (changes the TTGIR of
-# kernels with device asserts, e.g. mm; the screen fingerprints TTGIR only), DEVICES=0, UPSTREAM=0.
+# kernels with device asserts, e.g. mm; the screen fingerprints TTGIR only), DEVICES=0, UPSTREAM=0,
+# SHARE=1 (run_batch.py --share-device for both stages: SHARE > 1 runs that many cases at once per
+# GPU, a FUNCTIONAL sweep only: statuses and screen verdicts hold, every latency was measured under
+# contention and is refused by the comparison tools; report.txt says so). Keep one SHARE per
+# BATCH_ROOT: run_batch.py --resume refuses mixing 1 and > 1 (exit 2).
 set -uo pipefail
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
   sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0
@@ -32,6 +36,7 @@ OP_TIMEOUT="${OP_TIMEOUT:-120}"
 SWITCH="${SWITCH:-TRITON_DEBUG}"
 DEVICES="${DEVICES:-0}"
 UPSTREAM="${UPSTREAM:-0}"
+SHARE="${SHARE:-1}"
 ROOT="${BATCH_ROOT:-$PWD/runs/device_batch}"
 export PYTHONPATH="${PYTHONPATH:-}"
 # shellcheck source=docs/validation/scripts/device_env.sh
@@ -62,10 +67,13 @@ record() {   # stage rc start end command...
     "$((e - s))" "$rc" "$*" >> "$ROOT/commands.tsv"
 }
 bundle() {
-  python3 - "$ROOT" > "$ROOT/report.txt" <<'PY'
+  python3 - "$ROOT" "$SHARE" > "$ROOT/report.txt" <<'PY'
 import csv, sys, collections
 from pathlib import Path
 root = Path(sys.argv[1])
+if sys.argv[2] != "1":
+    print(f"!!! SHARE={sys.argv[2]}: {sys.argv[2]} cases at once per GPU; a functional sweep: "
+          "elapsed times, cases/hour and every latency below are NOT timings")
 def rows(p):
     return list(csv.DictReader(open(p, newline=""), delimiter="\t" if p.suffix == ".tsv" else ",")) if p.is_file() else []
 for name, path in (("plain batch", root / "plain/ops_status.csv"), ("screen side A", root / "screen/before/ops_status.csv"),
@@ -105,7 +113,7 @@ stage() {   # name batch_dir extra-args...
   budget=$(left)
   if (( budget < OP_TIMEOUT + 30 )); then echo ">>> $name: $budget s left in this call; call again"; return 3; fi
   local args=(--devices "$DEVICES" --dtypes float16 --op-timeout "$OP_TIMEOUT" --kill-grace 10
-              --budget-s "$budget" --batch-dir "$dir" "$@")
+              --budget-s "$budget" --batch-dir "$dir" --share-device "$SHARE" "$@")
   if [[ -f "$dir/ops_status.csv" || -f "$dir/before/ops_status.csv" ]]; then args+=(--resume); else args+=(--ops "${NODES[@]}"); fi
   echo "===== $name ($(date +%T)): python3 run_batch.py ${args[*]}"
   s=$(date +%s)

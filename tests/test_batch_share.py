@@ -1,0 +1,175 @@
+"""run_batch.py --share-device N: several cases on one device at once, a functional sweep
+whose timings are marked invalid everywhere (identity device_share, caliber refusal,
+ops_status notes, summary.csv, warnings), and a batch that never mixes 1 and N > 1."""
+
+import csv
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import _device_setup_plugin as dsp
+import batch_summary as bs
+from harness.fake_config import FakeConfig
+from test_batch import batch, status
+from zl import identity as ri
+from zl.batch.executor import LocalExecutor
+from zl.flaggems import VENDOR_ENV_KEYS
+from zl.runlog.caliber import complaints
+
+
+def most_at_once(times_file: Path) -> int:
+    """The largest number of cases running at one instant, from the stub's start/end stamps."""
+    events = []
+    for line in times_file.read_text().splitlines():
+        what, _op, _dev, t = line.split()
+        events.append((float(t), 1 if what == "start" else -1))
+    running = peak = 0
+    for _, step in sorted(events, key=lambda e: (e[0], e[1])):   # an end before a start at a tie
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
+def test_executor_runs_up_to_share_cases_per_device_and_keeps_each_on_its_device():
+    lock = threading.Lock()
+    active = {"0": 0, "1": 0}
+    peak = {"0": 0, "1": 0}
+    seen = []
+
+    def work(case, device):
+        with lock:
+            active[device] += 1
+            peak[device] = max(peak[device], active[device])
+            seen.append((case, device))
+        time.sleep(0.05)
+        with lock:
+            active[device] -= 1
+
+    shards = {"0": [f"a{i}" for i in range(7)], "1": ["b0", "b1"]}
+    LocalExecutor(3).run(shards, work, lambda: True)
+    assert peak == {"0": 3, "1": 2}
+    assert sorted(seen) == sorted((c, d) for d, cs in shards.items() for c in cs)
+    peak.update({"0": 0, "1": 0})
+    LocalExecutor().run(shards, work, lambda: True)
+    assert peak == {"0": 1, "1": 1}
+    with pytest.raises(ValueError, match="share must be >= 1"):
+        LocalExecutor(0)
+
+
+def test_shared_batch_overlaps_cases_and_marks_every_timing(tmp_path, capsys):
+    bd = tmp_path / "b"
+    times = tmp_path / "times"
+    r = batch(tmp_path, "--ops", "softmax", "relu", "abs", "exp", "--devices", "0", "--batch-dir", bd,
+              "--share-device", "2", ZL_STUB_PLAN="softmax=slow,relu=slow,abs=slow,exp=slow",
+              ZL_STUB_SLOW_S="1", ZL_STUB_TIMES=str(times), ZL_DEVICE_SHARE="9")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert most_at_once(times) == 2            # two at a time, never three
+    st = status(bd)
+    assert all(v["status"] == "PASS" and "shared_device=2" in v["notes"] for v in st.values())
+    ident = json.loads((bd / "main/relu/run_identity.json").read_text())
+    assert ident["device_share"] == 2           # the parent's ZL_DEVICE_SHARE=9 never reaches a case
+    assert json.loads((bd / "batch.json").read_text())["share_device"] == 2
+    assert r.stdout.count("TIMINGS OF THIS BATCH ARE FUNCTIONAL ONLY") == 2   # start and end
+    assert "!!! [batch-summary] rows measured on a shared device (device_share=2" in r.stdout
+    with open(bd / "summary.csv", newline="") as fh:
+        assert {row["device_share"] for row in csv.DictReader(fh)} == {"2"}
+    capsys.readouterr()
+    assert bs.main(["--batch", str(bd), "--json", str(tmp_path / "b.json")]) == 0
+    assert "!!! [batch-summary] rows measured on a shared device" in capsys.readouterr().out
+    assert "functional check" in json.loads((tmp_path / "b.json").read_text())["timing_warning"]
+    # --resume may change N within shared (> 1), never to a timing-valid 1
+    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0")
+    assert r.returncode == 2 and "started with --share-device 2, this call gives --share-device 1" in r.stderr
+    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0", "--share-device", "3")
+    assert r.returncode == 0 and "4 reused, 0 to run" in r.stdout, r.stdout + r.stderr
+
+
+def test_solo_batch_runs_one_at_a_time_unmarked_and_refuses_a_shared_resume(tmp_path):
+    bd = tmp_path / "b"
+    times = tmp_path / "times"
+    r = batch(tmp_path, "--ops", "softmax", "relu", "--devices", "0", "--batch-dir", bd,
+              ZL_STUB_TIMES=str(times), ZL_DEVICE_SHARE="4")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert most_at_once(times) == 1
+    assert "device_share" not in json.loads((bd / "main/relu/run_identity.json").read_text())
+    assert not any("shared_device" in v["notes"] for v in status(bd).values())
+    assert "FUNCTIONAL ONLY" not in r.stdout and "shared device" not in r.stdout
+    assert json.loads((bd / "batch.json").read_text())["share_device"] == 1
+    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0", "--share-device", "2")
+    assert r.returncode == 2 and "started with --share-device 1, this call gives --share-device 2" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_budget_holds_for_every_worker_of_a_shared_device(tmp_path):
+    bd = tmp_path / "b"
+    # worst case per case = 1 + 0.5 + 5 s: only what starts in the first 0.5 s may start
+    r = batch(tmp_path, "--ops", "softmax", "relu", "abs", "--devices", "0", "--batch-dir", bd,
+              "--share-device", "2", "--op-timeout", "1", "--kill-grace", "0.5", "--budget-s", "7",
+              ZL_STUB_PLAN="softmax=slow,relu=slow,abs=slow", ZL_STUB_SLOW_S="3")
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert sorted(v["status"] for v in status(bd).values()) == ["PENDING", "TIMEOUT", "TIMEOUT"]
+
+
+@pytest.mark.parametrize("value, needle", [("0", "must be >= 1"), ("-2", "must be >= 1"),
+                                           ("two", "not an integer"), ("1.5", "not an integer")])
+def test_bad_share_exits_2(tmp_path, value, needle):
+    r = batch(tmp_path, "--ops", "softmax", "--share-device", value)
+    assert r.returncode == 2 and "--share-device" in r.stderr and needle in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "runs").exists()
+
+
+def _run(d: Path, **ident) -> Path:
+    d.mkdir(parents=True)
+    (d / "run_identity.json").write_text(json.dumps({"backend": "cuda", "device": "0", **ident}))
+    return d
+
+
+def test_caliber_refuses_any_shared_run_even_when_both_sides_match(tmp_path):
+    a = _run(tmp_path / "a", autotune_mode="record", device_share=2)
+    b = _run(tmp_path / "b", autotune_mode="replay", device_share=2)
+    got = complaints([("before", a), ("after", b)])
+    assert got == [f"{s}: device shared with 2 concurrent measurements (device_share): "
+                   "a functional check, not a timing" for s in ("before", "after")]
+    solo_a = _run(tmp_path / "sa", autotune_mode="record")
+    solo_b = _run(tmp_path / "sb", autotune_mode="replay")
+    assert complaints([("before", solo_a), ("after", solo_b)]) == []
+    mixed = complaints([("before", solo_a), ("after", b)])
+    assert "device_share differs: before=<missing>, after=2" in mixed
+    one = _run(tmp_path / "one", autotune_mode="replay", device_share=1)
+    assert complaints([("before", solo_a), ("after", one)]) == ["device_share differs: before=<missing>, after=1"]
+
+
+@pytest.fixture
+def identity_dir(monkeypatch, tmp_path):
+    for key in VENDOR_ENV_KEYS:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.delenv("ZL_DEVICE_SHARE", raising=False)
+    monkeypatch.setenv("OUT_DIR", str(tmp_path))
+    monkeypatch.setenv("ZL_BACKEND", "cuda")
+    return tmp_path
+
+
+def _configure(**opts):
+    config = FakeConfig(dsp, **opts)
+    try:
+        dsp.pytest_configure(config)
+    finally:
+        dsp.pytest_unconfigure(config)
+
+
+def test_plugin_records_device_share_from_option_or_variable(identity_dir, monkeypatch):
+    _configure()
+    assert "device_share" not in ri.load_identity(str(identity_dir))
+    _configure(zl_device_share="1")
+    assert "device_share" not in ri.load_identity(str(identity_dir))
+    monkeypatch.setenv("ZL_DEVICE_SHARE", "3")
+    _configure()
+    assert ri.load_identity(str(identity_dir))["device_share"] == 3
+    _configure(zl_device_share="4")               # the command line wins over the variable
+    assert ri.load_identity(str(identity_dir))["device_share"] == 4
+    for bad in ("0", "x", "2.5"):
+        with pytest.raises(pytest.UsageError, match="ZL_DEVICE_SHARE=.* is not an integer >= 1"):
+            _configure(zl_device_share=bad)
