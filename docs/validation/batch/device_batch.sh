@@ -46,16 +46,18 @@ if [[ -n "${CARRY_TGZ:-}" && ! -f "$ROOT/plain/ops_status.csv" ]]; then
   tar -xzf "$CARRY_TGZ" -C "$ROOT" && echo ">>> continued from $CARRY_TGZ"
 fi
 
-# 47 nodes: fast and varied (pointwise, comparisons, reductions, norms, one GEMM, indexing,
-# tensor construction). Left out on purpose: weight_int8pack_mm (120 s timeout on the H200 where
-# upstream took 108 s), whole-file sort / layer_norm nodes (minutes each).
+# 40 nodes: fast and varied (pointwise, comparisons, reductions, norms, indexing, tensor
+# construction). Left out on purpose: weight_int8pack_mm (120 s timeout on the H200 where upstream
+# took 108 s), mm (its core shapes autotune from an isolated cache: minutes, past --op-timeout),
+# whole-file sort / layer_norm nodes (minutes each); group_norm, var_mean, pow_tensor_tensor, cat,
+# stack and triu went to fit the batch and its screen into one session's 30 device minutes.
 # NODES_OVERRIDE (space separated) replaces the list, for a dry rehearsal on a CPU with a stub.
 NODES=(
   abs exp relu gelu sigmoid tanh neg sin cos silu rsqrt isnan
-  add mul sub true_divide pow_tensor_tensor clamp where_self eq lt bitwise_and
-  sum mean amax max min argmax prod softmax log_softmax cumsum var_mean
-  rms_norm group_norm mm
-  index_select gather embedding masked_fill index_add cat stack flip triu zeros full
+  add mul sub true_divide clamp where_self eq lt bitwise_and
+  sum mean amax max min argmax prod softmax log_softmax cumsum
+  rms_norm
+  index_select gather embedding masked_fill index_add flip zeros full
 )
 [[ -n "${NODES_OVERRIDE:-}" ]] && read -r -a NODES <<< "$NODES_OVERRIDE"
 
