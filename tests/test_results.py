@@ -76,6 +76,56 @@ def _record(tmp_path, bench, inputs, gems_scale=1.0, name="run"):
     return tmp_path / name, rec
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.bfloat16, torch.int32, torch.bool])
+def test_large_outputs_are_described_where_they_live_with_the_same_statistics(monkeypatch, dtype):
+    """Above HOST_CAP the record comes from chunked device-side reductions (a 2^30-element
+    output timed a real case out on the H200); it must say what the host path says."""
+    gen = torch.Generator().manual_seed(0)
+    x = (torch.randn(10_003, generator=gen) * 100).to(dtype)
+    if dtype.is_floating_point:
+        x[7], x[9000] = float("nan"), float("inf")
+    small = capture.describe(x)
+    monkeypatch.setattr(capture, "HOST_CAP", 1000)
+    monkeypatch.setattr(capture, "CHUNK", 4096)        # several chunks, a ragged last one
+    large = capture.describe(x)
+    assert large["digest"].startswith("wsum64:") and "sha256" not in large
+    for key in ("dtype", "shape", "numel", "nan", "inf", "sample_index"):
+        assert large[key] == small[key], key
+    for key in ("min", "max", "mean", "abs_mean"):
+        assert large[key] == pytest.approx(small[key], rel=1e-9, nan_ok=True), key
+    assert large["sample"] == pytest.approx(small["sample"], nan_ok=True)
+    again = capture.describe(x.clone())
+    assert again["digest"] == large["digest"]
+    assert compare.compare_tensor(again, large)["status"] == "equal"
+
+
+def test_large_output_digest_sees_one_changed_word_anywhere(monkeypatch):
+    monkeypatch.setattr(capture, "HOST_CAP", 100)
+    monkeypatch.setattr(capture, "CHUNK", 1000)
+    x = torch.linspace(-3, 3, 5001, dtype=torch.float16)          # odd byte count: a padded word
+    base = capture.describe(x)["digest"]
+    for i in (0, 2499, 5000):
+        y = x.clone()
+        y.view(torch.int16)[i] ^= 1                               # one bit, lowest mantissa bit
+        assert capture.describe(y)["digest"] != base, i
+    swapped = x.clone()
+    swapped[[10, 11]] = x[[11, 10]]                               # same values, other places
+    assert capture.describe(swapped)["digest"] != base
+    nan_a = torch.full((5001,), float("nan"), dtype=torch.float32)
+    nan_b = nan_a.clone()
+    nan_b.view(torch.int32)[5] ^= 1                               # another NaN payload
+    assert capture.describe(nan_a)["digest"] != capture.describe(nan_b)["digest"]
+
+
+def test_results_written_before_the_digest_field_still_compare():
+    a, b = _rec([1.0, 2.0, 3.0]), _rec([1.0, 2.0, 3.0])
+    del a["digest"], b["digest"]
+    assert compare.compare_tensor(b, a)["status"] == "equal"
+    b2 = _rec([1.0, 2.0, 4.0])
+    del b2["digest"]
+    assert compare.compare_tensor(b2, a)["status"] == "different"
+
+
 def test_recorder_sides_keys_and_a_planted_change(tmp_path):
     inputs = [torch.randn(8, 16), torch.randn(64)]
     bench = FakeBench("exp", torch.exp)

@@ -1,7 +1,7 @@
 """Compare two runs' recorded outputs: side B vs side A per shape, and each vs torch.
 
 Per shape, each output tensor pair is one of
-    equal       identical dtype, shape and bytes (sha256)
+    equal       identical dtype, shape and bytes (the digest: sha256, or wsum64 on large outputs)
     within_tol  numpy.isclose(b, a, rtol, atol) everywhere it can be checked (every element
                 when both records keep all values, else the shared sample), NaN equal to NaN
     different   anything else (dtype, shape, NaN/inf counts, or a value out of tolerance)
@@ -69,12 +69,17 @@ def _values(rec: Dict[str, Any], other: Dict[str, Any]) -> Tuple[np.ndarray, np.
     return np.zeros(0), np.zeros(0), False
 
 
+def _digest(rec: Dict[str, Any]) -> str:
+    """The record's byte digest; files written before "digest" existed carry "sha256" only."""
+    return str(rec.get("digest") or f"sha256:{rec.get('sha256')}")
+
+
 def compare_tensor(b: Dict[str, Any], a: Dict[str, Any]) -> Dict[str, Any]:
     """{'status': equal|within_tol|different, 'abs', 'rel', 'why'} for b against reference a."""
     if b["dtype"] != a["dtype"] or b["shape"] != a["shape"]:
         return {"status": DIFFERENT, "abs": None, "rel": None,
                 "why": f"{b['dtype']}{b['shape']} vs {a['dtype']}{a['shape']}"}
-    if b["sha256"] == a["sha256"]:
+    if _digest(b) == _digest(a):
         return {"status": MATCH, "abs": 0.0, "rel": 0.0, "why": None}
     if (b["nan"], b["inf"]) != (a["nan"], a["inf"]):
         return {"status": DIFFERENT, "abs": None, "rel": None,
