@@ -216,6 +216,38 @@ def cupti_ms(fn, cache, cold: bool, names=None, n: int = 50, spans=None):
     return total / n / 1e3, seen
 
 
+def cupti_graph_ms(fn, cache, cold: bool, names, n: int = 50):
+    """CUPTI view of a CUDA-graph replay of `n` calls of `fn` (each after a flush of `cache`
+    when `cold`): (kernel time per call, median per-call span) in ms, counting only `names`.
+    Inside a graph the kernels of one call run back to back, so this span -- not the eager
+    one, which includes the host launching each kernel -- is the reference for what a graph
+    timer measures on an operator of several kernels (sum: 2)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(n):
+            if cold:
+                cache.zero_()
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        graph.replay()
+        torch.cuda.synchronize()
+    intervals = [(e.time_range.start, e.time_range.end) for e in prof.events()
+                 if e.name in names and "CUDA" in str(getattr(e, "device_type", ""))]
+    busy = sum(e - s for s, e in intervals)
+    return busy / n / 1e3, call_span_us(intervals, n) / 1e3
+
+
 def call_span_us(intervals, calls: int) -> float:
     """Median span (us) of one call, from `calls` calls' kernel (start, end) intervals in us:
     sorted by start, cut into `calls` equal groups (each call launches the same kernels)."""

@@ -193,3 +193,19 @@ def test_issue18_wall_refuses_bad_arguments_with_exit_2(tmp_path, extra, message
                            "--work", str(tmp_path / "w"), "--ops", "abs", "--flaggems-dir", str(tmp_path)]
                           + extra, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_issue18_summary_adds_the_in_graph_cupti_table_and_keeps_capture_errors(tmp_path):
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "cold.json").write_text(json.dumps({"device": "H200", "flush_bytes": 120 << 20, "cases": [
+        {"op": "sum", "shape": [4096, 4096], "kernels": ["k1", "k2"], "cupti_warm_ms": 0.0066,
+         "cupti_cold_ms": 0.0136, "graph_warm_ms": 0.0084, "graph_cold_ms": 0.0157,
+         "graph_cupti": {"warm": {"kernel_ms": 0.0066, "span_ms": 0.0081},
+                         "cold": {"error": "RuntimeError('capture')"}}}]}))
+    proc = subprocess.run([sys.executable, str(ROOT / "docs/validation/scripts/issue18.py"),
+                           "summary", "--work", str(work), "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    md = (tmp_path / "o" / "issue18.md").read_text()
+    assert "| sum | 6.60 (8.10) | RuntimeError('capture') | 1.037 | - |" in md

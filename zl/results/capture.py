@@ -148,6 +148,8 @@ def _describe_large(tensor: Any, t: Any) -> Dict[str, Any]:
         x = flat[start:start + CHUNK]
         if x.dtype == torch.bool:
             x = x.to(torch.uint8)
+        elif x.is_floating_point() and x.element_size() < 2:
+            x = x.float()   # 8-bit floats: no float64 sum kernel for them; float32 holds them exactly
         if x.is_floating_point():
             isnan, isinf = torch.isnan(x), torch.isinf(x)
             nan += int(isnan.sum())
