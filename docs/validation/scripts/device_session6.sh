@@ -11,11 +11,8 @@
 #   PART=3: the batch again (resume, then the batch-wide screen) until CALL_S.
 set -uo pipefail
 cd "$(dirname "$0")/../../.." || exit 2
-: "${OUT:?set OUT}" "${PART:?set PART=1|2|3}"
-T0=$(date +%s)
-CALL_S="${CALL_S:-570}"
-left() { echo $(( CALL_S - ($(date +%s) - T0) )); }
-S=docs/validation/scripts
+# shellcheck source=docs/validation/scripts/call_clock.sh
+source docs/validation/scripts/call_clock.sh
 case "$PART" in
 1)
   OPS="mm:mm,clamp:clamp,sum:sum,softmax:softmax,softmax_backward_out:softmax,index_select:index_select" \

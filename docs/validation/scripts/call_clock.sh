@@ -1,0 +1,8 @@
+# Sourced by the device_session*.sh call plans, from the repo root: checks OUT and PART, starts
+# the call's clock (CALL_S, default 570 s: the device's 600 s per call less the bundling) and
+# defines `left` (seconds of it left) and S (this folder).
+: "${OUT:?set OUT}" "${PART:?set PART=1|2|3}"
+T0=$(date +%s)
+CALL_S="${CALL_S:-570}"
+left() { echo $(( CALL_S - ($(date +%s) - T0) )); }
+S=docs/validation/scripts
