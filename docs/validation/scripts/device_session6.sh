@@ -34,5 +34,8 @@ case "$PART" in
 3)
   SHARE="${SHARE:-10}" BUDGET_S=$(( $(left) - 15 )) OP_TIMEOUT=100 bash docs/validation/batch/device_batch.sh
   ;;
+*)
+  echo "PART must be 1, 2 or 3 (got $PART)" >&2; exit 2
+  ;;
 esac
 echo "===== part $PART done in $(( $(date +%s) - T0 )) s"
