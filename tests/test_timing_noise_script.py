@@ -154,7 +154,9 @@ def test_issue18_summary_tables_from_stage_outputs(tmp_path):
             {"op": "clamp", "kind": "after1", "rc": 0, "wall_s": 21.0, "pytest_s": 10.5,
              "rows": [row(0.010)], "fallback_markers": 0},
             {"op": "clamp", "kind": "after2", "rc": 0, "wall_s": 21.0, "pytest_s": 10.4,
-             "rows": [row(0.0101)], "fallback_markers": 0}]
+             "rows": [row(0.0101)], "fallback_markers": 0},
+            {"op": "clamp", "kind": "before2", "rc": 0, "wall_s": 27.0, "pytest_s": 17.0,
+             "rows": [row(0.0102)], "fallback_markers": 0}]
     work = tmp_path / "w"
     work.mkdir()
     (work / "wall.json").write_text(json.dumps(runs))
@@ -167,7 +169,7 @@ def test_issue18_summary_tables_from_stage_outputs(tmp_path):
     assert proc.returncode == 0, proc.stderr
     md = (tmp_path / "o" / "issue18.md").read_text()
     assert ("| clamp | 20.0 (10.0) | 27.0 (17.0) | 21.0 (10.5) | 21.0 (10.4) | 1.05, 1.04 | 1.05, 1.05 "
-            "| 1.70 | 1.00 (1.00) |") in md
+            "| 1.70 | 1.00 (1.00) | 2.00 (2.00) |") in md
     assert ("| relu | [4096, 4096] | 0 | 10.00 (9.00) | 20.00 (-) | 10.10 | 20.40 | 1.010 (1.122) "
             "| 1.020 (-) | +102.0 |") in md
 

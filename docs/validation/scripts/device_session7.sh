@@ -7,7 +7,9 @@
 #        tensors): wall and result-capture seconds with the device-side capture
 #     b. issue 18 wall for the session-6 misses (softmax, softmax_backward_out) and index_select's
 #        A/A: upstream, after1, after2, two shapes, fresh caches
-#     c. issue 18 A/A on core shapes: softmax, gelu_backward
+#     c. issue 18 A/A on core shapes: softmax, gelu_backward, with the new 25 ms warmup
+#        (after1/after2) and the old one (before/before2) in one call: does the short warmup cost
+#        A/A accuracy (session 5/6 read 0.20-0.28 % where earlier sessions read 0.05-0.12 %)?
 #     d. issue 18 cold L2 with CUPTI records of a graph replay
 #   PART=2: issue 16's A/A over 9 operators (three screens side by side: functional) next to the
 #     batch's first part (device_batch.sh, SHARE cases at once: functional), until CALL_S.
@@ -25,7 +27,7 @@ case "$PART" in
     RUNS=upstream,after1,after2 STAGES=wall,summary WALL_DEADLINE_S=170 RUN_TIMEOUT_S=60 \
     timeout 250 bash $S/device_issue18.sh
   echo "===== issue18 A/A on core shapes ($(( $(date +%s) - T0 )) s in)"
-  WORK=issue18_core OPS="softmax:softmax,gelu_backward:gelu" RUNS=after1,after2 SHAPES=core \
+  WORK=issue18_core OPS="softmax:softmax,gelu_backward:gelu" RUNS=after1,after2,before,before2 SHAPES=core \
     STAGES=wall,summary WALL_DEADLINE_S=$(( $(left) - 150 )) RUN_TIMEOUT_S=60 \
     timeout $(( $(left) - 80 )) bash $S/device_issue18.sh
   echo "===== issue18 cold ($(( $(date +%s) - T0 )) s in)"

@@ -39,7 +39,9 @@ for p in (ROOT, ROOT / "benchmarks"):
 from timer_noise import cupti_graph_ms, cupti_ms, fmt, pair_stats, parse_tables  # noqa: E402
 from zl import atomic, markers  # noqa: E402
 
-RUNS = ("upstream", "before", "after1", "after2")
+# before2 replays before: the A/A of the old warmup, to set beside after1/after2 in one call
+RUNS = ("upstream", "before", "after1", "after2", "before2")
+DEFAULT_RUNS = RUNS[:4]
 PYTEST_TIME = re.compile(r"=+ .*\b(?:passed|failed|error)\b.* in ([0-9.]+)s")
 COLD_CASES = (("relu", (4096, 4096)), ("sum", (4096, 4096)), ("softmax", (4096, 4096)))
 
@@ -65,7 +67,7 @@ def run_once(kind, op, stem, args, run_dir: Path, replay_from=None):
             env["SHAPE_FILE"] = str(args.shape_file)
         for key in ("REPLAY_FROM", "ZL_GRAPH_WARMUP_MS", "ZL_L2", "ZL_ENABLE_CUDAGRAPH"):
             env.pop(key, None)
-        if kind == "before":
+        if kind in ("before", "before2"):
             env["ZL_GRAPH_WARMUP_MS"] = "caller"
         if replay_from is not None:
             env["REPLAY_FROM"] = str(replay_from)
@@ -101,7 +103,8 @@ def wall_main(args) -> int:
                 say(f"deadline: skipping {op} {kind}")
                 results.append({"kind": kind, "op": op, "rc": "skipped_deadline", "rows": []})
                 continue
-            replay = work / op / "after1" / "zl" if kind == "after2" else None
+            replay = {"after2": work / op / "after1" / "zl",
+                      "before2": work / op / "before" / "zl"}.get(kind)
             say(f"{op} {kind}")
             r = run_once(kind, op, stem or op, args, work / op / kind, replay)
             say(f"  rc={r['rc']} wall={r['wall_s']} s pytest={r['pytest_s']} s rows={len(r['rows'])}")
@@ -181,11 +184,12 @@ def summary_main(args) -> int:
         by = {(r["op"], r["kind"]): r for r in runs}
         md += ["| op | upstream wall s (pytest s) | before wall (pytest) | after1 wall (pytest) "
                "| after2 wall (pytest) | after/upstream pytest (1, 2) | after/upstream wall (1, 2) "
-               "| before/upstream pytest | A/A median % (max) | after vs before median % "
+               "| before/upstream pytest | A/A median % (max) | A/A before median % (max) | after vs before median % "
                "| rows up/before/after | fallback |",
-               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+               "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for op in dict.fromkeys(r["op"] for r in runs):
-            up, bf, a1, a2 = (by.get((op, k), {}) for k in RUNS)
+            up, bf, a1, a2, b2 = (by.get((op, k), {}) for k in RUNS)
+            aa_before = pair_stats(bf.get("rows", []), b2.get("rows", []))
             aa, ab = pair_stats(a1.get("rows", []), a2.get("rows", [])), \
                 pair_stats(bf.get("rows", []), a1.get("rows", []))
 
@@ -200,6 +204,7 @@ def summary_main(args) -> int:
                 f"{both('wall_s')} | "
                 f"{fmt(_ratio(bf.get('pytest_s'), up.get('pytest_s')), '.2f')} | "
                 f"{fmt(aa.get('median_pct'))} ({fmt(aa.get('max_pct'))}) | "
+                f"{fmt(aa_before.get('median_pct'))} ({fmt(aa_before.get('max_pct'))}) | "
                 f"{fmt(ab.get('median_pct'))} | {len(up.get('rows', []))}/"
                 f"{len(bf.get('rows', []))}/{len(a1.get('rows', []))} | "
                 f"{a1.get('fallback_markers', '-')}/{a2.get('fallback_markers', '-')} |")
@@ -253,7 +258,7 @@ def main(argv=None) -> int:
     ap.add_argument("--flaggems-dir", default=os.environ.get("FLAGGEMS_DIR", ""))
     ap.add_argument("--shape-file", default="")
     ap.add_argument("--ops", default="")
-    ap.add_argument("--runs", default=",".join(RUNS),
+    ap.add_argument("--runs", default=",".join(DEFAULT_RUNS),
                     help="comma separated subset of " + ",".join(RUNS))
     ap.add_argument("--work", required=True)
     ap.add_argument("--out", default="")
