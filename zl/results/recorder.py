@@ -133,7 +133,10 @@ class ResultsRecorder:
                 return capture.flatten(op(*args, **kwargs))
         out = op(*args, **kwargs)
         xs = [a for a in args if torch.is_tensor(a) and a.requires_grad]
-        gen = torch.Generator(device="cpu").manual_seed(0)
-        dout = torch.randn(out.shape, generator=gen, dtype=torch.float32).to(out.dtype).to(out.device)
+        # Drawn where the output lives once it is large: a host randn of a 2^30-element
+        # gradient plus its copy took seconds per shape on the H200 (capture.HOST_CAP).
+        where = out.device if out.numel() > capture.HOST_CAP else torch.device("cpu")
+        gen = torch.Generator(device=where).manual_seed(0)
+        dout = torch.randn(out.shape, generator=gen, dtype=torch.float32, device=where).to(out.dtype).to(out.device)
         grads = torch.autograd.grad((out,), xs, grad_outputs=(dout,), allow_unused=True)
         return capture.flatten([out, list(grads)])
