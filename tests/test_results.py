@@ -169,6 +169,21 @@ def test_backward_records_output_and_gradients(tmp_path):
     assert entry["torch"] == entry["gems"]
 
 
+def test_backward_capture_of_a_large_output_is_reproducible(tmp_path, monkeypatch):
+    """Above HOST_CAP the upstream gradient is drawn on the output's device: two runs must
+    still record the same gradients (a fresh seeded generator each call)."""
+    monkeypatch.setattr(capture, "HOST_CAP", 16)
+    bench = FakeBench("gelu_backward", torch.nn.functional.gelu, is_backward=True)
+    x = torch.randn(64, generator=torch.Generator().manual_seed(1)).requires_grad_()
+    docs = []
+    for i in range(2):
+        run, _ = _record(tmp_path / str(i), bench, [x])
+        docs.append(json.loads((run / "results" / "gelu_backward.json").read_text())["entries"]["float32|64#0"])
+    grad = docs[0]["gems"][1]
+    assert grad["digest"].startswith("wsum64:") and grad["shape"] == [64]
+    assert docs[0] == docs[1]
+
+
 def test_compare_cli_exit_codes_and_tsv(tmp_path):
     bench = FakeBench("exp", torch.exp)
     a, _ = _record(tmp_path, bench, [torch.randn(16)], name="A")
