@@ -172,3 +172,24 @@ def test_cli_exit_code_stderr_and_screen_consumers(tmp_path):
     assert row["verdict"] == "VARIANTS_DIFFER" and row["variants_only"] == f"A: {I64}; B: -"
     # campaign.sh / partition.py repeat operators whose code the switch changed: not these
     assert not verdict_selected(row["verdict"], REPEAT_VERDICTS)
+
+
+def test_labels_name_what_differs_and_the_cell_is_capped():
+    def rec(shape="8", kernel="k", warps="4", block=64, spec=None, n="i32"):
+        ident = {"shape": shape, "kernel": kernel, "num_warps": warps, "num_stages": "3",
+                 "constexprs": {"BLOCK": block}, "dtypes": {"n": n}, "specialization": spec or {}}
+        return {"identity": ident, "path": "p", "levels": {"ttgir": "d"}}
+    common = rec()
+    a = [common, rec(warps="8"), rec(block=128), rec(spec={"x": [["tt.divisibility", 16]]}),
+         rec(shape="9"), rec(kernel="q", n="i64")]
+    m = per_variant.match(a, [common])
+    only_a, only_b = per_variant.labels(m)
+    # every field that varies inside the (shape, kernel) group, so each label is unambiguous
+    assert sorted(only_a) == ["8/k[w4,BLOCK=128,x:none]", "8/k[w4,BLOCK=64,x:div16]",
+                              "8/k[w8,BLOCK=64,x:none]", "8/q", "9/k"] and only_b == []
+    assert per_variant.common_equal(m, "ttgir") is True and per_variant.common_equal(m, "llir") is None
+    assert per_variant.only_cell(m).endswith("(+2 more); B: -") and per_variant.only_cell(None) == "-"
+    # the same identity with other code on one side counts as differing, never as a set difference
+    other = {**common, "levels": {"ttgir": "e"}}
+    assert per_variant.common_equal(per_variant.match([common], [other]), "ttgir") is False
+    assert per_variant.identity_of({"shape": "8", "dtypes": '{"b":"i32","a":"i64"}'})["dtypes"] == {"a": "i64", "b": "i32"}

@@ -89,6 +89,15 @@ def common_equal(matched: Mapping[str, Any], level: str) -> Optional[bool]:
     return True
 
 
+def _spec_token(pairs: Any) -> str:
+    """[["tt.divisibility", 16]] -> "div16" (naming.py's spelling); none when unspecialised."""
+    if not pairs:
+        return "none"
+    if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == 2 for p in pairs):
+        return json.dumps(pairs, sort_keys=True)  # not Triton's shape: shown as recorded
+    return "".join(f"{'div' if a == 'tt.divisibility' else str(a).split('.')[-1]}{v}" for a, v in pairs)
+
+
 def _tokens(ident: Mapping[str, Any], group: Sequence[Mapping[str, Any]]) -> List[str]:
     """What tells `ident` apart inside its (shape, kernel) group: only fields that vary."""
     out: List[str] = []
@@ -106,8 +115,7 @@ def _tokens(ident: Mapping[str, Any], group: Sequence[Mapping[str, Any]]) -> Lis
                 continue
             val = ident.get(field).get(n) if isinstance(ident.get(field), dict) else None
             if field == "specialization":
-                val = "".join(f"{'div' if a == 'tt.divisibility' else str(a).split('.')[-1]}{v}"
-                              for a, v in (val or [])) or "none"
+                val = _spec_token(val)
             out.append(f"{n}{sep}{val}")
     return out
 
