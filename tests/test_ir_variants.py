@@ -193,3 +193,32 @@ def test_labels_name_what_differs_and_the_cell_is_capped():
     other = {**common, "levels": {"ttgir": "e"}}
     assert per_variant.common_equal(per_variant.match([common], [other]), "ttgir") is False
     assert per_variant.identity_of({"shape": "8", "dtypes": '{"b":"i32","a":"i64"}'})["dtypes"] == {"a": "i64", "b": "i32"}
+
+
+def test_a_one_sided_config_is_not_excused_as_a_specialisation(tmp_path):
+    """A switch that changes a heuristic's num_warps for one kernel: its variant exists on one
+    side only, every other variant is common and identical. That is changed code, not a
+    specialisation: the aggregate rule names it (VARIANTS_DIFFER would drop the operator)."""
+    lines = AFTER.splitlines()
+    i = next(k for k, ln in enumerate(lines) if ln.startswith("64x64\tfill_scalar_kernel\tw4s3.ttgir\t"))
+    cells = lines[i].split("\t")
+    cells[5], cells[10] = "8", "f" * 64          # num_warps 4 -> 8, hence another compile
+    lines[i] = "\t".join(cells)
+    a, b = make_run(tmp_path, "a", AFTER), make_run(tmp_path, "b", "\n".join(lines) + "\n")
+    res = fp.verdict(a, b)
+    assert res["verdict"] == "IR_CHANGED@ttgir", res
+    assert res["variants_only"] == ("A: 64x64/fill_scalar_kernel[w4,value_scalar:none]; "
+                                    "B: 64x64/fill_scalar_kernel[w8,value_scalar:none]")
+
+
+def test_specialisation_partners():
+    base = {"shape": "8", "kernel": "k", "num_warps": "4", "num_stages": "3",
+            "constexprs": {"BLOCK": 64}, "dtypes": {"x": "*fp16", "n": "i32"}, "specialization": {}}
+    same = lambda **kw: per_variant.specialisation_of({**base, **kw}, base)
+    assert same(dtypes={"x": "*fp16", "n": "i64"})                       # int type follows the value
+    assert same(specialization={"n": [["tt.divisibility", 16]]})         # divisibility 16
+    assert same(dtypes={"x": "*fp16"}, constexprs={"BLOCK": 64, "n": 1})  # n == 1 folded to a constexpr
+    assert not same(dtypes={"x": "*fp32", "n": "i32"})                   # a pointer's element type
+    assert not same(constexprs={"BLOCK": 128})                            # a config
+    assert not same(num_warps="8") and not same(num_stages="4")
+    assert not same(dtypes={"x": "*fp16"}, constexprs={"BLOCK": 64, "n": 2})

@@ -52,10 +52,11 @@ the one rule: the screen, its RESCORE and ab_repeat.sh's round-1 check all call 
 differ: argument-value specialisations (i32/i64, divisibility 16, ==1) follow the inputs
 and how often the timing loops called the kernel, not the code generator. Used when both
 runs recorded per-variant digests (schema 2), variants matched by identity, never by file
-name (zl.ir.per_variant): with common and one-sided variants, a level is judged on the
-common ones, and IR_CHANGED@<level> / BINARY_CHANGED name the first level at which a
-COMMON variant differs. Exit 0, like NO_IR_DIFF: no common code changed. Otherwise (no
-common variant, schema 1, levels hashed from dumped files) the aggregate rule above.
+name (zl.ir.per_variant): with common variants and one-sided ones that are all argument-value
+specialisations of the other side's, a level is judged on the common ones: IR_CHANGED@<level>
+/ BINARY_CHANGED name the first level at which a COMMON variant differs. Exit 0, like
+NO_IR_DIFF: no common code changed. Otherwise (no common variant, a one-sided config, schema 1,
+levels hashed from dumped files) the aggregate rule above.
 PTX loses its `.section .debug_*` blocks (line tables carrying the source path as bytes);
 a binary is hashed over its non-debug ELF sections (zl.ir.binary).
 """
@@ -261,18 +262,6 @@ def run_levels(run_dir: os.PathLike) -> Dict[str, str]:
     return levels
 
 
-def _variant_match(run_a: os.PathLike, run_b: os.PathLike) -> Optional[Dict[str, Any]]:
-    va, vb = recorded_variants(run_a), recorded_variants(run_b)
-    if va is None or vb is None:
-        return None
-    try:
-        return per_variant.match(va, vb)
-    except per_variant.PerVariantError as exc:
-        print(f"[ir-fingerprint] {exc}; variants are not matched, the aggregate rule applies",
-              file=sys.stderr)
-        return None
-
-
 def verdict(run_a: os.PathLike, run_b: os.PathLike) -> Dict[str, Any]:
     """The first-difference rule: {'verdict', 'compared', 'one_sided', 'a', 'b', 'exit_code',
     'variants_only'} (see the module docstring for VARIANTS_DIFFER)."""
@@ -284,10 +273,11 @@ def verdict(run_a: os.PathLike, run_b: os.PathLike) -> Dict[str, Any]:
     if "ttgir" not in a or "ttgir" not in b:
         out.update(verdict=NO_IR, exit_code=EXIT_NO_IR)
         return out
-    matched = _variant_match(run_a, run_b)
+    matched = per_variant.match_or_none(recorded_variants(run_a), recorded_variants(run_b))
     out["variants_only"] = per_variant.only_cell(matched)
-    # Judged on common variants only when the sets differ and some variant is common.
-    by_variant = bool(matched and matched["common"] and (matched["only_a"] or matched["only_b"]))
+    # Judged on common variants only when some are common and the rest are specialisations.
+    by_variant = bool(matched and matched["common"] and (matched["only_a"] or matched["only_b"])
+                      and not matched["unexplained"])
     sets_differ = False
     for level in LEVEL_ORDER:
         if level not in a or level not in b:

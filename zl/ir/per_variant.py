@@ -14,6 +14,13 @@ variant's identity is (shape, kernel, num_warps, num_stages, constexprs, dtypes,
 specialization), from its index.tsv row. The compile hash is left out on purpose: a
 switch that Triton folds into its cache key changes it without changing the code.
 
+Only argument-value specialisations are excused: every one-sided variant must have a
+partner on the other side with the same shape, kernel, num_warps, num_stages and
+constexprs, differing only in integer argument types (i32/i64/u64 follow the value), in
+specialisation attributes (divisibility 16) or in an ==1 argument folded into a
+constexpr. A one-sided variant with another config (warps, stages, BLOCK...) is code the
+switch may have changed, so then the aggregate rule applies (`unexplained`).
+
 This module only reads what `zl.ir.levels` records (`per_variant` in
 ir_fingerprints.json, schema 2); the rule that uses it lives in zl.ir.fingerprint.verdict.
 """
@@ -21,11 +28,15 @@ ir_fingerprints.json, schema 2); the rule that uses it lives in zl.ir.fingerprin
 from __future__ import annotations
 
 import json
+import re
+import sys
 from collections import defaultdict
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 IDENTITY_FIELDS = ("shape", "kernel", "num_warps", "num_stages", "constexprs", "dtypes", "specialization")
 _JSON_FIELDS = ("constexprs", "dtypes", "specialization")
+# Triton picks an integer argument's type from its value.
+_INT_TYPE = re.compile(r"[iu](?:1|8|16|32|64)")
 # The screen.tsv cell lists at most this many one-sided variants per side, then "+N more".
 ONLY_CAP = 3
 
@@ -63,13 +74,52 @@ def _entries(records: Sequence[Mapping[str, Any]]) -> Dict[str, List[Mapping[str
     return out
 
 
+def specialisation_of(u: Mapping[str, Any], v: Mapping[str, Any]) -> bool:
+    """Whether identities u and v are one variant up to argument-value specialisation."""
+    if any(str(u.get(f)) != str(v.get(f)) for f in ("shape", "kernel", "num_warps", "num_stages")):
+        return False
+    cu, cv = u.get("constexprs"), v.get("constexprs")
+    du, dv = u.get("dtypes"), v.get("dtypes")
+    if not all(isinstance(x, dict) for x in (cu, cv, du, dv)):
+        return cu == cv and du == dv
+    for n in set(cu) | set(cv):
+        if n in cu and n in cv:
+            if cu[n] != cv[n]:
+                return False
+        elif cu.get(n, cv.get(n)) != 1 or not _INT_TYPE.fullmatch(str(du.get(n, dv.get(n)))):
+            return False  # a constexpr on one side only: excused only as a folded ==1 integer
+    for n in set(du) | set(dv):
+        a, b = du.get(n), dv.get(n)
+        if a != b and not all(t is None or _INT_TYPE.fullmatch(str(t)) for t in (a, b)):
+            return False
+    return True
+
+
 def match(records_a: Sequence[Mapping[str, Any]], records_b: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
-    """{'common': {key: (entries_a, entries_b)}, 'only_a': [identity], 'only_b': [identity]}."""
+    """{'common': {key: (entries_a, entries_b)}, 'only_a': [identity], 'only_b': [identity],
+    'unexplained': [identity]} (one-sided variants without a specialisation partner)."""
     a, b = _entries(records_a), _entries(records_b)
     common = {k: (a[k], b[k]) for k in a if k in b}
     only_a = [a[k][0]["identity"] for k in sorted(a) if k not in b]
     only_b = [b[k][0]["identity"] for k in sorted(b) if k not in a]
-    return {"common": common, "only_a": only_a, "only_b": only_b}
+    all_a = [e[0]["identity"] for e in a.values()]
+    all_b = [e[0]["identity"] for e in b.values()]
+    unexplained = [u for u in only_a if not any(specialisation_of(u, v) for v in all_b)]
+    unexplained += [u for u in only_b if not any(specialisation_of(u, v) for v in all_a)]
+    return {"common": common, "only_a": only_a, "only_b": only_b, "unexplained": unexplained}
+
+
+def match_or_none(records_a: Optional[Sequence[Mapping[str, Any]]],
+                  records_b: Optional[Sequence[Mapping[str, Any]]]) -> Optional[Dict[str, Any]]:
+    """match() when both runs recorded per-variant digests; None (the aggregate rule) otherwise."""
+    if records_a is None or records_b is None:
+        return None
+    try:
+        return match(records_a, records_b)
+    except PerVariantError as exc:
+        print(f"[ir-fingerprint] {exc}; variants are not matched, the aggregate rule applies",
+              file=sys.stderr)
+        return None
 
 
 def common_equal(matched: Mapping[str, Any], level: str) -> Optional[bool]:
