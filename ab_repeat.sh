@@ -24,8 +24,9 @@
 #                       124, or 137 after the 30 s kill grace), any other kill `!!! CELL_KILLED`
 #   AB_ROOT             output root (default <runs>/ab_repeat_<SWITCH>_<timestamp>, claimed with
 #                       mkdir); a root that already holds a campaign is refused (exit 2)
-#   SWITCH_ALLOW_NO_IR_DIFF=1  keep going when round 1 compiled identical TTGIR on both sides
-#                       (only for a switch that acts at run time, not on generated code)
+#   SWITCH_ALLOW_NO_IR_DIFF=1  keep going when round 1 compiled identical code on both sides
+#                       (NO_IR_DIFF, or VARIANTS_DIFFER: every variant both compiled identical;
+#                       only for a switch that acts at run time, not on generated code)
 #   ZL_ISOLATE_TUNER_CACHE  default 1 here (a private tuner store per cell); 0 shares ~/.flaggems
 #   TELEMETRY_INTERVAL  seconds between clock/temperature samples (default 5, 0 = off)
 #   IR_LEVEL            an extra IR level to dump as files; the round-1 check compares every
@@ -145,11 +146,16 @@ for i in "${!OPS_OP[@]}"; do
         res1="$(results_cells "$out/r1_A" "$out/r1_B")"; res1="${res1%%$'\t'*}"
         if [[ "$res1" == *"MISMATCH ("* ]]; then echo "!!! $op: round 1 WRONG_RESULTS: B vs A $res1"
         else echo ">>> $op: round 1 results B vs A: $res1"; fi
-        if [[ "$irv" != NO_IR_DIFF && "$irv" != IR_CHANGED@* && "$irv" != BINARY_CHANGED ]]; then
+        if [[ "$irv" != NO_IR_DIFF && "$irv" != VARIANTS_DIFFER && "$irv" != IR_CHANGED@* \
+              && "$irv" != BINARY_CHANGED ]]; then
           echo "??? $op: a side compiled no .ttgir (not through Triton, or the IR dump is off);"
           echo "??? the switch-has-an-effect check is skipped. This is not 'the switch does nothing'."
-        elif [[ "$irv" == NO_IR_DIFF ]]; then
+        elif [[ "$irv" == NO_IR_DIFF || "$irv" == VARIANTS_DIFFER ]]; then
+          # VARIANTS_DIFFER: every variant both sides compiled is identical; only the set of
+          # argument-value specialisations differs (inputs, call counts), not the code generator.
           echo "!!! $M_SWITCH_NO_IR_DIFF op=$cell switch=$SWITCH"
+          [[ "$irv" == VARIANTS_DIFFER ]] && echo "!!! round 1 is VARIANTS_DIFFER: the sides compiled different" \
+            "variant sets (argument-value specialisations), every variant both compiled is identical."
           echo "!!! round 1 compiled identical code at every level on both sides: $SWITCH did not change"
           if [[ "$SWITCH_ALLOW_NO_IR_DIFF" != "1" ]]; then
             echo "!!! $op's generated code, and $((ROUNDS - 1)) more rounds would measure noise and"

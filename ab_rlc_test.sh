@@ -32,17 +32,21 @@
 # (ANSI stripped), <root>/screen.tsv with one row per operator:
 #   op op_file dtypes rows_before rows_after kernels_before kernels_after cvt_before cvt_after
 #   elapsed_before elapsed_after rc_before rc_after verdict <caliber fields of side A>
-#   results results_torch ir_levels fp_ttgir fp_llir fp_asm fp_binary
+#   results results_torch ir_levels fp_ttgir fp_llir fp_asm fp_binary variants_only
 # Verdicts (one column to filter on; zl.ir.fingerprint verdict and zl.results.compare):
 #   WRONG_RESULTS     side B's outputs differ from side A's beyond tolerance, whatever the speed
 #   IR_CHANGED@<lvl>  the first level (ttgir, llir, ptx/amdgcn) at which the code differs -> A/B it
 #   BINARY_CHANGED    every IR level equal, the cubin/hsaco differs                     -> A/B it
 #   NO_IR_DIFF  identical code at every level compared (ir_levels), binary included when
 #               recorded on both sides                             -> its range is the noise floor
+#   VARIANTS_DIFFER  every variant both sides compiled is identical at every level; the sets
+#               differ (argument-value specialisations such as i32/i64 follow the inputs and
+#               the call counts; `variants_only` lists them)   -> not A/B'd; not the noise floor
 #   NO_TRITON   rows measured but no .ttgir compiled on a side     -> the switch has nothing to act on
 #   NO_ROWS     a side failed or measured no row                   -> fix runnability first
 # `results`: match | within_tol | MISMATCH (k/n shapes, worst error ...) | n/a (reason), B vs A;
 # `results_torch`: each side's gems output vs the torch baseline. fp_*: `A` or `A/B` (12 hex).
+# `variants_only`: variants compiled on one side only, e.g. `A: 64x64/k[philox_offset:i64]; B: -`.
 # The verdict is the fingerprint, not the convert_layout count: addmm kept 15 -> 15 converts
 # while all 15 TTGIR files changed. The counts are kept because they explain the change.
 # Exit: 0 done (the verdicts carry the results); 1 every operator is NO_ROWS (nothing was
@@ -65,6 +69,8 @@ require_positive_int CELL_TIMEOUT "$CELL_TIMEOUT"
 
 CAL_HEADER="$("$PY" "$ZL_ROOT/batch_summary.py" --caliber-header)" || die2 "batch_summary.py --caliber-header failed"
 EXTRA_COLS="$("$PY" -m zl.screen_verdict --header)" || die2 "zl.screen_verdict --header failed"
+VO_COL="$(printf '%s\n' "$EXTRA_COLS" | tr '\t' '\n' | grep -nxF variants_only | cut -d: -f1)"
+[[ -n "$VO_COL" ]] || die2 "zl.screen_verdict --header has no variants_only column"
 SCREEN_HEADER="op	op_file	dtypes	rows_before	rows_after	kernels_before	kernels_after	cvt_before	cvt_after	elapsed_before	elapsed_after	rc_before	rc_after	verdict	$CAL_HEADER	$EXTRA_COLS"
 
 # "success failed ..." of a run through the one run.log parser.
@@ -84,7 +90,7 @@ ir_counts() {
 #   -> "verdict<TAB>$EXTRA_COLS cells" (results first: a wrong answer outranks any code verdict)
 judge() {   # one rule with run_batch.py --switch (zl/screen_verdict.py)
   "$PY" -m zl.screen_verdict "${1:-0}" "${2:-0}" "$3" "$4" "$5" "$6" 2>/dev/null \
-    || printf 'NO_ROWS\tn/a (verdict failed)\tn/a\t-\t-\t-\t-\t-'
+    || printf 'NO_ROWS\tn/a (verdict failed)\tn/a\t-\t-\t-\t-\t-\t-'
 }
 
 explain() {   # verdict rc_before rc_after
@@ -99,6 +105,7 @@ explain() {   # verdict rc_before rc_after
       fi ;;
     NO_TRITON) echo "rows measured but no .ttgir compiled: nothing went through Triton (aten or a vendor library), so a compiler switch has nothing to act on; not 'the switch does nothing'" ;;
     NO_IR_DIFF) echo "identical code at every level compared, with pinned configs: the switch changed no generated code here (check its spelling before concluding)" ;;
+    VARIANTS_DIFFER) echo "every variant both sides compiled is identical; the sides compiled different variant sets (argument-value specialisations follow the inputs and call counts, not the code generator): the switch changed no common code, not sent to ab_repeat.sh" ;;
     IR_CHANGED@*) echo "generated code first differs at ${1#IR_CHANGED@}: worth a multi-round A/B (ab_repeat.sh)" ;;
     BINARY_CHANGED) echo "every IR level identical, the binary differs: worth a multi-round A/B (ab_repeat.sh)" ;;
     WRONG_RESULTS) echo "side B's outputs differ from side A's beyond tolerance: a speedup would be of a wrong answer" ;;
@@ -214,6 +221,10 @@ for i in "${!OPS_OP[@]}"; do
       NO_IR_DIFF)
         echo ">>> $cell: both sides ran the same generated code; the range below is this machine's"
         echo ">>> NOISE FLOOR for $cell, not a gain of $SWITCH." ;;
+      VARIANTS_DIFFER)
+        # Not the noise floor either: a side may have timed a specialisation the other never ran.
+        echo ">>> $cell: the code both sides compiled is the same; a side also compiled variants the other"
+        echo ">>> did not ($(printf '%s' "$extra" | cut -f"$VO_COL")): the range below is not a gain of $SWITCH." ;;
     esac
     echo "########## $cell | summary ##########"
     "$PY" "$ZL_ROOT/batch_summary.py" --ab "$BEFORE" "$AFTER" --label "$cell" \

@@ -18,7 +18,8 @@
 #   SWITCH, SCREEN (required)  the switch under test; an ab_rlc_test.sh / run_batch.py screen.tsv
 #   DEVICES        comma separated (default: the backend's visible devices)
 #   ROUNDS=6  CELL_TIMEOUT=2400  VERDICT=IR_CHANGED,BINARY_CHANGED (IR_CHANGED also matches
-#                  IR_CHANGED@<level>; "" = every row)
+#                  IR_CHANGED@<level>; "" = every row; NO_IR_DIFF and VARIANTS_DIFFER rows, whose
+#                  common code is identical, are not planned by default)
 #   EXTRA_OPS      OPS words not in the screen (e.g. a benchmark just fixed): least loaded device
 #   DRY_RUN=1      print the plan and each device's command; start nothing, create nothing
 #   CAMPAIGN_ROOT  output root (default <runs>/campaign_<SWITCH>_<timestamp>)

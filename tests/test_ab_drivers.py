@@ -410,3 +410,19 @@ def test_drivers_isolate_the_tuner_cache_unless_told_not_to(tmp_path):
             continue
         assert r.returncode == 0, r.explain()
         assert tsv(root / "screen.tsv")[0]["tuner_cache"] == expect
+
+
+def test_variant_sets_that_differ_are_variants_differ_in_screen_and_round_1(tmp_path):
+    """Issue 16, the H200 dropout A/A: side A also compiled an i64 specialisation, every variant
+    both compiled is the same code. The screen must not send it on, nor call it the noise floor;
+    ab_repeat.sh's round 1 stops as for NO_IR_DIFF."""
+    env = stub_env(OPS="relu", ZL_STUB_IR="variants")
+    r = run_zl(tmp_path / "w", script="ab_rlc_test.sh", AB_ROOT=tmp_path / "s", **env)
+    row = tsv(tmp_path / "s" / "screen.tsv")[0]
+    assert row["verdict"] == "VARIANTS_DIFFER", r.explain()
+    assert row["variants_only"] == "A: 1024/relu_kernel[n:i64]; B: -"
+    assert "the sides compiled different variant sets" in r.stdout and "NOISE FLOOR" not in r.stdout
+    assert "did not (A: 1024/relu_kernel[n:i64]; B: -): the range below is not a gain" in r.stdout
+    r = run_zl(tmp_path / "w2", script="ab_repeat.sh", AB_ROOT=tmp_path / "rp", ROUNDS="2", **env)
+    assert "!!! SWITCH_NO_IR_DIFF op=relu switch=ZL_TEST_SWITCH" in r.stdout, r.explain()
+    assert "round 1 is VARIANTS_DIFFER" in r.stdout and "[ab-rounds]" not in r.stdout

@@ -445,7 +445,7 @@ def test_partition_selects_every_level_of_a_changed_verdict():
     from zl.batch.partition import REPEAT_VERDICTS, verdict_selected
     for v in ("IR_CHANGED@ttgir", "IR_CHANGED@llir", "IR_CHANGED@ptx", "BINARY_CHANGED"):
         assert verdict_selected(v, REPEAT_VERDICTS), v
-    for v in ("NO_IR_DIFF", "WRONG_RESULTS", "NO_ROWS", "NO_TRITON", "IR_CHANGEDX"):
+    for v in ("NO_IR_DIFF", "VARIANTS_DIFFER", "WRONG_RESULTS", "NO_ROWS", "NO_TRITON", "IR_CHANGEDX"):
         assert not verdict_selected(v, REPEAT_VERDICTS), v
     assert verdict_selected("IR_CHANGED@llir", "IR_CHANGED@llir")
     assert not verdict_selected("IR_CHANGED@ttgir", "IR_CHANGED@llir")

@@ -190,6 +190,24 @@ def test_screen_page(tmp_path, capsys):
     assert 'class="sortable"' in html.read_text()
 
 
+def test_variants_differ_is_shown_verbatim_and_kept_out_of_the_noise_band(tmp_path, capsys):
+    """VARIANTS_DIFFER (issue 16): common code identical, but a side may have timed a
+    specialisation the other never ran, so its range is not the A/A noise band."""
+    root = rf.screen_root(tmp_path / "screen")
+    tsv = root / "screen.tsv"
+    lines = tsv.read_text().splitlines()
+    assert lines[2].startswith("relu\t")
+    lines[2] = lines[2].replace("\tIR_CHANGED\t", "\tVARIANTS_DIFFER\t")
+    tsv.write_text("\n".join(lines) + "\n")
+    html, js = tmp_path / "s.html", tmp_path / "s.json"
+    assert run_bs("--screen", root, "--json", js, "--html", html) == 0
+    d = json.loads(js.read_text())
+    by = {o["op"]: o for o in d["ops"]}
+    assert by["relu"]["verdict"] == "VARIANTS_DIFFER" and by["relu"]["paired"] == 5
+    assert d["noise_band_pct"] == [by["softmax"]["min_pct"], by["softmax"]["max_pct"]]
+    assert_page(html, js, ["VARIANTS_DIFFER", "NO_IR_DIFF"])
+
+
 def test_ab_inside_a_screen_root_takes_its_noise_band(tmp_path, capsys):
     root = rf.screen_root(tmp_path / "screen")
     js, html = tmp_path / "ab.json", tmp_path / "ab.html"

@@ -4,7 +4,8 @@ included) and run_batch.py --switch, so the two screens can never judge a pair d
 Precedence: NO_ROWS (a side failed or measured nothing) > WRONG_RESULTS (B's outputs differ
 from A's beyond tolerance, whatever the speed) > NO_TRITON (no IR on a side) > the first
 level at which the code differs (zl.ir.fingerprint.verdict: IR_CHANGED@<level>,
-BINARY_CHANGED, NO_IR_DIFF).
+BINARY_CHANGED, VARIANTS_DIFFER (every variant both sides compiled identical, the sets
+differ; the `variants_only` column lists the one-sided ones), NO_IR_DIFF).
 
 CLI: python -m zl.screen_verdict ROWS_A ROWS_B RC_A RC_B RUN_A RUN_B
      -> `verdict<TAB>` + COLUMNS cells;  --header prints the COLUMNS names.

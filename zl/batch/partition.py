@@ -115,7 +115,8 @@ def read_screen(path: Path) -> Tuple[List[ScreenRow], List[str]]:
 
 
 # Screen verdicts worth a multi-round A/B: the code differs at some level (never WRONG_RESULTS,
-# never NO_IR_DIFF, whose range is the noise floor).
+# never NO_IR_DIFF, whose range is the noise floor, nor VARIANTS_DIFFER: every variant both
+# sides compiled is identical, only the argument-value specialisations compiled differ).
 REPEAT_VERDICTS = "IR_CHANGED,BINARY_CHANGED"
 
 

@@ -2,7 +2,7 @@
 ($SWITCH=1) replays A's picks on the same device right after, and one screen.tsv row judges
 the pair with ab_rlc_test.sh's rule, the one implementation in zl/screen_verdict.py:
 NO_ROWS, WRONG_RESULTS, NO_TRITON, IR_CHANGED@<level> / BINARY_CHANGED (campaign.sh repeats
-these), NO_IR_DIFF.
+these), VARIANTS_DIFFER (the common code identical, the variant sets differ), NO_IR_DIFF.
 
 screen.tsv has ab_rlc_test.sh's columns (so partition.py and campaign.sh read either; the
 caliber's `device` column says where the pair ran), then repo and run_name.

@@ -3,6 +3,8 @@
 - `zl.ir.fingerprint`: the one rule that says whether two runs generated the
   same code (and the convert_layout counting scoped to measured kernels).
   `_ir_fingerprint.sh` wraps its CLI so shell drivers use the same rule.
+- `zl.ir.per_variant`: matches two runs' variants by identity (shape, kernel, warps,
+  stages, constexprs, dtypes, specialization), for the VARIANTS_DIFFER verdict.
 - `zl.ir.variants`: turns Triton compilation-listener payloads into plain,
   JSON-serialisable variant records.
 - `zl.ir.naming`: readable, collision-free file names for the variants of one

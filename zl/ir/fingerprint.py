@@ -33,7 +33,8 @@ CLI (exit codes are an interface):
                                                        JSON on stdout; 0, or 1 = no IR
     python -m zl.ir.fingerprint verdict RUN_A RUN_B [--tsv | --header]
                                                        the first-difference verdict (below);
-                                                       0 NO_IR_DIFF, 10 changed, 1 no IR
+                                                       0 NO_IR_DIFF or VARIANTS_DIFFER,
+                                                       10 changed, 1 no IR
     2 = usage error (bad arguments, RUN_DIR does not exist).
     `--level llir` (or ptx, ...) fingerprints another dumped IR level instead.
 
@@ -46,6 +47,16 @@ walks LEVEL_ORDER and names the first level at which the two runs differ:
 binary differs) or `NO_IR_DIFF` (every level present on both sides equal; the levels
 compared are printed, and without a binary on both sides NO_IR_DIFF says so). This is
 the one rule: the screen, its RESCORE and ab_repeat.sh's round-1 check all call it.
+
+`VARIANTS_DIFFER`: the code of every variant both runs compiled is identical; the sets
+differ: argument-value specialisations (i32/i64, divisibility 16, ==1) follow the inputs
+and how often the timing loops called the kernel, not the code generator. Used when both
+runs recorded per-variant digests (schema 2), variants matched by identity, never by file
+name (zl.ir.per_variant): with common variants and one-sided ones that are all argument-value
+specialisations of the other side's, a level is judged on the common ones: IR_CHANGED@<level>
+/ BINARY_CHANGED name the first level at which a COMMON variant differs. Exit 0, like
+NO_IR_DIFF: no common code changed. Otherwise (no common variant, a one-sided config, schema 1,
+levels hashed from dumped files) the aggregate rule above.
 PTX loses its `.section .debug_*` blocks (line tables carrying the source path as bytes);
 a binary is hashed over its non-debug ELF sections (zl.ir.binary).
 """
@@ -61,6 +72,8 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
+from zl.ir import per_variant
+
 EXIT_OK = 0
 EXIT_NO_IR = 1
 EXIT_USAGE = 2
@@ -73,17 +86,19 @@ STRIP_ENV = "ZL_IR_STRIP_ATTRS"
 CONVERT_RE = re.compile(r"\bttg\.convert_layout\b")
 DEFAULT_LAUNCH_FLOOR = 1
 FINGERPRINTS_NAME = "ir_fingerprints.json"
-SCHEMA_VERSION = 1
+# 2: adds `per_variant` (each variant's identity, path and digest per level).
+SCHEMA_VERSION = 2
 # First-difference order: the verdict names the first of these that differs. ptx (NVIDIA)
 # and amdgcn (AMD) are the vendor assembly; "binary" is the cubin/hsaco/mubin.
 LEVEL_ORDER = ("ttgir", "llir", "ptx", "amdgcn", "binary")
 BINARY_EXTS = ("cubin", "hsaco", "mubin")
 NO_IR_DIFF = "NO_IR_DIFF"
+VARIANTS_DIFFER = "VARIANTS_DIFFER"
 BINARY_CHANGED = "BINARY_CHANGED"
 IR_CHANGED_AT = "IR_CHANGED@"
 NO_IR = "NO_IR"
 # screen.tsv columns after `verdict`: compared levels, then one fingerprint per level kind.
-VERDICT_COLUMNS = ("ir_levels", "fp_ttgir", "fp_llir", "fp_asm", "fp_binary")
+VERDICT_COLUMNS = ("ir_levels", "fp_ttgir", "fp_llir", "fp_asm", "fp_binary", "variants_only")
 
 
 class NoIRError(RuntimeError):
@@ -200,21 +215,39 @@ def compare(run_a: os.PathLike, run_b: os.PathLike, level: str = "ttgir") -> Dic
     return out
 
 
-def recorded_levels(run_dir: os.PathLike) -> Dict[str, str]:
-    """{level: hash} of the complete levels in `<run>/ttgir/ir_fingerprints.json` ({} if none)."""
+def _load_record(run_dir: os.PathLike) -> Optional[Dict[str, Any]]:
+    """`<run>/ttgir/ir_fingerprints.json` as a dict; None if absent or unreadable (said on stderr)."""
     path = ir_root(run_dir) / FINGERPRINTS_NAME
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
-        levels = doc["levels"]
-        return {lv: str(info["hash"]) for lv, info in levels.items()
-                if isinstance(info, dict) and info.get("complete") and info.get("hash")}
+        if not isinstance(doc, dict) or not isinstance(doc["levels"], dict):
+            raise TypeError("not an object with a levels object")
+        return doc
     except FileNotFoundError:
-        return {}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         # A corrupt record must not read as "this run has fewer levels": say so.
         print(f"[ir-fingerprint] unreadable {path} ({exc!r}); only dumped files are compared",
               file=sys.stderr)
+        return None
+
+
+def recorded_levels(run_dir: os.PathLike) -> Dict[str, str]:
+    """{level: hash} of the complete levels in `<run>/ttgir/ir_fingerprints.json` ({} if none)."""
+    doc = _load_record(run_dir)
+    if doc is None:
         return {}
+    return {lv: str(info["hash"]) for lv, info in doc["levels"].items()
+            if isinstance(info, dict) and info.get("complete") and info.get("hash")}
+
+
+def recorded_variants(run_dir: os.PathLike) -> Optional[List[Dict[str, Any]]]:
+    """The per-variant digests of a schema >= 2 record; None when there are none to use."""
+    doc = _load_record(run_dir)
+    if doc is None or not isinstance(doc.get("schema_version"), int) or doc["schema_version"] < 2:
+        return None
+    records = doc.get("per_variant")
+    return records if isinstance(records, list) and records else None
 
 
 def run_levels(run_dir: os.PathLike) -> Dict[str, str]:
@@ -230,23 +263,36 @@ def run_levels(run_dir: os.PathLike) -> Dict[str, str]:
 
 
 def verdict(run_a: os.PathLike, run_b: os.PathLike) -> Dict[str, Any]:
-    """The first-difference rule: {'verdict', 'compared', 'one_sided', 'a', 'b', 'exit_code'}."""
+    """The first-difference rule: {'verdict', 'compared', 'one_sided', 'a', 'b', 'exit_code',
+    'variants_only'} (see the module docstring for VARIANTS_DIFFER)."""
     a, b = run_levels(run_a), run_levels(run_b)
     compared: List[str] = []
     one_sided = [lv for lv in LEVEL_ORDER if (lv in a) != (lv in b)]
-    out: Dict[str, Any] = {"a": a, "b": b, "compared": compared, "one_sided": one_sided}
+    out: Dict[str, Any] = {"a": a, "b": b, "compared": compared, "one_sided": one_sided,
+                           "variants_only": "-"}
     if "ttgir" not in a or "ttgir" not in b:
         out.update(verdict=NO_IR, exit_code=EXIT_NO_IR)
         return out
+    matched = per_variant.match_or_none(recorded_variants(run_a), recorded_variants(run_b))
+    out["variants_only"] = per_variant.only_cell(matched)
+    # Judged on common variants only when some are common and the rest are specialisations.
+    by_variant = bool(matched and matched["common"] and (matched["only_a"] or matched["only_b"])
+                      and not matched["unexplained"])
+    sets_differ = False
     for level in LEVEL_ORDER:
         if level not in a or level not in b:
             continue
         compared.append(level)
-        if a[level] != b[level]:
-            word = BINARY_CHANGED if level == "binary" else IR_CHANGED_AT + level
-            out.update(verdict=word, exit_code=EXIT_DIFFERENT)
-            return out
-    out.update(verdict=NO_IR_DIFF, exit_code=EXIT_OK)
+        if a[level] == b[level]:
+            continue
+        same = per_variant.common_equal(matched, level) if by_variant else None
+        if same is True:
+            sets_differ = True
+            continue
+        word = BINARY_CHANGED if level == "binary" else IR_CHANGED_AT + level
+        out.update(verdict=word, exit_code=EXIT_DIFFERENT)
+        return out
+    out.update(verdict=VARIANTS_DIFFER if sets_differ else NO_IR_DIFF, exit_code=EXIT_OK)
     return out
 
 
@@ -259,7 +305,7 @@ def verdict_row(result: Dict[str, Any]) -> List[str]:
         fa, fb = result["a"].get(level, "-")[:12], result["b"].get(level, "-")[:12]
         return fa if fa == fb else f"{fa}/{fb}"
     return [result["verdict"], ",".join(result["compared"]) or "-", cell(["ttgir"]), cell(["llir"]),
-            cell(["ptx", "amdgcn"]), cell(["binary"])]
+            cell(["ptx", "amdgcn"]), cell(["binary"]), result.get("variants_only", "-")]
 
 
 def read_index(root: Path) -> Optional[List[Dict[str, str]]]:
@@ -383,8 +429,10 @@ def _print_verdict(args: List[str], tsv: bool) -> int:
         print(result["verdict"])
     compared = ",".join(result["compared"]) or "none"
     note = f"levels compared: {compared}"
-    if result["verdict"] == NO_IR_DIFF and "binary" not in result["compared"]:
+    if result["verdict"] in (NO_IR_DIFF, VARIANTS_DIFFER) and "binary" not in result["compared"]:
         note += " (no binary hash on both sides: identical at these levels only)"
+    if result.get("variants_only", "-") != "-":
+        note += f"; variants compiled on one side only: {result['variants_only']}"
     if result["one_sided"]:
         note += f"; present on one side only, not compared: {','.join(result['one_sided'])}"
     print(f"[ir-fingerprint] {note}", file=sys.stderr)

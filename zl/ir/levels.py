@@ -8,6 +8,11 @@ the same set. Texts are read from the run's private Triton cache (the compile al
 wrote them there); nothing beyond the JSON is written, so recording every level costs one
 read and one sha256 per variant and level, on the host, after measurement.
 
+Each variant's own digest per level is recorded too (`per_variant`: its identity from
+index.tsv, its relative path, {level: digest} over the same normalised text), so the
+verdict can tell "one side compiled an extra specialisation" from "the code changed"
+(zl.ir.per_variant). Schema 1 files have no `per_variant` and are judged as before.
+
 A level that some dumped variant lacks in the cache is recorded `complete: false` and is
 never compared (a hash over part of the kernels could call a changed run unchanged).
 The binary lies beside the texts in the same cache group directory (Triton writes one
@@ -23,9 +28,9 @@ from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
 from zl import atomic
-from zl.ir import binary
+from zl.ir import binary, per_variant
 from zl.ir.fingerprint import (BINARY_EXTS, FINGERPRINTS_NAME, LEVEL_ORDER, SCHEMA_VERSION,
-                               digest_items, read_index)
+                               digest_items, normalize_text, read_index, strip_prefixes)
 
 
 def binary_path(ir_paths: Mapping[str, str]) -> Optional[Path]:
@@ -47,27 +52,34 @@ def _read(path: str) -> Optional[str]:
 
 
 def level_hashes(dump_dir: os.PathLike, variants: Mapping[str, Mapping[str, Any]]) -> Dict[str, Any]:
-    """{'schema_version', 'levels': {level: {'hash', 'files', 'complete'}}, 'binary_kind'}."""
+    """{'schema_version', 'levels': {level: {'hash', 'files', 'complete'}}, 'binary_kind',
+    'per_variant': [{'identity', 'path', 'levels': {level: digest}}]}."""
     rows = read_index(Path(dump_dir)) or []
+    prefixes = strip_prefixes()
     members = []
     for row in rows:
         name = row["file"].strip()
         v = variants.get(row.get("cache_hash", ""))
         if not name or name.startswith("(") or v is None:
             continue
-        members.append((f"{row['shape']}/{row['kernel']}/{name.rsplit('.', 1)[0]}", v))
+        members.append((f"{row['shape']}/{row['kernel']}/{name.rsplit('.', 1)[0]}", v, row))
     texts: Dict[str, list] = {lv: [] for lv in LEVEL_ORDER if lv != "binary"}
     missing: Dict[str, int] = {lv: 0 for lv in LEVEL_ORDER}
     blobs = []
     kinds = set()
-    for stem, v in members:
+    own = []
+    for stem, v, row in members:
         paths = v.get("ir_paths") or {}
+        digests: Dict[str, str] = {}
         for level in texts:
             text = _read(paths[level]) if level in paths else None
             if text is None:
                 missing[level] += 1
             else:
                 texts[level].append((f"{stem}.{level}", text))
+                # The aggregate's normalisation, without the path (names differ across runs).
+                norm = normalize_text(text, level, prefixes).encode("utf-8", errors="surrogateescape")
+                digests[level] = hashlib.sha256(norm).hexdigest()
         bpath = binary_path(paths)
         try:
             blob = bpath.read_bytes() if bpath is not None else None
@@ -78,10 +90,12 @@ def level_hashes(dump_dir: os.PathLike, variants: Mapping[str, Mapping[str, Any]
         else:
             kinds.add(bpath.suffix.lstrip("."))
             blobs.append((f"{stem}.{bpath.suffix.lstrip('.')}", binary.code_digest(blob)))
+            digests["binary"] = blobs[-1][1]
+        own.append({"identity": per_variant.identity_of(row), "path": stem, "levels": digests})
     levels: Dict[str, Any] = {}
     for level, items in texts.items():
         if items:
-            levels[level] = {"hash": digest_items(items, level), "files": len(items),
+            levels[level] = {"hash": digest_items(items, level, prefixes), "files": len(items),
                              "complete": missing[level] == 0}
     if blobs:
         digest = hashlib.sha256()
@@ -90,7 +104,7 @@ def level_hashes(dump_dir: os.PathLike, variants: Mapping[str, Mapping[str, Any]
         levels["binary"] = {"hash": digest.hexdigest(), "files": len(blobs),
                             "complete": missing["binary"] == 0}
     return {"schema_version": SCHEMA_VERSION, "variants": len(members), "levels": levels,
-            "binary_kind": ",".join(sorted(kinds)) or None}
+            "binary_kind": ",".join(sorted(kinds)) or None, "per_variant": own}
 
 
 def record(dump_dir: os.PathLike, variants: Mapping[str, Mapping[str, Any]]) -> Dict[str, Any]:

@@ -215,6 +215,7 @@ def screen_result(root: Path) -> Dict:
                     "caliber": {k: r.get(k, "") for k in cal.CALIBER_FIELDS}})
     for o in ops:
         o["failure_reason"] = _screen_reason(o)
+    # NO_IR_DIFF only: a VARIANTS_DIFFER side may have timed a specialisation the other never ran.
     noise = [o for o in ops if o["verdict"] == "NO_IR_DIFF" and o.get("min_pct") is not None]
     band = [min(o["min_pct"] for o in noise), max(o["max_pct"] for o in noise)] if noise else None
     meds = [o["median_pct"] for o in ops if o.get("median_pct") is not None]

@@ -8,9 +8,11 @@
 #   ir_converts RUN_DIR [FLOOR]   prints convert_layout counts (JSON), scoped to variants
 #                                 launched more than FLOOR (default 1) times
 #   ir_verdict RUN_A RUN_B        prints the first-difference verdict (NO_IR_DIFF,
-#                                 IR_CHANGED@<level>, BINARY_CHANGED, NO_IR); returns 0 same,
-#                                 10 changed, 1 no IR, 2 usage. `--tsv` after the runs adds
-#                                 the screen columns (ir_levels fp_ttgir fp_llir fp_asm fp_binary)
+#                                 VARIANTS_DIFFER, IR_CHANGED@<level>, BINARY_CHANGED, NO_IR);
+#                                 returns 0 same (NO_IR_DIFF, or VARIANTS_DIFFER: every common
+#                                 variant identical), 10 changed, 1 no IR, 2 usage. `--tsv`
+#                                 after the runs adds the screen columns (ir_levels fp_ttgir
+#                                 fp_llir fp_asm fp_binary variants_only)
 #
 # All three call `python -m zl.ir.fingerprint`: the screen and the A/B step must use
 # one rule, or an operator let through by one is stopped by the other. Nothing is
