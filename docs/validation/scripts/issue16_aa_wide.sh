@@ -51,6 +51,11 @@ for r in rows:
     if op == "dropout":
         ok = r.get("results", "").startswith("n/a (random operator")
         print(f"EXPECT {'ok  ' if ok else 'FAIL'} aa16 {op} results={r.get('results')}")
+        # its philox offset grows with the number of calls: a side that ran it past 2^31
+        # compiles an i64 specialisation the other lacks (session 6), hence VARIANTS_DIFFER
+        ok = r["verdict"] in ("NO_IR_DIFF", "VARIANTS_DIFFER")
+        print(f"EXPECT {'ok  ' if ok else 'FAIL'} aa16 {op} verdict={r['verdict']} "
+              f"variants_only={r.get('variants_only')}")
         continue
     checks = (("verdict", r["verdict"] == "NO_IR_DIFF"),
               ("ir_levels", r.get("ir_levels") == "ttgir,llir,ptx,binary"),
