@@ -10,7 +10,8 @@
 # Stage 2  run_batch.py --switch $SWITCH over the same nodes (side A records, side B replays),
 #          also resumed across calls.
 # Stage 3  (UPSTREAM=1 only) upstream `pytest --mode cudagraph` over the same nodes, once in one
-#          process and once one process per node, for the cases-per-hour comparison.
+#          process and once one process per node (UPSTREAM_JOBS at a time, default 1), for the
+#          cases-per-hour comparison (UPSTREAM_JOBS=SHARE compares at equal concurrency).
 # After every stage $OUT/batch_validation.tgz is rewritten (IR dumps left out): ops_status.csv,
 # summary.csv, screen.tsv, run.logs, console logs, commands.tsv (every command with its start,
 # end, wall seconds and exit code) and report.txt (statuses, failure reasons counted, fallbacks,
@@ -19,7 +20,8 @@
 # State lives in BATCH_ROOT (default runs/device_batch: git-ignored, so a warm machine keeps it
 # between calls). On a fresh machine give CARRY_TGZ=<the last batch_validation.tgz> to continue.
 # Variables: OUT (required), BUDGET_S=540, OP_TIMEOUT=120, SWITCH=TRITON_DEBUG (changes the TTGIR of
-# kernels with device asserts, e.g. mm; the screen fingerprints TTGIR only), DEVICES=0, UPSTREAM=0,
+# kernels with device asserts, e.g. mm; the screen fingerprints every level), DEVICES=0, UPSTREAM=0,
+# UPSTREAM_JOBS=1,
 # SHARE=1 (run_batch.py --share-device for both stages: SHARE > 1 runs that many cases at once per
 # GPU, a FUNCTIONAL sweep only: statuses and screen verdicts hold, every latency was measured under
 # contention and is refused by the comparison tools; report.txt says so). Keep one SHARE per
@@ -36,6 +38,7 @@ OP_TIMEOUT="${OP_TIMEOUT:-120}"
 SWITCH="${SWITCH:-TRITON_DEBUG}"
 DEVICES="${DEVICES:-0}"
 UPSTREAM="${UPSTREAM:-0}"
+UPSTREAM_JOBS="${UPSTREAM_JOBS:-1}"
 SHARE="${SHARE:-1}"
 ROOT="${BATCH_ROOT:-$PWD/runs/device_batch}"
 export PYTHONPATH="${PYTHONPATH:-}"
@@ -69,7 +72,7 @@ record() {   # stage rc start end command...
     "$((e - s))" "$rc" "$*" >> "$ROOT/commands.tsv"
 }
 bundle() {
-  python3 - "$ROOT" "$SHARE" > "$ROOT/report.txt" <<'PY'
+  python3 - "$ROOT" "$SHARE" "$UPSTREAM_JOBS" > "$ROOT/report.txt" <<'PY'
 import csv, sys, collections
 from pathlib import Path
 root = Path(sys.argv[1])
@@ -99,6 +102,17 @@ for name, path in (("plain batch", root / "plain/ops_status.csv"), ("screen side
     secs = sum(int(r["elapsed_ms"]) for r in ran) / 1000
     if ran:
         print(f"   {len(ran)} case(s) in {secs:.0f} s of case time: {3600 * len(ran) / secs:.0f} cases/hour on one device")
+up = root / "upstream/per_node.tsv"
+if up.is_file():
+    lines = [l.split("\t") for l in up.read_text().splitlines() if l.count("\t") == 2]
+    if lines:
+        secs = sum(int(x[2]) for x in lines)
+        print(f"== upstream one process per node: {len(lines)} node(s), rc 0 on "
+              f"{sum(x[1] == '0' for x in lines)}, {secs} s of node time: {3600 * len(lines) / max(secs, 1):.0f} nodes/hour "
+              f"(per node; {sys.argv[3]} at a time)")
+for r in rows(root / "commands.tsv"):
+    if r["stage"].startswith(("upstream", "plain", "screen")):
+        print(f"   stage {r['stage']}: {r['wall_s']} s wall, rc {r['rc']}")
 v = collections.Counter(r["verdict"] for r in rows(root / "screen/screen.tsv"))
 if v:
     print("== screen verdicts: " + ", ".join(f"{k}={n}" for k, n in sorted(v.items())))
@@ -138,7 +152,7 @@ if [[ "$UPSTREAM" == 1 && ! -f "$ROOT/upstream/done" ]]; then
   for n in "${NODES[@]}"; do
     tests+=("$(python3 -c 'import sys, csv
 for r in csv.DictReader(l for l in open("ops/inventory_main.csv") if not l.startswith("#")):
-    if r["run_name"] == sys.argv[1]: print(f"benchmark/{r[\"test_file\"]}::test_{r[\"op\"]}")' "$n")")
+    if r["run_name"] == sys.argv[1]: print("benchmark/%s::test_%s" % (r["test_file"], r["op"]))' "$n")")
   done
   if [[ ! -f "$ROOT/upstream/one_process.rc" ]]; then
     s=$(date +%s)
@@ -148,14 +162,24 @@ for r in csv.DictReader(l for l in open("ops/inventory_main.csv") if not l.start
     (( rc == 124 )) || echo "$rc" > "$ROOT/upstream/one_process.rc"
   fi
   touch "$ROOT/upstream/per_node.tsv"
+  # UPSTREAM_JOBS nodes at once (default 1: one at a time). Set it to SHARE to compare cases per
+  # hour with a --share-device batch at equal concurrency: a throughput figure, not a timing.
+  s=$(date +%s); started=0
   for t in "${tests[@]}"; do
     grep -qF "$t	" "$ROOT/upstream/per_node.tsv" && continue
-    (( $(left) > 60 )) || break
-    s=$(date +%s)
-    (cd "$FLAGGEMS_DIR" && timeout 120 python3 -m pytest -s "$t" --level core --mode cudagraph --dtypes float16 \
-       > /dev/null 2>&1); rc=$?
-    printf '%s\t%s\t%s\n' "$t" "$rc" "$(( $(date +%s) - s ))" >> "$ROOT/upstream/per_node.tsv"
+    (( $(left) > 130 )) || break
+    while (( $(jobs -rp | wc -l) >= UPSTREAM_JOBS )); do wait -n; done
+    (
+      n0=$(date +%s)
+      (cd "$FLAGGEMS_DIR" && timeout 120 python3 -m pytest -s "$t" --level core --mode cudagraph --dtypes float16 \
+         > /dev/null 2>&1); r=$?
+      # one short line per node: O_APPEND keeps concurrent appends whole
+      printf '%s\t%s\t%s\n' "$t" "$r" "$(( $(date +%s) - n0 ))" >> "$ROOT/upstream/per_node.tsv"
+    ) &
+    started=$((started + 1))
   done
+  wait
+  (( started )) && record "upstream_per_node_jobs$UPSTREAM_JOBS" 0 "$s" "$(date +%s)" pytest "$started nodes" --mode cudagraph
   [[ $(wc -l < "$ROOT/upstream/per_node.tsv") -ge ${#tests[@]} ]] && touch "$ROOT/upstream/done"
   bundle
   [[ -f "$ROOT/upstream/done" ]] || { echo ">>> upstream stage cut by the budget: call again"; exit 0; }
