@@ -11,12 +11,12 @@ cd "$(dirname "$0")/../../.." || exit 2
 source docs/validation/scripts/device_env.sh || exit 1
 for cell in abs:abs gelu_backward:gelu; do
   op="${cell%%:*}"; file="${cell##*:}"
-  s=$(date +%s.%N)
+  s=$(date +%s%N)
   OP="$op" OP_FILE="$file" DTYPES=float16 BENCH_LEVEL=core OUT_DIR="$OUT/$op" NO_COLOR=1 \
     TELEMETRY_INTERVAL=0 timeout 100 bash run_pytest.sh > "$OUT/$op.console" 2>&1
   rc=$?
-  e=$(date +%s.%N)
-  printf '%s rc=%s wall=%.1f s rows=%s\n' "$op" "$rc" "$(echo "$e - $s" | bc)" \
+  e=$(date +%s%N)
+  printf '%s rc=%s wall=%s ms rows=%s\n' "$op" "$rc" "$(( (e - s) / 1000000 ))" \
     "$(grep -c 'SUCCESS' "$OUT/$op/run.log" 2>/dev/null)"
   grep -h "outside the timed loops\|IR fingerprints" "$OUT/$op/run.log" | cut -c1-200
 done
