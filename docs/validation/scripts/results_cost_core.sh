@@ -8,6 +8,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../../.." || exit 2
 : "${OUT:?set OUT}"
+mkdir -p "$OUT"
 source docs/validation/scripts/device_env.sh || exit 1
 for cell in abs:abs gelu_backward:gelu; do
   op="${cell%%:*}"; file="${cell##*:}"
