@@ -30,7 +30,7 @@ S=docs/validation/scripts
 SHAPES="${SHAPES:-$S/issue18_shapes.yaml}"
 [[ "$SHAPES" == core ]] && SHAPES=""
 W="$OUT/${WORK:-issue18}"; mkdir -p "$W"
-bundle() { tar -czf "$OUT/${WORK:-issue18}.tgz" -C "$W" --exclude='triton_*' --exclude='ttgir' --exclude='*.ptx' \
+bundle() { tar -czf "$OUT/${WORK:-issue18}.tgz" -C "$W" --exclude='triton_*' --exclude='flaggems_*' --exclude='ttgir' --exclude='*.ptx' \
   --exclude='*.cubin' --exclude='*.ttgir' --exclude='*.llir' . ; }
 has() { [[ ",$STAGES," == *",$1,"* ]]; }
 
