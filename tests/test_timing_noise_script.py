@@ -237,3 +237,17 @@ def test_issue18_every_run_gets_cold_triton_and_flaggems_caches(tmp_path, monkey
     assert len({e["TRITON_CACHE_DIR"] for e in seen}) == 3
     assert all("ZL_ISOLATE_TUNER_CACHE" not in e for e in seen[1:])   # zl runs: default store mode
     assert "SHAPE_FILE" not in seen[1] and "--shape_file" not in str(seen)
+
+
+def test_issue18_run_order_alternates_upstream_and_keeps_replays_after_records():
+    spec = importlib.util.spec_from_file_location("issue18", ROOT / "docs/validation/scripts/issue18.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    runs = ["upstream", "after1", "after2"]
+    assert mod.run_order(runs, 0) == ["upstream", "after1", "after2"]
+    assert mod.run_order(runs, 1) == ["after1", "upstream", "after2"]
+    full = ["upstream", "before", "after1", "after2", "before2"]
+    odd = mod.run_order(full, 3)
+    assert odd.index("upstream") == odd.index("after1") + 1
+    assert odd.index("after2") > odd.index("after1") and odd.index("before2") > odd.index("before")
+    assert mod.run_order(["after1", "after2"], 1) == ["after1", "after2"]
