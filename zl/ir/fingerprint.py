@@ -164,10 +164,15 @@ def normalize_text(text: str, level: str, prefixes: Optional[Sequence[str]] = No
 def digest_items(items: Iterable, level: str, prefixes: Optional[Sequence[str]] = None) -> str:
     """sha256 over (relative path, normalised text) pairs, in byte order of the path."""
     prefixes = list(prefixes) if prefixes is not None else strip_prefixes()
+    return digest_normalized((rel, normalize_text(text, level, prefixes)) for rel, text in items)
+
+
+def digest_normalized(items: Iterable) -> str:
+    """digest_items over texts already normalised (a caller that also hashes each text alone)."""
     digest = hashlib.sha256()
     for rel, text in sorted(items, key=lambda it: it[0].encode("utf-8")):
         digest.update(rel.encode("utf-8") + b"\n")
-        digest.update(normalize_text(text, level, prefixes).encode("utf-8", errors="surrogateescape"))
+        digest.update(text.encode("utf-8", errors="surrogateescape"))
     return digest.hexdigest()
 
 

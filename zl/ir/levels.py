@@ -30,7 +30,7 @@ from typing import Any, Dict, Mapping, Optional
 from zl import atomic
 from zl.ir import binary, per_variant
 from zl.ir.fingerprint import (BINARY_EXTS, FINGERPRINTS_NAME, LEVEL_ORDER, SCHEMA_VERSION,
-                               digest_items, normalize_text, read_index, strip_prefixes)
+                               digest_normalized, normalize_text, read_index, strip_prefixes)
 
 
 def binary_path(ir_paths: Mapping[str, str]) -> Optional[Path]:
@@ -76,10 +76,11 @@ def level_hashes(dump_dir: os.PathLike, variants: Mapping[str, Mapping[str, Any]
             if text is None:
                 missing[level] += 1
             else:
-                texts[level].append((f"{stem}.{level}", text))
-                # The aggregate's normalisation, without the path (names differ across runs).
-                norm = normalize_text(text, level, prefixes).encode("utf-8", errors="surrogateescape")
-                digests[level] = hashlib.sha256(norm).hexdigest()
+                # Normalised once: the aggregate hashes it with its path, the variant's own
+                # digest without (names differ across runs).
+                norm = normalize_text(text, level, prefixes)
+                texts[level].append((f"{stem}.{level}", norm))
+                digests[level] = hashlib.sha256(norm.encode("utf-8", errors="surrogateescape")).hexdigest()
         bpath = binary_path(paths)
         try:
             blob = bpath.read_bytes() if bpath is not None else None
@@ -95,7 +96,7 @@ def level_hashes(dump_dir: os.PathLike, variants: Mapping[str, Mapping[str, Any]
     levels: Dict[str, Any] = {}
     for level, items in texts.items():
         if items:
-            levels[level] = {"hash": digest_items(items, level, prefixes), "files": len(items),
+            levels[level] = {"hash": digest_normalized(items), "files": len(items),
                              "complete": missing[level] == 0}
     if blobs:
         digest = hashlib.sha256()
