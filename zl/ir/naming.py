@@ -93,7 +93,8 @@ def _dtype_tag(members: Sequence[Dict[str, Any]], v: Dict[str, Any]) -> str:
     return "-".join(seen)
 
 
-def _attr_token(pairs: Sequence[Sequence[Any]]) -> str:
+def attr_token(pairs: Sequence[Sequence[Any]]) -> str:
+    """[["tt.divisibility", 16]] -> "div16": how file names and variant labels spell attributes."""
     out = []
     for name, val in pairs:
         short = "div" if name == "tt.divisibility" else str(name).split(".")[-1]
@@ -109,7 +110,7 @@ def _align_tag(members: Sequence[Dict[str, Any]], v: Dict[str, Any]) -> str:
                 args.append(k)
     diff = [a for a in args if len({repr((m.get("specialization") or {}).get(a)) for m in members}) > 1]
     spec = v.get("specialization") or {}
-    return "-".join(f"{abbreviate(a)}{_attr_token(spec[a])}" for a in diff if spec.get(a))
+    return "-".join(f"{abbreviate(a)}{attr_token(spec[a])}" for a in diff if spec.get(a))
 
 
 def _collisions(names: Dict[str, str]) -> List[List[str]]:

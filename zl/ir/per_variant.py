@@ -33,6 +33,8 @@ import sys
 from collections import defaultdict
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from zl.ir import naming
+
 IDENTITY_FIELDS = ("shape", "kernel", "num_warps", "num_stages", "constexprs", "dtypes", "specialization")
 _JSON_FIELDS = ("constexprs", "dtypes", "specialization")
 # Triton picks an integer argument's type from its value.
@@ -140,12 +142,12 @@ def common_equal(matched: Mapping[str, Any], level: str) -> Optional[bool]:
 
 
 def _spec_token(pairs: Any) -> str:
-    """[["tt.divisibility", 16]] -> "div16" (naming.py's spelling); none when unspecialised."""
+    """[["tt.divisibility", 16]] -> "div16" (naming.attr_token); none when unspecialised."""
     if not pairs:
         return "none"
     if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == 2 for p in pairs):
         return json.dumps(pairs, sort_keys=True)  # not Triton's shape: shown as recorded
-    return "".join(f"{'div' if a == 'tt.divisibility' else str(a).split('.')[-1]}{v}" for a, v in pairs)
+    return naming.attr_token(pairs)
 
 
 def _tokens(ident: Mapping[str, Any], group: Sequence[Mapping[str, Any]]) -> List[str]:
