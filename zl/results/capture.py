@@ -120,10 +120,15 @@ def describe(tensor: Any) -> Dict[str, Any]:
     if values.size <= FULL_CAP:
         rec["values"] = values.tolist()
     else:
-        index = np.unique(np.linspace(0, values.size - 1, SAMPLE_SIZE).astype(np.int64))
+        index = _sample_index(values.size)
         rec["sample_index"] = index.tolist()
         rec["sample"] = values[index].tolist()
     return rec
+
+
+def _sample_index(n: int) -> Any:
+    """SAMPLE_SIZE evenly spaced element positions of n (both paths: the samples must line up)."""
+    return np.unique(np.linspace(0, n - 1, SAMPLE_SIZE).astype(np.int64))
 
 
 def _words(t: Any) -> Any:
@@ -175,10 +180,8 @@ def _describe_large(tensor: Any, t: Any) -> Dict[str, Any]:
         s1 = s1 + (w * (pos * _W1 + 1 | 1)).sum()
         s2 = s2 + (w * (pos * _W2 + 3 | 1)).sum()
     digest = f"wsum64:{int(s1) & (2 ** 64 - 1):016x}{int(s2) & (2 ** 64 - 1):016x}-{words.numel()}"
-    index = np.unique(np.linspace(0, n - 1, SAMPLE_SIZE).astype(np.int64))
-    sample = flat[torch.as_tensor(index, device=flat.device)]
-    sample = sample.to(torch.float64).cpu().numpy() if sample.dtype != torch.bool else \
-        sample.cpu().numpy().astype(np.float64)
+    index = _sample_index(n)
+    sample = flat[torch.as_tensor(index, device=flat.device)].to(torch.float64).cpu().numpy()
     return {
         "dtype": str(tensor.dtype).replace("torch.", ""), "shape": list(tensor.shape),
         "numel": int(n), "digest": digest, "nan": nan, "inf": inf,
