@@ -209,10 +209,7 @@ def cupti_ms(fn, cache, cold: bool, names=None, n: int = 50, spans=None):
             total += t
             seen.add(evt.key)
     if spans is not None:
-        intervals = [(e.time_range.start, e.time_range.end) for e in prof.events()
-                     if e.name in seen and getattr(e, "device_type", None) is not None
-                     and "CUDA" in str(e.device_type)]
-        spans.append(call_span_us(intervals, n) / 1e3)
+        spans.append(call_span_us(kernel_intervals(prof, seen), n) / 1e3)
     return total / n / 1e3, seen
 
 
@@ -242,10 +239,15 @@ def cupti_graph_ms(fn, cache, cold: bool, names, n: int = 50):
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         graph.replay()
         torch.cuda.synchronize()
-    intervals = [(e.time_range.start, e.time_range.end) for e in prof.events()
-                 if e.name in names and "CUDA" in str(getattr(e, "device_type", ""))]
+    intervals = kernel_intervals(prof, names)
     busy = sum(e - s for s, e in intervals)
     return busy / n / 1e3, call_span_us(intervals, n) / 1e3
+
+
+def kernel_intervals(prof, names):
+    """(start, end) in us of every device-side event of a kernel in `names`."""
+    return [(e.time_range.start, e.time_range.end) for e in prof.events()
+            if e.name in names and "CUDA" in str(getattr(e, "device_type", ""))]
 
 
 def call_span_us(intervals, calls: int) -> float:
