@@ -27,9 +27,7 @@
 # contention and is refused by the comparison tools; report.txt says so). Keep one SHARE per
 # BATCH_ROOT: run_batch.py --resume refuses mixing 1 and > 1 (exit 2).
 set -uo pipefail
-if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-  sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0
-fi
+source "$(dirname "$0")/../../../zl/sh/entry.sh" "$@"   # --help, and no arguments
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
 T_START=$(date +%s)
 : "${OUT:?set OUT}"

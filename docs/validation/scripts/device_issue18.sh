@@ -16,6 +16,7 @@
 #         per-call span (warm back to back; cold with a 2x-L2 flush before every launch).
 #   summary  $OUT/issue18.md (tables for docs/validation/timing.md).
 set -uo pipefail
+source "$(dirname "$0")/../../../zl/sh/entry.sh" "$@"   # --help, and no arguments
 cd "$(dirname "$0")/../../.." || exit 2
 : "${OUT:?set OUT}"
 export FLAGGEMS_DIR="${FLAGGEMS_DIR:-$PWD/.fg}"

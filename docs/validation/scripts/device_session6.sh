@@ -10,6 +10,7 @@
 #     upstream's core shapes (softmax, gelu_backward) and its cold-L2 check.
 #   PART=3: the batch again (resume, then the batch-wide screen) until CALL_S.
 set -uo pipefail
+source "$(dirname "$0")/../../../zl/sh/entry.sh" "$@"   # --help, and no arguments
 cd "$(dirname "$0")/../../.." || exit 2
 # shellcheck source=docs/validation/scripts/call_clock.sh
 source docs/validation/scripts/call_clock.sh

@@ -15,6 +15,7 @@
 #     batch's first part (device_batch.sh, SHARE cases at once: functional), until CALL_S.
 #   PART=3: the batch again (resume, then the batch-wide screen) until CALL_S.
 set -uo pipefail
+source "$(dirname "$0")/../../../zl/sh/entry.sh" "$@"   # --help, and no arguments
 cd "$(dirname "$0")/../../.." || exit 2
 # shellcheck source=docs/validation/scripts/call_clock.sh
 source docs/validation/scripts/call_clock.sh
@@ -34,8 +35,9 @@ case "$PART" in
   WORK=issue18_cold STAGES=cold,summary timeout $(( $(left) - 5 )) bash $S/device_issue18.sh
   ;;
 2)
-  SHARE="${SHARE:-4}" BUDGET_S=$(( $(left) - 15 )) OP_TIMEOUT=120 bash docs/validation/batch/device_batch.sh \
-    > "$OUT/batch_part2.console" 2>&1 &
+  # Under zl.supervise: killed, this script takes the background batch and its cases along.
+  python3 -m zl.supervise --parent "$$" -- env SHARE="${SHARE:-4}" BUDGET_S=$(( $(left) - 15 )) OP_TIMEOUT=120 \
+    bash docs/validation/batch/device_batch.sh > "$OUT/batch_part2.console" 2>&1 &
   batch_pid=$!
   LIMIT_S=240 timeout 255 bash $S/issue16_aa_wide.sh
   wait "$batch_pid"; echo "batch (part 2) rc=$?"; tail -n 25 "$OUT/batch_part2.console"

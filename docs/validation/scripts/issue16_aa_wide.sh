@@ -6,6 +6,7 @@
 # not depend on timing), never a timing. Expectations print as `EXPECT ok|FAIL ...`.
 #   OUT=/some/dir bash docs/validation/scripts/issue16_aa_wide.sh      # LIMIT_S=200 by default
 set -uo pipefail
+source "$(dirname "$0")/../../../zl/sh/entry.sh" "$@"   # --help, and no arguments
 cd "$(dirname "$0")/../../.." || exit 2
 : "${OUT:?set OUT}"
 source docs/validation/scripts/device_env.sh || exit 1
@@ -29,8 +30,9 @@ GROUPS_=("softmax:softmax:float16 abs:abs:float16 dropout:dropout:float16"
 echo "===== aa16 ($(date +%H:%M:%S)): ${#GROUPS_[@]} screens side by side"
 pids=()
 for i in "${!GROUPS_[@]}"; do
-  timeout -k 10 "$LIMIT_S" env SWITCH=ZL_AA_UNREAD_SWITCH OPS="${GROUPS_[$i]}" CELL_TIMEOUT=80 \
-    AB_ROOT="$W/g$i" bash ab_rlc_test.sh > "$W/g$i.out" 2>&1 &
+  # Under zl.supervise: killed, this script takes the three screens along.
+  python3 -m zl.supervise --parent "$$" -- timeout -k 10 "$LIMIT_S" env SWITCH=ZL_AA_UNREAD_SWITCH \
+    OPS="${GROUPS_[$i]}" CELL_TIMEOUT=80 AB_ROOT="$W/g$i" bash ab_rlc_test.sh > "$W/g$i.out" 2>&1 &
   pids+=($!)
 done
 for i in "${!pids[@]}"; do wait "${pids[$i]}"; echo "group $i rc=$?"; done

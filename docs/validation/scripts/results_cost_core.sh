@@ -6,6 +6,7 @@
 # with the device-side capture: wall time, rows, and the capture's own seconds per run.
 #   OUT=/some/dir bash docs/validation/scripts/results_cost_core.sh
 set -uo pipefail
+source "$(dirname "$0")/../../../zl/sh/entry.sh" "$@"   # --help, and no arguments
 cd "$(dirname "$0")/../../.." || exit 2
 : "${OUT:?set OUT}"
 mkdir -p "$OUT"
