@@ -1,8 +1,10 @@
 # Sourced by the device_session*.sh call plans, from the repo root: checks OUT and PART, starts
 # the call's clock (CALL_S, default 570 s: the device's 600 s per call less the bundling) and
-# defines `left` (seconds of it left) and S (this folder).
+# defines `left` (seconds of it left), S (this folder) and `tied CMD...`: CMD under
+# zl.supervise, so a killed call (even by SIGKILL) takes each stage and its children along.
 : "${OUT:?set OUT}" "${PART:?set PART=1|2|3}"
 T0=$(date +%s)
 CALL_S="${CALL_S:-570}"
 left() { echo $(( CALL_S - ($(date +%s) - T0) )); }
 S=docs/validation/scripts
+tied() { python3 -m zl.supervise --parent "$$" -- "$@"; }

@@ -22,28 +22,27 @@ source docs/validation/scripts/call_clock.sh
 case "$PART" in
 1)
   mkdir -p "$OUT/cost_core"
-  OUT="$OUT/cost_core" timeout 200 bash $S/results_cost_core.sh
+  OUT="$OUT/cost_core" tied timeout 200 bash $S/results_cost_core.sh
   echo "===== issue18 wall, session-6 misses ($(( $(date +%s) - T0 )) s in)"
   WORK=issue18_wall OPS="softmax:softmax,softmax_backward_out:softmax,index_select:index_select" \
     RUNS=upstream,after1,after2 STAGES=wall,summary WALL_DEADLINE_S=170 RUN_TIMEOUT_S=60 \
-    timeout 250 bash $S/device_issue18.sh
+    tied timeout 250 bash $S/device_issue18.sh
   echo "===== issue18 A/A on core shapes ($(( $(date +%s) - T0 )) s in)"
   WORK=issue18_core OPS="softmax:softmax,gelu_backward:gelu" RUNS=after1,after2,before,before2 SHAPES=core \
     STAGES=wall,summary WALL_DEADLINE_S=$(( $(left) - 150 )) RUN_TIMEOUT_S=60 \
-    timeout $(( $(left) - 80 )) bash $S/device_issue18.sh
+    tied timeout $(( $(left) - 80 )) bash $S/device_issue18.sh
   echo "===== issue18 cold ($(( $(date +%s) - T0 )) s in)"
-  WORK=issue18_cold STAGES=cold,summary timeout $(( $(left) - 5 )) bash $S/device_issue18.sh
+  WORK=issue18_cold STAGES=cold,summary tied timeout $(( $(left) - 5 )) bash $S/device_issue18.sh
   ;;
 2)
-  # Under zl.supervise: killed, this script takes the background batch and its cases along.
-  python3 -m zl.supervise --parent "$$" -- env SHARE="${SHARE:-4}" BUDGET_S=$(( $(left) - 15 )) OP_TIMEOUT=120 \
-    bash docs/validation/batch/device_batch.sh > "$OUT/batch_part2.console" 2>&1 &
+  SHARE="${SHARE:-4}" BUDGET_S=$(( $(left) - 15 )) OP_TIMEOUT=120 tied bash docs/validation/batch/device_batch.sh \
+    > "$OUT/batch_part2.console" 2>&1 &
   batch_pid=$!
-  LIMIT_S=240 timeout 255 bash $S/issue16_aa_wide.sh
+  LIMIT_S=240 tied timeout 255 bash $S/issue16_aa_wide.sh
   wait "$batch_pid"; echo "batch (part 2) rc=$?"; tail -n 25 "$OUT/batch_part2.console"
   ;;
 3)
-  SHARE="${SHARE:-4}" BUDGET_S=$(( $(left) - 15 )) OP_TIMEOUT=120 bash docs/validation/batch/device_batch.sh
+  SHARE="${SHARE:-4}" BUDGET_S=$(( $(left) - 15 )) OP_TIMEOUT=120 tied bash docs/validation/batch/device_batch.sh
   ;;
 *)
   echo "PART must be 1, 2 or 3 (got $PART)" >&2; exit 2
