@@ -185,9 +185,8 @@ def cupti_ms(fn, cache, cold: bool, names=None, n: int = 50, spans=None):
     """CUPTI device time per call of `fn` (ms) and the kernel names seen; `cold` zeroes
     `cache` (larger than L2) before every call and counts only `names` (the flush is a
     kernel too). Shared by the timer comparison and docs/validation/scripts/issue18.py.
-    With a list as `spans`, it also receives the median per-call span (ms, first kernel's
-    start to last kernel's end): an operator of several kernels (sum's two-stage reduction)
-    spends the gaps between them too, which a graph replay includes and a kernel sum does not."""
+    A list as `spans` also receives the median per-call span (ms, first kernel's start to
+    last kernel's end), which includes the gaps between an operator's kernels."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -214,11 +213,10 @@ def cupti_ms(fn, cache, cold: bool, names=None, n: int = 50, spans=None):
 
 
 def cupti_graph_ms(fn, cache, cold: bool, names, n: int = 50):
-    """CUPTI view of a CUDA-graph replay of `n` calls of `fn` (each after a flush of `cache`
-    when `cold`): (kernel time per call, median per-call span) in ms, counting only `names`.
-    Inside a graph the kernels of one call run back to back, so this span -- not the eager
-    one, which includes the host launching each kernel -- is the reference for what a graph
-    timer measures on an operator of several kernels (sum: 2)."""
+    """(kernel ms per call, median per-call span ms) of `names` in a CUDA-graph replay of `n`
+    calls (each after a flush of `cache` when `cold`). In a graph one call's kernels run back
+    to back, so this span, not the eager one (host launches between kernels), is what a graph
+    timer is compared with on an operator of several kernels (sum: 2)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
