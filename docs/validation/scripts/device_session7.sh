@@ -14,6 +14,8 @@
 #   PART=2: issue 16's A/A over 9 operators (three screens side by side: functional) next to the
 #     batch's first part (device_batch.sh, SHARE cases at once: functional), until CALL_S.
 #   PART=3: the batch again (resume, then the batch-wide screen) until CALL_S.
+#   PART=A: a. alone, then PART=2 in what is left (the capture fix first: without it every batch
+#     case timed out in session 6, so it decides whether the batch is worth its device time).
 set -uo pipefail
 source "$(dirname "$0")/../../../zl/sh/entry.sh" "$@"   # --help, and no arguments
 cd "$(dirname "$0")/../../.." || exit 2
@@ -34,7 +36,12 @@ case "$PART" in
   echo "===== issue18 cold ($(( $(date +%s) - T0 )) s in)"
   WORK=issue18_cold STAGES=cold,summary tied timeout $(( $(left) - 5 )) bash $S/device_issue18.sh
   ;;
-2)
+A|2)
+  if [[ "$PART" == A ]]; then
+    mkdir -p "$OUT/cost_core"
+    OUT="$OUT/cost_core" tied timeout 200 bash $S/results_cost_core.sh
+    echo "===== batch beside aa16 ($(( $(date +%s) - T0 )) s in)"
+  fi
   SHARE="${SHARE:-4}" BUDGET_S=$(( $(left) - 15 )) OP_TIMEOUT=120 tied bash docs/validation/batch/device_batch.sh \
     > "$OUT/batch_part2.console" 2>&1 &
   batch_pid=$!
@@ -45,7 +52,7 @@ case "$PART" in
   SHARE="${SHARE:-4}" BUDGET_S=$(( $(left) - 15 )) OP_TIMEOUT=120 tied bash docs/validation/batch/device_batch.sh
   ;;
 *)
-  echo "PART must be 1, 2 or 3 (got $PART)" >&2; exit 2
+  echo "PART must be 1, 2, 3 or A (got $PART)" >&2; exit 2
   ;;
 esac
 echo "===== part $PART done in $(( $(date +%s) - T0 )) s"
