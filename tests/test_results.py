@@ -73,6 +73,7 @@ def _record(tmp_path, bench, inputs, gems_scale=1.0, name="run"):
         rec.gems_depth = 1  # as inside flag_gems.use_gems()
         rec.record(bench, lambda t: bench.torch_op(t) * gems_scale, (x,), {})
         rec.gems_depth = 0
+        rec.flush()  # what leaving the outermost use_gems() does
     return tmp_path / name, rec
 
 
@@ -264,6 +265,8 @@ def _stub_cell(tmp_path, out, replay="", scale=1.0):
     rec.record(bench, bench.torch_op, (x,), {})
     rec.gems_depth = 1
     rec.record(bench, lambda t: torch.exp(t) * scale, (x,), {})
+    rec.gems_depth = 0
+    rec.flush()
     return out
 
 
@@ -346,3 +349,53 @@ def test_uninstall_leaves_a_wrapper_stacked_over_ours_in_place(tmp_path, monkeyp
     assert Benchmark.__dict__["get_latency"] is not original and Benchmark.__dict__["run"] is plain
     rec2.uninstall()
     assert Benchmark.__dict__["get_latency"] is original
+
+
+def test_statistics_and_gradients_wait_until_flaggems_is_off(tmp_path, monkeypatch):
+    """Inside use_gems() every aten op is FlagGems': the H200's IR dump of abs 4096x4096 held
+    FlagGems' isnan/sum/nonzero kernels run by the capture. The operator runs inside; its
+    description (and a backward's upstream gradient) after the outermost use_gems() exits;
+    the gradient itself inside a fresh use_gems() with the caller's arguments."""
+    import contextlib
+    state = {"on": False, "entered": []}
+
+    @contextlib.contextmanager
+    def use_gems(*args, **kwargs):
+        state["entered"].append((args, kwargs))
+        state["on"] = True
+        try:
+            yield
+        finally:
+            state["on"] = False
+    gems = types.SimpleNamespace(use_gems=use_gems)
+    monkeypatch.setitem(sys.modules, "flag_gems", gems)
+    seen = []
+    real = capture.describe
+    monkeypatch.setattr(capture, "describe", lambda t: seen.append(state["on"]) or real(t))
+
+    class Scale(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            seen_bwd.append(state["on"])
+            return g * 2
+    seen_bwd = []
+    rec = ResultsRecorder(tmp_path, log=lambda m: None)
+    rec.install()
+    x = torch.randn(8).requires_grad_()
+    fwd, bwd = FakeBench("exp", torch.exp), FakeBench("scale_backward", Scale.apply, is_backward=True)
+    with gems.use_gems(exclude=["zero_"]):
+        rec.record(fwd, torch.exp, (x.detach(),), {})
+        rec.record(bwd, Scale.apply, (x,), {})
+        assert len(rec.pending) == 2 and not seen  # nothing described while FlagGems is on
+    assert not rec.pending and seen and not any(seen)
+    assert seen_bwd == [True]  # FlagGems' backward, in a fresh use_gems() ...
+    assert state["entered"][-1] == ((), {"exclude": ["zero_"]})  # ... with the caller's arguments
+    doc = json.loads((tmp_path / "results" / "scale_backward.json").read_text())
+    (entry,) = doc["entries"].values()
+    assert len(entry["gems"]) == 2 and entry["gems"][1]["shape"] == [8]
+    assert json.loads((tmp_path / "results" / "exp.json").read_text())["entries"]
+    rec.uninstall()

@@ -17,7 +17,8 @@ made from the child's side:
   supervisor even if the supervisor is SIGKILLed.
 
 Exit status: the command's own; 128+N when it died of signal N (the shell's convention);
-2 for a usage error; 127 when the command cannot be started.
+2 for a usage error (including a live --parent that is not the direct parent); 143 when
+--parent had already died; 127 when the command cannot be started.
 """
 
 from __future__ import annotations
@@ -54,6 +55,16 @@ def _child_setup() -> None:
     set_parent_death_signal(signal.SIGKILL)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _kill_group(sig: int) -> None:
     try:
         os.killpg(os.getpgid(0), sig)
@@ -74,8 +85,21 @@ def run(cmd: List[str], parent: Optional[int], cwd: Optional[str], grace: float)
 
     for sig in FORWARDED:
         signal.signal(sig, on_signal)
+    # `bash -c 'python -m zl.supervise --parent $$ ...'` execs us in the shell's place: we
+    # are that shell, and the death signal already ties us to its parent.
+    if parent == os.getpid():
+        parent = None
     # The parent may have died before prctl took effect: then no signal will ever come.
     if parent is not None and os.getppid() != parent:
+        if _alive(parent):
+            # A backgrounded shell function (`f ... &`) runs in a forked subshell, so $$ is
+            # a grandparent: the tie would silently bind to the subshell instead. Session 6's
+            # plan did exactly that and its batch never started (rc 143, empty log).
+            print(f"!!! zl.supervise: --parent {parent} is alive but is not this process's "
+                  f"parent (that is {os.getppid()}): start zl.supervise directly from the shell "
+                  "whose PID you pass, not from a backgrounded function or subshell",
+                  file=sys.stderr)
+            return 2
         return 128 + signal.SIGTERM
     try:
         child = subprocess.Popen(cmd, cwd=cwd, preexec_fn=_child_setup)

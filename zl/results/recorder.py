@@ -11,6 +11,13 @@ The side: `gems` when the op is the benchmark's `gems_op` or the call is inside
 upstream's run() measures latency_base and latency. A backward benchmark records the
 forward output and the input gradients for a fixed-seed upstream gradient (upstream's own
 `randn_like` would differ between the extra call and any later one).
+
+Inside `use_gems()` every aten op dispatches to FlagGems, the statistics too: on the H200
+the capture of a 4096x4096 abs compiled and ran FlagGems' isnan, sum and nonzero kernels,
+which the IR dump filed under abs's shape, and whose numerics a compiler switch can move.
+So only the operator's own call happens inside; the statistics (and a backward's upstream
+gradient) wait until the outermost `use_gems()` has exited. The gradient itself is taken
+inside a fresh `use_gems()` with the caller's arguments, so it runs FlagGems' backward.
 """
 
 from __future__ import annotations
@@ -38,7 +45,9 @@ class ResultsRecorder:
         self.errors = 0
         self.active = True
         self.captures = 0
-        self.seconds = 0.0  # host time spent in record(): what the results check costs a run
+        self.seconds = 0.0  # host time spent in record() and flush(): what the results check costs a run
+        self.pending: List[tuple] = []   # captured inside use_gems(), described after it exits
+        self.gems_ctx = None             # (use_gems, args, kwargs) of the outermost use_gems()
 
     # --- installation ----------------------------------------------------------------
     def install(self) -> None:
@@ -53,6 +62,7 @@ class ResultsRecorder:
         """Put originals back where our wrapper is still the class attribute. Where another
         plugin wrapped over ours (the graph timer wraps get_latency too), restoring would drop
         its wrapper; ours stays there, inactive (a plain pass-through)."""
+        self.flush()
         self.active = False
         for cls, original in self.patch.patched:
             if getattr(cls.__dict__.get("get_latency"), "_zl_results", False):
@@ -67,12 +77,19 @@ class ResultsRecorder:
         # as a context manager; `updated=()` keeps a class's __dict__ off the wrapper.
         @contextlib.contextmanager
         def counted(*args, **kwargs):
-            with use_gems(*args, **kwargs):
-                recorder.gems_depth += 1
-                try:
-                    yield
-                finally:
-                    recorder.gems_depth -= 1
+            outermost = recorder.gems_depth == 0
+            if outermost:
+                recorder.gems_ctx = (use_gems, args, kwargs)
+            try:
+                with use_gems(*args, **kwargs):
+                    recorder.gems_depth += 1
+                    try:
+                        yield
+                    finally:
+                        recorder.gems_depth -= 1
+            finally:
+                if outermost:
+                    recorder.flush()
         functools.update_wrapper(counted, use_gems, updated=())
         counted._zl_results = True
         return counted
@@ -112,31 +129,65 @@ class ResultsRecorder:
         side = "gems" if (op is not None and op is getattr(bench, "gems_op", None)) or self.gems_depth > 0 \
             else "torch"
         try:
-            outputs = self._call(bench, op, args, kwargs)
+            outputs, grad_of = self._call(bench, op, args, kwargs)
             if capture.aliases_input(outputs, list(args) + list(kwargs.values())):
                 results.not_comparable("in-place operator (output aliases an input)")
                 return
             key = results.key(side, capture.first_dtype(args), capture.shape_label(args))
+        except Exception as exc:
+            self._failed(op_name, side, results, exc)
+            return
+        job = (op_name, results, key, side, outputs, grad_of, self.gems_depth > 0)
+        if self.gems_depth > 0:
+            self.pending.append(job)
+        else:
+            self._describe(job)
+
+    def flush(self) -> None:
+        """Describe what was captured inside use_gems(), now that FlagGems is off again."""
+        t0 = time.perf_counter()
+        while self.pending:
+            self._describe(self.pending.pop(0))
+        self.seconds += time.perf_counter() - t0
+
+    def _describe(self, job: tuple) -> None:
+        op_name, results, key, side, outputs, grad_of, in_gems = job
+        try:
+            if grad_of is not None:
+                outputs = outputs + self._gradients(*grad_of, in_gems=in_gems)
             results.add(key, side, outputs)
         except Exception as exc:
-            self.errors += 1
-            if self.errors <= 3:
-                self.log(f"output of {op_name} ({side}) not recorded: {exc!r}")
-            results.doc.setdefault("capture_errors", []).append(f"{side}: {exc!r}"[:300])
-            results.write()
+            self._failed(op_name, side, results, exc)
+
+    def _failed(self, op_name: str, side: str, results: capture.ResultsFile, exc: Exception) -> None:
+        self.errors += 1
+        if self.errors <= 3:
+            self.log(f"output of {op_name} ({side}) not recorded: {exc!r}")
+        results.doc.setdefault("capture_errors", []).append(f"{side}: {exc!r}"[:300])
+        results.write()
 
     @staticmethod
-    def _call(bench: Any, op: Callable, args: tuple, kwargs: dict) -> List[Any]:
+    def _call(bench: Any, op: Callable, args: tuple, kwargs: dict):
+        """The operator's extra call: (outputs, None), or for a backward benchmark
+        ([forward output], (output, inputs needing a gradient))."""
         import torch
         if not getattr(bench, "is_backward", False):
             with torch.no_grad():
-                return capture.flatten(op(*args, **kwargs))
+                return capture.flatten(op(*args, **kwargs)), None
         out = op(*args, **kwargs)
-        xs = [a for a in args if torch.is_tensor(a) and a.requires_grad]
+        return [out], (out, [a for a in args if torch.is_tensor(a) and a.requires_grad])
+
+    def _gradients(self, out: Any, xs: List[Any], in_gems: bool) -> List[Any]:
+        import torch
         # Drawn where the output lives once it is large: a host randn of a 2^30-element
         # gradient plus its copy took seconds per shape on the H200 (capture.HOST_CAP).
         where = out.device if out.numel() > capture.HOST_CAP else torch.device("cpu")
         gen = torch.Generator(device=where).manual_seed(0)
         dout = torch.randn(out.shape, generator=gen, dtype=torch.float32, device=where).to(out.dtype).to(out.device)
-        grads = torch.autograd.grad((out,), xs, grad_outputs=(dout,), allow_unused=True)
-        return capture.flatten([out, list(grads)])
+        ctx = contextlib.nullcontext()
+        if in_gems and self.gems_ctx is not None:
+            use_gems, args, kwargs = self.gems_ctx
+            ctx = use_gems(*args, **kwargs)
+        with ctx:
+            grads = torch.autograd.grad((out,), xs, grad_outputs=(dout,), allow_unused=True)
+        return capture.flatten(list(grads))

@@ -2,6 +2,8 @@
 # the call's clock (CALL_S, default 570 s: the device's 600 s per call less the bundling) and
 # defines `left` (seconds of it left), S (this folder) and `tied CMD...`: CMD under
 # zl.supervise, so a killed call (even by SIGKILL) takes each stage and its children along.
+# Never background `tied` (`tied CMD &`): that runs it in a subshell and zl.supervise refuses
+# the tie (exit 2); put `python3 -m zl.supervise --parent "$$" -- CMD &` in the background.
 : "${OUT:?set OUT}" "${PART:?set PART=1|2|3}"
 T0=$(date +%s)
 CALL_S="${CALL_S:-570}"

@@ -42,7 +42,10 @@ A|2)
     OUT="$OUT/cost_core" tied timeout 200 bash $S/results_cost_core.sh
     echo "===== batch beside aa16 ($(( $(date +%s) - T0 )) s in)"
   fi
-  SHARE="${SHARE:-4}" BUDGET_S=$(( $(left) - 15 )) OP_TIMEOUT=120 tied bash docs/validation/batch/device_batch.sh \
+  # zl.supervise itself goes in the background, not `tied`: a backgrounded function runs in a
+  # subshell whose parent is $$, and zl.supervise refuses such a tie (session 7's first call).
+  SHARE="${SHARE:-4}" BUDGET_S=$(( $(left) - 15 )) OP_TIMEOUT=120 \
+    python3 -m zl.supervise --parent "$$" -- bash docs/validation/batch/device_batch.sh \
     > "$OUT/batch_part2.console" 2>&1 &
   batch_pid=$!
   LIMIT_S=240 tied timeout 255 bash $S/issue16_aa_wide.sh
