@@ -14,6 +14,7 @@
 #   PART=2: issue 16's A/A over 9 operators (three screens side by side: functional) next to the
 #     batch's first part (device_batch.sh, SHARE cases at once: functional), until CALL_S.
 #   PART=3: the batch again (resume, then the batch-wide screen) until CALL_S.
+#   PART=B: a. alone, then PART=3 in what is left (after PART=A's aa16 passed).
 #   PART=A: a. alone, then PART=2 in what is left (the capture fix first: without it every batch
 #     case timed out in session 6, so it decides whether the batch is worth its device time).
 set -uo pipefail
@@ -51,11 +52,17 @@ A|2)
   LIMIT_S=240 tied timeout 255 bash $S/issue16_aa_wide.sh
   wait "$batch_pid"; echo "batch (part 2) rc=$?"; tail -n 25 "$OUT/batch_part2.console"
   ;;
+B)
+  mkdir -p "$OUT/cost_core"
+  OUT="$OUT/cost_core" tied timeout 200 bash $S/results_cost_core.sh
+  echo "===== batch ($(( $(date +%s) - T0 )) s in)"
+  SHARE="${SHARE:-4}" BUDGET_S=$(( $(left) - 15 )) OP_TIMEOUT=120 tied bash docs/validation/batch/device_batch.sh
+  ;;
 3)
   SHARE="${SHARE:-4}" BUDGET_S=$(( $(left) - 15 )) OP_TIMEOUT=120 tied bash docs/validation/batch/device_batch.sh
   ;;
 *)
-  echo "PART must be 1, 2, 3 or A (got $PART)" >&2; exit 2
+  echo "PART must be 1, 2, 3, A or B (got $PART)" >&2; exit 2
   ;;
 esac
 echo "===== part $PART done in $(( $(date +%s) - T0 )) s"
