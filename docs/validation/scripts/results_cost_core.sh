@@ -21,4 +21,7 @@ for cell in abs:abs gelu_backward:gelu; do
   printf '%s rc=%s wall=%s ms rows=%s\n' "$op" "$rc" "$(( (e - s) / 1000000 ))" \
     "$(grep -c 'SUCCESS' "$OUT/$op/run.log" 2>/dev/null)"
   grep -h "outside the timed loops\|IR fingerprints" "$OUT/$op/run.log" | cut -c1-200
+  # the kernels the IR dump filed under the operator: its own only (before session 7's fix the
+  # capture's FlagGems isnan/sum/nonzero kernels were there too)
+  echo "kernels in the IR index: $(tail -n +2 "$OUT/$op/ttgir/index.tsv" 2>/dev/null | cut -f2 | sort -u | tr '\n' ' ')"
 done
