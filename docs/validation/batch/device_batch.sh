@@ -123,9 +123,15 @@ PY
 # run_batch kill its cases, mark them INTERRUPTED and exit 130; the next call reruns them).
 stage() {   # name batch_dir extra-args...
   local name="$1" dir="$2"; shift 2
-  local budget rc s e
+  local budget rc s e sides=1
+  # Once a stage ran to its end its TIMEOUT/FAIL cases are final here: run_batch.py --resume
+  # reruns them, and session 7's second call spent 135 s of its 345 on one TIMEOUT again.
+  if [[ -f "$dir/stage.done" ]]; then echo ">>> $name: finished in an earlier call"; return 0; fi
+  [[ " $* " == *" --switch "* ]] && sides=2
   budget=$(left)
-  if (( budget < OP_TIMEOUT + 30 )); then echo ">>> $name: $budget s left in this call; call again"; return 3; fi
+  # run_batch.py starts a case only if its worst case (OP_TIMEOUT per side + grace) fits: a
+  # screen case with less than that left starts nothing (session 7: 180 s for 2 x 120 s).
+  if (( budget < OP_TIMEOUT * sides + 30 )); then echo ">>> $name: $budget s left in this call; call again"; return 3; fi
   local args=(--devices "$DEVICES" --dtypes float16 --op-timeout "$OP_TIMEOUT" --kill-grace 10
               --budget-s "$budget" --batch-dir "$dir" --share-device "$SHARE" "$@")
   if [[ -f "$dir/ops_status.csv" || -f "$dir/before/ops_status.csv" ]]; then args+=(--resume); else args+=(--ops "${NODES[@]}"); fi
@@ -135,6 +141,7 @@ stage() {   # name batch_dir extra-args...
   rc=${PIPESTATUS[0]}
   e=$(date +%s)
   record "$name" "$rc" "$s" "$e" python3 run_batch.py "${args[@]}"
+  (( rc == 0 )) && touch "$dir/stage.done"
   bundle
   return "$rc"
 }
