@@ -9,9 +9,10 @@
 #          this call); exit 3 = budget reached, the next call resumes (--resume --batch-dir).
 # Stage 2  run_batch.py --switch $SWITCH over the same nodes (side A records, side B replays),
 #          also resumed across calls.
-# Stage 3  (UPSTREAM=1 only) upstream `pytest --mode cudagraph` over the same nodes, once in one
-#          process and once one process per node (UPSTREAM_JOBS at a time, default 1), for the
-#          cases-per-hour comparison (UPSTREAM_JOBS=SHARE compares at equal concurrency).
+# Stage 3  (UPSTREAM=1 only) upstream `pytest --mode cudagraph` over the same nodes, one process
+#          per node (UPSTREAM_JOBS at a time, default 1), then once in one process, each with
+#          cold caches of its own, for the cases-per-hour comparison (UPSTREAM_JOBS=SHARE compares
+#          at equal concurrency; report.txt gives cases/hour by stage wall for both sides).
 # After every stage $OUT/batch_validation.tgz is rewritten (IR dumps left out): ops_status.csv,
 # summary.csv, screen.tsv, run.logs, console logs, commands.tsv (every command with its start,
 # end, wall seconds and exit code) and report.txt (statuses, failure reasons counted, fallbacks,
@@ -21,7 +22,7 @@
 # between calls). On a fresh machine give CARRY_TGZ=<the last batch_validation.tgz> to continue.
 # Variables: OUT (required), BUDGET_S=540, OP_TIMEOUT=120, SWITCH=TRITON_DEBUG (changes the TTGIR of
 # kernels with device asserts, e.g. mm; the screen fingerprints every level), DEVICES=0, UPSTREAM=0,
-# UPSTREAM_JOBS=1,
+# UPSTREAM_JOBS=1, UPSTREAM_ONE_PROCESS=1, SCREEN=1 (0 skips the screen this call), PLAIN_NAME=plain,
 # SHARE=1 (run_batch.py --share-device for both stages: SHARE > 1 runs that many cases at once per
 # GPU, a FUNCTIONAL sweep only: statuses and screen verdicts hold, every latency was measured under
 # contention and is refused by the comparison tools; report.txt says so). Keep one SHARE per
@@ -38,6 +39,11 @@ DEVICES="${DEVICES:-0}"
 UPSTREAM="${UPSTREAM:-0}"
 UPSTREAM_JOBS="${UPSTREAM_JOBS:-1}"
 SHARE="${SHARE:-1}"
+# PLAIN_NAME: the plain stage's folder and name in commands.tsv; a new name measures the plain
+# batch again (e.g. in the same session as the upstream stage, for a same-session throughput).
+PLAIN_NAME="${PLAIN_NAME:-plain}"
+UPSTREAM_ONE_PROCESS="${UPSTREAM_ONE_PROCESS:-1}"   # 0: upstream per node only this call
+SCREEN="${SCREEN:-1}"   # 0: no screen stage this call (the throughput stages first)
 ROOT="${BATCH_ROOT:-$PWD/runs/device_batch}"
 export PYTHONPATH="${PYTHONPATH:-}"
 # shellcheck source=docs/validation/scripts/device_env.sh
@@ -70,7 +76,7 @@ record() {   # stage rc start end command...
     "$((e - s))" "$rc" "$*" >> "$ROOT/commands.tsv"
 }
 bundle() {
-  python3 - "$ROOT" "$SHARE" "$UPSTREAM_JOBS" > "$ROOT/report.txt" <<'PY'
+  python3 - "$ROOT" "$SHARE" "$UPSTREAM_JOBS" "$PLAIN_NAME" > "$ROOT/report.txt" <<'PY'
 import csv, sys, collections
 from pathlib import Path
 root = Path(sys.argv[1])
@@ -79,7 +85,10 @@ if sys.argv[2] != "1":
           "elapsed times, cases/hour and every latency below are NOT timings")
 def rows(p):
     return list(csv.DictReader(open(p, newline=""), delimiter="\t" if p.suffix == ".tsv" else ",")) if p.is_file() else []
-for name, path in (("plain batch", root / "plain/ops_status.csv"), ("screen side A", root / "screen/before/ops_status.csv"),
+commands = rows(root / "commands.tsv")
+plain = sys.argv[4]
+stage_of = {"plain batch": plain}
+for name, path in (("plain batch", root / plain / "ops_status.csv"), ("screen side A", root / "screen/before/ops_status.csv"),
                    ("screen side B", root / "screen/after/ops_status.csv")):
     rs = rows(path)
     if not rs:
@@ -99,16 +108,34 @@ for name, path in (("plain batch", root / "plain/ops_status.csv"), ("screen side
     ran = [r for r in rs if r["elapsed_ms"] and r["status"] not in ("PENDING", "RUNNING", "INTERRUPTED", "NOT_RUN")]
     secs = sum(int(r["elapsed_ms"]) for r in ran) / 1000
     if ran:
-        print(f"   {len(ran)} case(s) in {secs:.0f} s of case time: {3600 * len(ran) / secs:.0f} cases/hour on one device")
+        print(f"   {len(ran)} case(s) in {secs:.0f} s of case time: {3600 * len(ran) / secs:.0f} cases/hour per slot")
+        walls = [int(r["wall_s"]) for r in commands if r["stage"] == stage_of.get(name)]
+        if walls:
+            # at SHARE > 1 the slots overlap: throughput is cases over the stage's wall time (every
+            # call that ran the stage, reruns of TIMEOUT cases included)
+            print(f"   {len(ran)} case(s) over {sum(walls)} s of stage wall: "
+                  f"{3600 * len(ran) / max(sum(walls), 1):.0f} cases/hour on one device")
 up = root / "upstream/per_node.tsv"
 if up.is_file():
     lines = [l.split("\t") for l in up.read_text().splitlines() if l.count("\t") == 2]
     if lines:
         secs = sum(int(x[2]) for x in lines)
+        walls = [int(r["wall_s"]) for r in commands if r["stage"].startswith("upstream_per_node")]
         print(f"== upstream one process per node: {len(lines)} node(s), rc 0 on "
               f"{sum(x[1] == '0' for x in lines)}, {secs} s of node time: {3600 * len(lines) / max(secs, 1):.0f} nodes/hour "
-              f"(per node; {sys.argv[3]} at a time)")
-for r in rows(root / "commands.tsv"):
+              f"per slot ({sys.argv[3]} at a time)")
+        if walls:
+            print(f"   {len(lines)} node(s) over {sum(walls)} s of stage wall: "
+                  f"{3600 * len(lines) / max(sum(walls), 1):.0f} nodes/hour on one device")
+one = root / "upstream/one_process.log"
+if one.is_file():
+    import re
+    done = len(re.findall(r"::test_\S+ (?:PASSED|FAILED|SKIPPED|XFAIL|XPASS|ERROR)", one.read_text(errors="replace")))
+    walls = [int(r["wall_s"]) for r in commands if r["stage"] == "upstream_one_process"]
+    if walls:
+        print(f"== upstream one process: {done} node(s) finished in {walls[-1]} s of wall: "
+              f"{3600 * done / max(walls[-1], 1):.0f} nodes/hour (rc {[r['rc'] for r in commands if r['stage'] == 'upstream_one_process'][-1]})")
+for r in commands:
     if r["stage"].startswith(("upstream", "plain", "screen")):
         print(f"   stage {r['stage']}: {r['wall_s']} s wall, rc {r['rc']}")
 v = collections.Counter(r["verdict"] for r in rows(root / "screen/screen.tsv"))
@@ -116,7 +143,7 @@ if v:
     print("== screen verdicts: " + ", ".join(f"{k}={n}" for k, n in sorted(v.items())))
 PY
   tar -czf "$OUT/batch_validation.tgz" -C "$ROOT" --exclude='*.ttgir' --exclude='*.llir' --exclude='*.ptx' \
-    --exclude='.flaggems_cache' --exclude='autotune_records' .
+    --exclude='.flaggems_cache' --exclude='upstream/cache*' .
   cat "$ROOT/report.txt"
 }
 # A stage: run_batch with what is left of this call; `timeout` is the outer guard (TERM makes
@@ -146,12 +173,14 @@ stage() {   # name batch_dir extra-args...
   return "$rc"
 }
 
-stage plain "$ROOT/plain"; rc=$?
+stage "$PLAIN_NAME" "$ROOT/$PLAIN_NAME"; rc=$?
 if (( rc != 0 )); then echo ">>> stage plain rc=$rc: call again to resume"; exit 0; fi
-stage screen "$ROOT/screen" --switch "$SWITCH"; rc=$?
-if (( rc != 0 )); then echo ">>> stage screen rc=$rc: call again to resume"; exit 0; fi
+if [[ "$SCREEN" == 1 ]]; then
+  stage screen "$ROOT/screen" --switch "$SWITCH"; rc=$?
+  if (( rc != 0 )); then echo ">>> stage screen rc=$rc: call again to resume"; exit 0; fi
+fi
 
-if [[ "$UPSTREAM" == 1 && ! -f "$ROOT/upstream/done" ]]; then
+if [[ "$UPSTREAM" == 1 ]]; then
   mkdir -p "$ROOT/upstream"
   tests=()
   for n in "${NODES[@]}"; do
@@ -159,13 +188,6 @@ if [[ "$UPSTREAM" == 1 && ! -f "$ROOT/upstream/done" ]]; then
 for r in csv.DictReader(l for l in open("ops/inventory_main.csv") if not l.startswith("#")):
     if r["run_name"] == sys.argv[1]: print("benchmark/%s::test_%s" % (r["test_file"], r["op"]))' "$n")")
   done
-  if [[ ! -f "$ROOT/upstream/one_process.rc" ]]; then
-    s=$(date +%s)
-    (cd "$FLAGGEMS_DIR" && timeout "$(left)" python3 -m pytest -s "${tests[@]}" --level core --mode cudagraph \
-       --dtypes float16 > "$ROOT/upstream/one_process.log" 2>&1); rc=$?
-    e=$(date +%s); record upstream_one_process "$rc" "$s" "$e" pytest "${#tests[@]} nodes" --mode cudagraph
-    (( rc == 124 )) || echo "$rc" > "$ROOT/upstream/one_process.rc"
-  fi
   touch "$ROOT/upstream/per_node.tsv"
   # UPSTREAM_JOBS nodes at once (default 1: one at a time). Set it to SHARE to compare cases per
   # hour with a --share-device batch at equal concurrency: a throughput figure, not a timing.
@@ -176,8 +198,12 @@ for r in csv.DictReader(l for l in open("ops/inventory_main.csv") if not l.start
     while (( $(jobs -rp | wc -l) >= UPSTREAM_JOBS )); do wait -n; done
     (
       n0=$(date +%s)
-      (cd "$FLAGGEMS_DIR" && timeout 120 python3 -m pytest -s "$t" --level core --mode cudagraph --dtypes float16 \
-         > /dev/null 2>&1); r=$?
+      # Caches of its own, shared by the upstream nodes only, as the zl_bench cases share theirs:
+      # after a zl_bench stage on the same machine, a shared cache would hand upstream compiled
+      # kernels and FlagGems' generated code (issue 18, session 6: 32.8 s vs 5.8 s on mm).
+      (cd "$FLAGGEMS_DIR" && TRITON_CACHE_DIR="$ROOT/upstream/cache/triton" \
+         FLAGGEMS_CACHE_DIR="$ROOT/upstream/cache/flaggems" timeout 120 \
+         python3 -m pytest -s "$t" --level core --mode cudagraph --dtypes float16 > /dev/null 2>&1); r=$?
       # one short line per node: O_APPEND keeps concurrent appends whole
       printf '%s\t%s\t%s\n' "$t" "$r" "$(( $(date +%s) - n0 ))" >> "$ROOT/upstream/per_node.tsv"
     ) &
@@ -185,8 +211,24 @@ for r in csv.DictReader(l for l in open("ops/inventory_main.csv") if not l.start
   done
   wait
   (( started )) && record "upstream_per_node_jobs$UPSTREAM_JOBS" 0 "$s" "$(date +%s)" pytest "$started nodes" --mode cudagraph
-  [[ $(wc -l < "$ROOT/upstream/per_node.tsv") -ge ${#tests[@]} ]] && touch "$ROOT/upstream/done"
+  if [[ $(wc -l < "$ROOT/upstream/per_node.tsv") -ge ${#tests[@]} ]]; then
+  # Then all nodes in one pytest process (serial), once: a run cut by the call's end still
+  # gives a rate (nodes finished, from -v's PASSED/FAILED lines, over its wall time).
+    if [[ "$UPSTREAM_ONE_PROCESS" == 1 && ! -f "$ROOT/upstream/one_process.rc" ]] && (( $(left) > 130 )); then
+      s=$(date +%s)
+      (cd "$FLAGGEMS_DIR" && TRITON_CACHE_DIR="$ROOT/upstream/cache_one/triton" \
+         FLAGGEMS_CACHE_DIR="$ROOT/upstream/cache_one/flaggems" timeout "$(( $(left) - 20 ))" \
+         python3 -m pytest -s -v -p no:cacheprovider "${tests[@]}" --level core --mode cudagraph --dtypes float16 \
+         > "$ROOT/upstream/one_process.log" 2>&1); rc=$?
+      e=$(date +%s); record upstream_one_process "$rc" "$s" "$e" pytest "${#tests[@]} nodes" --mode cudagraph
+      echo "$rc" > "$ROOT/upstream/one_process.rc"
+    fi
+  fi
   bundle
-  [[ -f "$ROOT/upstream/done" ]] || { echo ">>> upstream stage cut by the budget: call again"; exit 0; }
+  if [[ $(wc -l < "$ROOT/upstream/per_node.tsv") -lt ${#tests[@]} ]] \
+     || [[ "$UPSTREAM_ONE_PROCESS" == 1 && ! -f "$ROOT/upstream/one_process.rc" ]]; then
+    echo ">>> upstream stage cut by the budget: call again"; exit 0
+  fi
 fi
+[[ "$SCREEN" == 1 ]] || { echo ">>> screen skipped this call (SCREEN=0)"; exit 0; }
 echo "########## ALL DONE ##########"
