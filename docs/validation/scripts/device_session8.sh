@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The next H200 session's plan (after session 7): finish issue 17 on the H200, then issue 18.
+# Carry the batch state session 7 left (git-ignored runs/device_batch: the finished plain stage
+# and the first 6 of 40 screen cases, side A's autotune records included) and FlagGems:
+#   run(carry=["runs/device_batch", ".fg", ".whl"], command="... PART=1 OUT=$OUT bash docs/validation/scripts/device_session8.sh")
+#   PART=1  the same-session throughput pair, alone on the GPU: zl_bench's 40-node batch again
+#           (plain_s8, 6 cases at once, cold caches) then upstream `pytest --mode cudagraph` one
+#           process per node, 6 at once, cold caches of its own: cases/hour by stage wall.
+#   PART=2  what PART=1 left, then the batch-wide TRITON_DEBUG screen resumed (34 cases left).
+#   PART=3  what is left of both, then upstream's 40 nodes in one process (serial; a cut run still
+#           gives a rate), then issue 18's A/A on core shapes (session 7 PART=1 c) in what remains.
+# Each call: CALL_S (default 570) bounds it; device_batch.sh resumes whatever a call cut.
+set -uo pipefail
+source "$(dirname "$0")/../../../zl/sh/entry.sh" "$@"   # --help, and no arguments
+cd "$(dirname "$0")/../../.." || exit 2
+# shellcheck source=docs/validation/scripts/call_clock.sh
+source docs/validation/scripts/call_clock.sh
+batch() {   # extra VAR=value settings for device_batch.sh
+  env SHARE=6 OP_TIMEOUT=120 PLAIN_NAME=plain_s8 UPSTREAM=1 UPSTREAM_JOBS=6 BUDGET_S=$(( $(left) - 15 )) "$@" \
+    python3 -m zl.supervise --parent "$$" -- bash docs/validation/batch/device_batch.sh
+}
+case "$PART" in
+1) batch SCREEN=0 UPSTREAM_ONE_PROCESS=0 ;;
+2) batch SCREEN=1 UPSTREAM_ONE_PROCESS=0 ;;
+3)
+  batch SCREEN=1 UPSTREAM_ONE_PROCESS=1
+  if (( $(left) > 150 )); then
+    echo "===== issue18 A/A on core shapes ($(( $(date +%s) - T0 )) s in)"
+    WORK=issue18_core OPS="softmax:softmax" RUNS=after1,after2,before,before2 SHAPES=core \
+      STAGES=wall,summary WALL_DEADLINE_S=$(( $(left) - 90 )) RUN_TIMEOUT_S=60 \
+      tied timeout $(( $(left) - 10 )) bash $S/device_issue18.sh
+  fi
+  ;;
+*)
+  echo "PART must be 1, 2 or 3 (got $PART)" >&2; exit 2
+  ;;
+esac
+echo "===== part $PART done in $(( $(date +%s) - T0 )) s"
