@@ -36,6 +36,11 @@ def test_graph_run_falls_back_on_every_shape_and_keeps_every_row(zl_run):
         "cuda_graph", "attempted", 2)
     assert (ident["graph_warmup_ms"], ident["l2"]) == ("25", "warm")
     assert "[timing-plugin] timer=cuda_graph backend=cuda via CpuDeviceInterface" in r.log_text
+    # the run's host seconds per timer phase, in run.log: 6 calls, all fallbacks here
+    spent = re.search(r"graph timer spent [0-9.]+ s over (\d+) do_bench call\(s\): warmup [0-9.]+ s "
+                      r"\((\d+) timed call\(s\)\), capture and replays [0-9.]+ s, (\d+) fallback row\(s\)",
+                      r.log_text)
+    assert spent and spent.groups() == ("6", "0", "6"), r.explain()
 
 
 def test_direct_run_records_direct_and_repeat(zl_run):

@@ -153,7 +153,8 @@ def test_issue18_summary_tables_from_stage_outputs(tmp_path):
             {"op": "clamp", "kind": "before", "rc": 0, "wall_s": 27.0, "pytest_s": 17.0,
              "rows": [row(0.010)], "fallback_markers": 0},
             {"op": "clamp", "kind": "after1", "rc": 0, "wall_s": 21.0, "pytest_s": 10.5,
-             "rows": [row(0.010)], "fallback_markers": 0},
+             "rows": [row(0.010)], "fallback_markers": 0,
+             "costs": {"timer_warmup_s": 0.25, "timer_graph_s": 3.5, "results_s": 0.6}},
             {"op": "clamp", "kind": "after2", "rc": 0, "wall_s": 21.0, "pytest_s": 10.4,
              "rows": [row(0.0101)], "fallback_markers": 0},
             {"op": "clamp", "kind": "before2", "rc": 0, "wall_s": 27.0, "pytest_s": 17.0,
@@ -171,6 +172,7 @@ def test_issue18_summary_tables_from_stage_outputs(tmp_path):
     md = (tmp_path / "o" / "issue18.md").read_text()
     assert ("| clamp | 20.0 (10.0) | 27.0 (17.0) | 21.0 (10.5) | 21.0 (10.4) | 1.05, 1.04 | 1.05, 1.05 "
             "| 1.70 | 1.00 (1.00) | 2.00 (2.00) |") in md
+    assert "| clamp | after1 | 1.0 | 0.250 | 3.500 | - | 0.600 | - |" in md
     assert ("| relu | [4096, 4096] | 0 | 10.00 (9.00) | 20.00 (-) | 10.10 | 20.40 | 1.010 (1.122) "
             "| 1.020 (-) | +102.0 |") in md
 
@@ -251,3 +253,16 @@ def test_issue18_run_order_alternates_upstream_and_keeps_replays_after_records()
     assert odd.index("upstream") == odd.index("after1") + 1
     assert odd.index("after2") > odd.index("after1") and odd.index("before2") > odd.index("before")
     assert mod.run_order(["after1", "after2"], 1) == ["after1", "after2"]
+
+
+def test_issue18_reads_zl_costs_from_the_run_output():
+    spec = importlib.util.spec_from_file_location("issue18", ROOT / "docs/validation/scripts/issue18.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    text = ("[cudagraph-plugin] graph timer spent 3.900 s over 10 do_bench call(s): warmup 0.250 s "
+            "(31 timed call(s)), capture and replays 3.500 s, 1 fallback row(s) 0.150 s\n"
+            "[results-plugin] outputs of clamp recorded under /x/results (10 calls, 0.600 s outside the timed loops)\n"
+            "[ir-meta-plugin] IR fingerprints ttgir,llir,ptx,binary recorded in 12.5 ms\n")
+    assert mod.zl_costs(text) == {"timer_warmup_s": 0.25, "timer_graph_s": 3.5, "timer_fallback_s": 0.15,
+                                  "results_s": 0.6, "fingerprints_s": 0.013}
+    assert mod.zl_costs("nothing here") == {}

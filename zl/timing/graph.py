@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import Optional
 
 from zl import markers
@@ -91,6 +92,9 @@ class GraphTimer:
         # One bound method, so `triton.testing.do_bench is timer.do_bench` holds.
         self.do_bench = self.graph_do_bench
         self._patches = PatchStack()
+        # Where the timer's host seconds went (issue 18 asks per phase): logged at the end.
+        self.ledger = {"calls": 0, "warmup_s": 0.0, "warmup_calls": 0, "graph_s": 0.0,
+                       "fallbacks": 0, "fallback_s": 0.0}
 
     @property
     def installed(self) -> bool:
@@ -123,6 +127,7 @@ class GraphTimer:
                        return_mode="mean"):
         """Drop-in for triton.testing.do_bench: graph timing with per-shape honest fallback."""
         op = self.current_op()
+        self.ledger["calls"] += 1
         args = (fn, warmup, rep, grad_to_none, quantiles, return_mode)
         # For a deny-listed operator the attempt itself is the damage (it poisons the
         # context), so it is never made, not even once per run to rediscover that.
@@ -135,6 +140,14 @@ class GraphTimer:
         except Exception as exc:
             phase, reason, detail = self._judge(op, step["phase"], exc)
             return self._fallback(op, phase, reason, detail, *args)
+
+    def ledger_line(self) -> str:
+        """One line: do_bench calls, warmup, capture and replays, fallbacks (host seconds)."""
+        g = self.ledger
+        return (f"graph timer spent {g['warmup_s'] + g['graph_s'] + g['fallback_s']:.3f} s over "
+                f"{g['calls']} do_bench call(s): warmup {g['warmup_s']:.3f} s ({g['warmup_calls']} "
+                f"timed call(s)), capture and replays {g['graph_s']:.3f} s, {g['fallbacks']} "
+                f"fallback row(s) {g['fallback_s']:.3f} s")
 
     def _time_with_graph(self, step, fn, warmup, rep, grad_to_none, quantiles, return_mode):
         di = device.device_interface()
@@ -154,8 +167,22 @@ class GraphTimer:
         step["phase"] = "warmup"
         if cold:
             self.flush.ensure(di)  # allocated here: an allocation would break the capture
-        capture.warmup_before_capture(di, fn, warmup, grad_to_none, cap_ms=self.warmup_cap_ms)
+        t0 = time.perf_counter()
+        try:
+            self.ledger["warmup_calls"] += capture.warmup_before_capture(
+                di, fn, warmup, grad_to_none, cap_ms=self.warmup_cap_ms)
+        finally:
+            t1 = time.perf_counter()
+            self.ledger["warmup_s"] += t1 - t0
         step["phase"] = "capture"
+        try:
+            return self._bench(di, step, graph_cls, upstream, cold, forward_stream, fn, rep,
+                               grad_to_none, quantiles, return_mode)
+        finally:
+            self.ledger["graph_s"] += time.perf_counter() - t1
+
+    def _bench(self, di, step, graph_cls, upstream, cold, forward_stream, fn, rep, grad_to_none,
+               quantiles, return_mode):
         with capture.scratch_rng(di):
             if upstream:
                 import triton.testing as tt
@@ -198,6 +225,16 @@ class GraphTimer:
 
     def _fallback(self, op, phase, reason, detail, fn, warmup, rep, grad_to_none, quantiles,
                   return_mode):
+        t0 = time.perf_counter()
+        try:
+            return self._direct_row(op, phase, reason, detail, fn, warmup, rep, grad_to_none,
+                                    quantiles, return_mode)
+        finally:
+            self.ledger["fallbacks"] += 1
+            self.ledger["fallback_s"] += time.perf_counter() - t0
+
+    def _direct_row(self, op, phase, reason, detail, fn, warmup, rep, grad_to_none, quantiles,
+                    return_mode):
         repeat = self.repeat
         share = self._host_share(fn, grad_to_none)
         # do_bench zeroes its own 256 MB cache before every call: a cold row either way.

@@ -105,6 +105,8 @@ class TimingSession:
 
     def pytest_unconfigure(self, config):
         """Put back whatever do_bench and Benchmark methods this session replaced."""
+        if self.graph is not None and self.graph.ledger["calls"]:
+            log(GRAPH_LOG_TAG, self.graph.ledger_line())
         self.patches.undo_all()
         self.graph = None
 

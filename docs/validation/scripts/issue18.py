@@ -45,7 +45,25 @@ from zl import atomic, markers  # noqa: E402
 RUNS = ("upstream", "before", "after1", "after2", "before2")
 DEFAULT_RUNS = RUNS[:4]
 PYTEST_TIME = re.compile(r"=+ .*\b(?:passed|failed|error)\b.* in ([0-9.]+)s")
+# zl_bench's own seconds per run, from its log lines: the graph timer's phases, the results
+# check and the IR fingerprints (issue 18: "find where the graph path spends its time").
+COSTS = (("timer_warmup_s", re.compile(r"graph timer spent .* warmup ([0-9.]+) s")),
+         ("timer_graph_s", re.compile(r"graph timer spent .* capture and replays ([0-9.]+) s")),
+         ("timer_fallback_s", re.compile(r"graph timer spent .* fallback row\(s\) ([0-9.]+) s")),
+         ("results_s", re.compile(r"\[results-plugin\] outputs of .* ([0-9.]+) s outside the timed loops")),
+         ("fingerprints_s", re.compile(r"\[ir-meta-plugin\] IR fingerprints \S+ recorded in ([0-9.]+) ms")))
 COLD_CASES = (("relu", (4096, 4096)), ("sum", (4096, 4096)), ("softmax", (4096, 4096)))
+
+
+def zl_costs(text: str) -> dict:
+    """Seconds per cost line found in a zl_bench run's output (summed over repeats)."""
+    out = {}
+    for key, pattern in COSTS:
+        found = pattern.findall(text)
+        if found:
+            total = sum(float(v) for v in found)
+            out[key] = round(total / 1000 if key == "fingerprints_s" else total, 3)
+    return out
 
 
 def say(msg: str) -> None:
@@ -96,6 +114,7 @@ def run_once(kind, op, stem, args, run_dir: Path, replay_from=None):
             "pytest_s": float(found[-1]) if found else None, "rows": parse_tables(text),
             "fallback_markers": text.count(f"{markers.DIRECT_NO_CUDAGRAPH} op="),
             "graph_warmup_ms": ident.get("graph_warmup_ms"), "l2": ident.get("l2"),
+            "costs": zl_costs(text) if kind != "upstream" else {},
             "log_tail": text[-1500:] if rc != 0 else ""}
 
 
@@ -238,6 +257,18 @@ def summary_main(args) -> int:
                 f"{fmt(ab.get('median_pct'))} | {len(up.get('rows', []))}/"
                 f"{len(bf.get('rows', []))}/{len(a1.get('rows', []))} | "
                 f"{a1.get('fallback_markers', '-')}/{a2.get('fallback_markers', '-')} |")
+        costed = [r for r in runs if r.get("costs")]
+        if costed:
+            keys = [k for k, _ in COSTS]
+            md += ["", "Where zl_bench's own seconds went (from each run's log; the excess is the "
+                   "run's wall minus upstream's):", "",
+                   "| op | run | wall excess s | " + " | ".join(keys) + " |",
+                   "|---|---|---|" + "---|" * len(keys)]
+            for r in costed:
+                up = by.get((r["op"], "upstream"), {})
+                excess = (r["wall_s"] - up["wall_s"]) if up.get("wall_s") is not None else None
+                md.append(f"| {r['op']} | {r['kind']} | {fmt(excess, '.1f')} | "
+                          + " | ".join(fmt(r["costs"].get(k), ".3f") for k in keys) + " |")
     cold = work / "cold.json"
     if cold.is_file():
         data = json.loads(cold.read_text())
