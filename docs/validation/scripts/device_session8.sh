@@ -9,6 +9,9 @@
 #   PART=2  what PART=1 left, then the batch-wide TRITON_DEBUG screen resumed (34 cases left).
 #   PART=3  what is left of both, then upstream's 40 nodes in one process (serial; a cut run still
 #           gives a rate), then issue 18's A/A on core shapes (session 7 PART=1 c) in what remains.
+#   PART=4  issue 18's six-operator cost table with every run on cold caches of its own (the
+#           session-6 table was biased) and the new per-run cost ledger: upstream, after1,
+#           after2, two shapes, alone on the GPU (~450 s: mm's sweep is paid by every run now).
 # Each call: CALL_S (default 570) bounds it; device_batch.sh resumes whatever a call cut.
 set -uo pipefail
 source "$(dirname "$0")/../../../zl/sh/entry.sh" "$@"   # --help, and no arguments
@@ -31,8 +34,12 @@ case "$PART" in
       tied timeout $(( $(left) - 10 )) bash $S/device_issue18.sh
   fi
   ;;
+4)
+  WORK=issue18_wall RUNS=upstream,after1,after2 STAGES=wall,summary WALL_DEADLINE_S=$(( $(left) - 100 )) \
+    RUN_TIMEOUT_S=90 tied timeout $(( $(left) - 10 )) bash $S/device_issue18.sh
+  ;;
 *)
-  echo "PART must be 1, 2 or 3 (got $PART)" >&2; exit 2
+  echo "PART must be 1, 2, 3 or 4 (got $PART)" >&2; exit 2
   ;;
 esac
 echo "===== part $PART done in $(( $(date +%s) - T0 )) s"
