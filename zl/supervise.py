@@ -32,6 +32,8 @@ import sys
 import time
 from typing import List, Optional
 
+from zl.rundir import pid_alive
+
 PR_SET_PDEATHSIG = 1
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -53,16 +55,6 @@ def _child_setup() -> None:
     for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     set_parent_death_signal(signal.SIGKILL)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _kill_group(sig: int) -> None:
@@ -91,7 +83,7 @@ def run(cmd: List[str], parent: Optional[int], cwd: Optional[str], grace: float)
         parent = None
     # The parent may have died before prctl took effect: then no signal will ever come.
     if parent is not None and os.getppid() != parent:
-        if _alive(parent):
+        if pid_alive(parent):
             # A backgrounded shell function (`f ... &`) runs in a forked subshell, so $$ is
             # a grandparent: the tie would silently bind to the subshell instead. Session 6's
             # plan did exactly that and its batch never started (rc 143, empty log).
