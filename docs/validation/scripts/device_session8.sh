@@ -3,6 +3,8 @@
 # Carry the batch state session 7 left (git-ignored runs/device_batch: the finished plain stage
 # and the first 6 of 40 screen cases, side A's autotune records included) and FlagGems:
 #   run(carry=["runs/device_batch", ".fg", ".whl"], command="... PART=1 OUT=$OUT bash docs/validation/scripts/device_session8.sh")
+# Without that folder, carry runs/screen_state_s7.tgz and set CARRY_TGZ=runs/screen_state_s7.tgz
+# (the screen's state only; PART=1 measures its own plain stage anyway).
 #   PART=1  the same-session throughput pair, alone on the GPU: zl_bench's 40-node batch again
 #           (plain_s8, 6 cases at once, cold caches) then upstream `pytest --mode cudagraph` one
 #           process per node, 6 at once, cold caches of its own: cases/hour by stage wall.
