@@ -200,3 +200,19 @@ def test_every_fixture_dumps_consistent_unique_names(fixture, tmp_path):
     compiled = {ev["payload"]["metadata"]["hash"] for ev in doc["events"] if ev["kind"] == "compile"}
     assert compiled <= {r["cache_hash"] for r in rows}
 
+
+
+def test_dump_says_how_long_the_callbacks_and_the_dump_took(capsys, tmp_path):
+    """Issue 18: the IR plugin's own seconds (callbacks over every launch, and the dump)."""
+    import re
+    collector = collect.IRCollector(str(tmp_path / "run" / "ttgir"), ["ttgir"])
+    replay(collector, json.loads(HANDBUILT.read_text()), tmp_path)
+    collector.dump("test")
+    err = capsys.readouterr().err
+    m = re.search(r"IR plugin spent ([0-9.]+) s in Triton callbacks over (\d+) launch\(es\) "
+                  r"and ([0-9.]+) s writing the dump", err)
+    assert m, err
+    _, rows = index_rows(tmp_path / "run" / "ttgir")
+    every = sum(int(r["launches"]) + int(r["sweep_launches"]) for r in rows)
+    assert int(m.group(2)) == collector.launches == every
+    assert collector.hook_s > 0 and float(m.group(1)) == pytest.approx(collector.hook_s, abs=1e-3)

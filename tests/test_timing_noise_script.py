@@ -172,7 +172,7 @@ def test_issue18_summary_tables_from_stage_outputs(tmp_path):
     md = (tmp_path / "o" / "issue18.md").read_text()
     assert ("| clamp | 20.0 (10.0) | 27.0 (17.0) | 21.0 (10.5) | 21.0 (10.4) | 1.05, 1.04 | 1.05, 1.05 "
             "| 1.70 | 1.00 (1.00) | 2.00 (2.00) |") in md
-    assert "| clamp | after1 | 1.0 | 0.250 | 3.500 | - | 0.600 | - |" in md
+    assert "| clamp | after1 | 1.0 | 0.250 | 3.500 | - | 0.600 | - | - | - | - |" in md
     assert ("| relu | [4096, 4096] | 0 | 10.00 (9.00) | 20.00 (-) | 10.10 | 20.40 | 1.010 (1.122) "
             "| 1.020 (-) | +102.0 |") in md
 
@@ -262,7 +262,10 @@ def test_issue18_reads_zl_costs_from_the_run_output():
     text = ("[cudagraph-plugin] graph timer spent 3.900 s over 10 do_bench call(s): warmup 0.250 s "
             "(31 timed call(s)), capture and replays 3.500 s, 1 fallback row(s) 0.150 s\n"
             "[results-plugin] outputs of clamp recorded under /x/results (10 calls, 0.600 s outside the timed loops)\n"
-            "[ir-meta-plugin] IR fingerprints ttgir,llir,ptx,binary recorded in 12.5 ms\n")
+            "[ir-meta-plugin] IR fingerprints ttgir,llir,ptx,binary recorded in 12.5 ms\n"
+            "[ir-meta-plugin] IR plugin spent 0.420 s in Triton callbacks over 81234 launch(es) and "
+            "0.051 s writing the dump\n")
     assert mod.zl_costs(text) == {"timer_warmup_s": 0.25, "timer_graph_s": 3.5, "timer_fallback_s": 0.15,
-                                  "results_s": 0.6, "fingerprints_s": 0.013}
+                                  "results_s": 0.6, "fingerprints_s": 0.013, "ir_hooks_s": 0.42,
+                                  "ir_launches": 81234, "ir_dump_s": 0.051}
     assert mod.zl_costs("nothing here") == {}

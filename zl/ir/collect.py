@@ -111,9 +111,15 @@ class IRCollector:
         self.dumped = False
         self.errors = 0
         self._lock = threading.Lock()
+        # Host seconds inside our Triton callbacks, and launches seen: a graph capture of a
+        # microsecond kernel launches it ~rep/estimate (20000) times, each through on_launch;
+        # issue 18 asks where a run's extra time goes, so the dump line says.
+        self.hook_s = 0.0
+        self.launches = 0
 
     # --- Triton callbacks (must never raise into Triton) -------------------------
     def on_compile(self, *, src=None, metadata=None, metadata_group=None, times=None, cache_hit=None, **_extra):
+        t0 = time.perf_counter()
         try:
             rec = variant_record(src, metadata, metadata_group, cache_hit)
             if rec["hash"]:
@@ -121,6 +127,7 @@ class IRCollector:
                     self.variants[rec["hash"]] = rec
         except Exception as exc:
             self._note_error(f"compile listener: {exc!r}")
+        self.hook_s += time.perf_counter() - t0
 
     def on_kernel_load(self, module=None, function=None, name=None, metadata_group=None, hash=None, *_a, **_k):
         try:
@@ -132,6 +139,8 @@ class IRCollector:
             self._note_error(f"kernel load hook: {exc!r}")
 
     def on_launch(self, metadata=None, *_a, **_k):
+        t0 = time.perf_counter()
+        self.launches += 1
         try:
             data = getattr(metadata, "data", metadata) or {}
             h = self.functions.get(data.get("function"))
@@ -144,6 +153,7 @@ class IRCollector:
                 self.counts[(self.label, h)][slot] += 1
         except Exception as exc:
             self._note_error(f"launch hook: {exc!r}")
+        self.hook_s += time.perf_counter() - t0
 
     def _hash_by_name(self, name: str) -> str:
         # A launch payload without a known function handle: the name is enough only
@@ -199,6 +209,7 @@ class IRCollector:
         if self.dumped or not self.dump_dir or os.getpid() != self.pid:
             return None
         self.dumped = True
+        t_dump = time.perf_counter()
         with self._lock:
             counts = {k: tuple(v) for k, v in self.counts.items()}
             variants = dict(self.variants)
@@ -217,4 +228,6 @@ class IRCollector:
         extra = f", TTGIR missing from cache for {len(summary['missing'])}" if summary["missing"] else ""
         log(f"dumped {summary['files']} TTGIR file(s) for {len(variants)} compiled variant(s) "
             f"over {summary['shapes']} shape dir(s) to {self.dump_dir} ({reason}){extra}")
+        log(f"IR plugin spent {self.hook_s:.3f} s in Triton callbacks over {self.launches} launch(es) "
+            f"and {time.perf_counter() - t_dump:.3f} s writing the dump")
         return summary

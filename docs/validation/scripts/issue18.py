@@ -51,7 +51,10 @@ COSTS = (("timer_warmup_s", re.compile(r"graph timer spent .* warmup ([0-9.]+) s
          ("timer_graph_s", re.compile(r"graph timer spent .* capture and replays ([0-9.]+) s")),
          ("timer_fallback_s", re.compile(r"graph timer spent .* fallback row\(s\) ([0-9.]+) s")),
          ("results_s", re.compile(r"\[results-plugin\] outputs of .* ([0-9.]+) s outside the timed loops")),
-         ("fingerprints_s", re.compile(r"\[ir-meta-plugin\] IR fingerprints \S+ recorded in ([0-9.]+) ms")))
+         ("fingerprints_s", re.compile(r"\[ir-meta-plugin\] IR fingerprints \S+ recorded in ([0-9.]+) ms")),
+         ("ir_hooks_s", re.compile(r"IR plugin spent ([0-9.]+) s in Triton callbacks")),
+         ("ir_launches", re.compile(r"IR plugin spent .* over (\d+) launch\(es\)")),
+         ("ir_dump_s", re.compile(r"IR plugin spent .* and ([0-9.]+) s writing the dump")))
 COLD_CASES = (("relu", (4096, 4096)), ("sum", (4096, 4096)), ("softmax", (4096, 4096)))
 
 
@@ -62,7 +65,8 @@ def zl_costs(text: str) -> dict:
         found = pattern.findall(text)
         if found:
             total = sum(float(v) for v in found)
-            out[key] = round(total / 1000 if key == "fingerprints_s" else total, 3)
+            out[key] = int(total) if key == "ir_launches" else \
+                round(total / 1000 if key == "fingerprints_s" else total, 3)
     return out
 
 
@@ -268,7 +272,8 @@ def summary_main(args) -> int:
                 up = by.get((r["op"], "upstream"), {})
                 excess = (r["wall_s"] - up["wall_s"]) if up.get("wall_s") is not None else None
                 md.append(f"| {r['op']} | {r['kind']} | {fmt(excess, '.1f')} | "
-                          + " | ".join(fmt(r["costs"].get(k), ".3f") for k in keys) + " |")
+                          + " | ".join(str(r["costs"].get(k, "-")) if k == "ir_launches"
+                                       else fmt(r["costs"].get(k), ".3f") for k in keys) + " |")
     cold = work / "cold.json"
     if cold.is_file():
         data = json.loads(cold.read_text())
