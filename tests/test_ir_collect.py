@@ -216,3 +216,31 @@ def test_dump_says_how_long_the_callbacks_and_the_dump_took(capsys, tmp_path):
     every = sum(int(r["launches"]) + int(r["sweep_launches"]) for r in rows)
     assert int(m.group(2)) == collector.launches == every
     assert collector.hook_s > 0 and float(m.group(1)) == pytest.approx(collector.hook_s, abs=1e-3)
+
+
+def test_capture_prologue_launches_are_indexed_apart_and_never_fingerprinted(tmp_path):
+    """torch's CUDAGraph.capture_begin fills the RNG seed/offset tensors with two fill_ calls,
+    which FlagGems runs under use_gems(): on the H200 every operator's dump held
+    fill_scalar_kernel at every shape. Those launches are the harness's, not the operator's."""
+    def dumped(name, prologue_launches):
+        collector = collect.IRCollector(str(tmp_path / name / "ttgir"), ["ttgir"])
+        replay(collector, json.loads(HANDBUILT.read_text()), tmp_path / name)
+        collector.prologue_depth += 1  # inside capture_begin, at the last shape (64x64)
+        for _ in range(prologue_launches):
+            collector.on_launch(Launch({"name": "fill_kernel", "function": 101}))
+        collector.prologue_depth -= 1
+        collector.dump("test")
+        return tmp_path / name / "ttgir"
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "prologue").mkdir()
+    plain, with_prologue = dumped("plain", 0), dumped("prologue", 2)
+    _, rows = index_rows(with_prologue)
+    fill64 = [r for r in rows if r["shape"] == "64x64" and r["kernel"] == "fill_kernel"]
+    assert [(r["file"], r["launches"], r["sweep_launches"]) for r in fill64] == [
+        (dump.PH_CAPTURE_PROLOGUE, "2", "0")]
+    assert not (with_prologue / "64x64" / "fill_kernel").exists()
+    # the operator's launches of the same kernel at 4096 are still dumped as before
+    assert (with_prologue / "4096" / "fill_kernel" / "w4s3.ttgir").is_file()
+    fps = [json.loads((d / "ir_fingerprints.json").read_text()) for d in (plain, with_prologue)]
+    assert fps[0]["levels"] == fps[1]["levels"]
+    assert fps[0]["per_variant"] == fps[1]["per_variant"]

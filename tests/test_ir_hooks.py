@@ -145,3 +145,25 @@ def test_benchmark_run_wrapper_labels_launches_by_input(start, tmp_path, monkeyp
     installer.uninstall()
     assert Benchmark.run is original_run
 
+
+
+def test_graph_capture_begin_marks_its_launches_as_the_prologue_and_is_restored(monkeypatch, tmp_path):
+    from torch.cuda.graphs import CUDAGraph
+    collector = collect.IRCollector(str(tmp_path / "ttgir"))
+    depths = []
+
+    def capture_begin(graph, *args, **kwargs):  # stands in for torch's: it launches fill_ twice
+        for _ in range(2):
+            depths.append(collector.prologue_depth)
+            collector.on_launch(Launch({"name": "fill_scalar_kernel", "function": 9}))
+    monkeypatch.setattr(CUDAGraph, "capture_begin", capture_begin)
+    hooks = TritonHooks(collector)
+    hooks._wrap_graph_capture()
+    assert CUDAGraph.capture_begin is not capture_begin
+    CUDAGraph.capture_begin(object(), capture_error_mode="global")
+    collector.on_launch(Launch({"name": "fill_scalar_kernel", "function": 9}))  # outside: the operator's
+    assert depths == [1, 1] and collector.prologue_depth == 0
+    assert sum(collector.prologue.values()) == 2
+    assert sum(n for n, _ in collector.counts.values()) == 1
+    hooks.uninstall()
+    assert CUDAGraph.capture_begin is capture_begin

@@ -116,6 +116,11 @@ class IRCollector:
         # issue 18 asks where a run's extra time goes, so the dump line says.
         self.hook_s = 0.0
         self.launches = 0
+        # Launches inside torch's CUDAGraph.capture_begin (its RNG seed/offset fill_, which
+        # FlagGems runs under use_gems(): fill_scalar_kernel, 2 per shape on the H200): the
+        # harness's, not the operator's, so indexed apart and never fingerprinted.
+        self.prologue_depth = 0
+        self.prologue: Dict[Tuple[str, str], int] = defaultdict(int)
 
     # --- Triton callbacks (must never raise into Triton) -------------------------
     def on_compile(self, *, src=None, metadata=None, metadata_group=None, times=None, cache_hit=None, **_extra):
@@ -147,7 +152,9 @@ class IRCollector:
             if h is None:
                 h = self._hash_by_name(str(data.get("name") or "unknown_kernel"))
             slot = 1 if self.sweep_depth > 0 else 0
-            if self.pending is not None:
+            if self.prologue_depth > 0:
+                self.prologue[(self.label, h)] += 1
+            elif self.pending is not None:
                 self.pending.setdefault(h, [0, 0])[slot] += 1
             else:
                 self.counts[(self.label, h)][slot] += 1
@@ -213,8 +220,10 @@ class IRCollector:
         with self._lock:
             counts = {k: tuple(v) for k, v in self.counts.items()}
             variants = dict(self.variants)
+            prologue = dict(self.prologue)
         try:
-            summary = _dump.write_tree(self.dump_dir, variants, counts, self.levels, self.unknown_names)
+            summary = _dump.write_tree(self.dump_dir, variants, counts, self.levels, self.unknown_names,
+                                       prologue)
         except Exception as exc:
             log(f"IR dump to {self.dump_dir} failed ({exc!r}); run continues without it")
             return None

@@ -10,8 +10,11 @@ shape kernel file launches sweep_launches num_warps num_stages constexprs dtypes
 specialization cache_hash ttgir_cache. `file` is a file name in <shape>/<kernel>/, or a
 placeholder starting with "(" for rows with no file: autotune losers that only ran in
 the sweep, variants compiled but never launched (shape "-"), a launch of a variant
-the plugin never saw compile, or a variant whose IR could not be read from the cache.
-`launches` counts launches outside the autotune sweep; `sweep_launches` those inside.
+the plugin never saw compile, a variant whose IR could not be read from the cache, or one
+launched only by PyTorch's CUDA-graph capture prologue (its RNG seed/offset `fill_`, which
+FlagGems runs inside `use_gems()`; not the operator's code, so never fingerprinted).
+`launches` counts launches outside the autotune sweep; `sweep_launches` those inside; on a
+capture-prologue row `launches` counts the prologue's launches.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ PH_SWEEP_ONLY = "(autotune sweep only, not dumped)"
 PH_NEVER_LAUNCHED = "(compiled, never launched)"
 PH_UNKNOWN = "(launched, compile not seen by the IR plugin)"
 PH_UNREADABLE = "(ttgir not readable from the Triton cache)"
+PH_CAPTURE_PROLOGUE = "(graph capture prologue only, not dumped)"
 
 
 def _cell(value: Any) -> str:
@@ -74,12 +78,14 @@ def write_tree(
     counts: Mapping[Tuple[str, str], Sequence[int]],
     levels: Sequence[str] = ("ttgir",),
     unknown_names: Optional[Mapping[str, str]] = None,
+    prologue: Optional[Mapping[Tuple[str, str], int]] = None,
 ) -> Dict[str, Any]:
     """Write the tree; return a summary {'files', 'rows', 'shapes', 'missing'}.
 
     variants: hash -> variant record (zl.ir.variants.variant_record).
     counts: (shape label, hash) -> (launches, sweep_launches).
     unknown_names: hash-like key -> kernel name, for launches of variants never seen compiling.
+    prologue: (shape label, hash) -> launches made inside a CUDA-graph capture_begin.
     """
     root = Path(dump_dir)
     root.mkdir(parents=True, exist_ok=True)
@@ -88,7 +94,7 @@ def write_tree(
     abbr_by_kernel = {k: naming.legend(naming.all_param_names(vs)) for k, vs in by_kernel.items()}
 
     rows, files, missing = write_launched(root, variants, counts, levels, abbr_by_kernel)
-    rows += audit_rows(variants, counts, unknown_names or {})
+    rows += audit_rows(variants, counts, unknown_names or {}, prologue or {})
     write_index(root, rows)
     atomic.write_text(root / "naming.md", naming_markdown(by_kernel, abbr_by_kernel, levels))
     return {"files": files, "rows": len(rows), "shapes": len({r[0] for r in rows}), "missing": missing}
@@ -151,9 +157,18 @@ def write_variant(directory: Path, stem: str, v: Mapping[str, Any], levels: Sequ
 
 
 def audit_rows(variants: Mapping[str, Mapping[str, Any]], counts: Mapping[Tuple[str, str], Sequence[int]],
-               unknown_names: Mapping[str, str]) -> List[List[str]]:
-    """Rows with no file: launches of unseen variants, sweep-only losers, never-launched variants."""
+               unknown_names: Mapping[str, str],
+               prologue: Optional[Mapping[Tuple[str, str], int]] = None) -> List[List[str]]:
+    """Rows with no file: launches of unseen variants, sweep-only losers, capture-prologue
+    launches, never-launched variants."""
     rows: List[List[str]] = []
+    prologue = prologue or {}
+    for (shape, h), n in sorted(prologue.items()):
+        if (shape, h) in counts:
+            continue  # the operator launched it there too: dumped (or audited) as such
+        v = variants.get(h)
+        kernel = v["kernel"] if v is not None else unknown_names.get(h, "unknown_kernel")
+        rows.append(_row(naming.safe(shape), naming.safe(kernel), PH_CAPTURE_PROLOGUE, n, 0, v, h))
     for (shape, h), (n, sweep) in sorted(counts.items()):
         if h not in variants:
             kernel = unknown_names.get(h, "unknown_kernel")
@@ -161,7 +176,7 @@ def audit_rows(variants: Mapping[str, Mapping[str, Any]], counts: Mapping[Tuple[
         elif n <= 0 and sweep > 0:
             v = variants[h]
             rows.append(_row(naming.safe(shape), naming.safe(v["kernel"]), PH_SWEEP_ONLY, n, sweep, v, h))
-    counted = {h for _shape, h in counts}
+    counted = {h for _shape, h in counts} | {h for _shape, h in prologue}
     for h, v in sorted(variants.items()):
         if h not in counted:
             rows.append(_row(NEVER_LAUNCHED_SHAPE, naming.safe(v["kernel"]), PH_NEVER_LAUNCHED, 0, 0, v, h))

@@ -57,7 +57,28 @@ class TritonHooks:
         self._add_hook(runtime, "kernel_load_end_hook", self.collector.on_kernel_load)
         self._add_hook(runtime, "launch_enter_hook", self.collector.on_launch)
         self._wrap_autotuner(triton_mod)
+        self._wrap_graph_capture()
         return None
+
+    def _wrap_graph_capture(self) -> None:
+        """Mark launches made inside torch's CUDAGraph.capture_begin as the capture prologue's."""
+        try:
+            from torch.cuda.graphs import CUDAGraph
+        except Exception:
+            return  # no torch.cuda: nothing captures
+        orig = getattr(CUDAGraph, "capture_begin", None)
+        if orig is None:
+            return
+        collector = self.collector
+
+        @functools.wraps(orig)
+        def capture_begin(graph, *args, **kwargs):
+            collector.prologue_depth += 1
+            try:
+                return orig(graph, *args, **kwargs)
+            finally:
+                collector.prologue_depth -= 1
+        self.patches.setattr(CUDAGraph, "capture_begin", capture_begin)
 
     def _chain_listener(self, compilation) -> None:
         prev = compilation.listener
