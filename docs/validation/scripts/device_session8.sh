@@ -5,7 +5,8 @@
 #   run(carry=["runs/device_batch", ".fg", ".whl"], command="... PART=1 OUT=$OUT bash docs/validation/scripts/device_session8.sh")
 # Without that folder, carry runs/screen_state_s7.tgz and set CARRY_TGZ=runs/screen_state_s7.tgz
 # (the screen's state only; PART=1 measures its own plain stage anyway).
-#   PART=1  the same-session throughput pair, alone on the GPU: zl_bench's 40-node batch again
+#   PART=1  results_cost_core.sh (session 7's CPU-only changes on the H200), then the
+#           same-session throughput pair, alone on the GPU: zl_bench's 40-node batch again
 #           (plain_s8, 6 cases at once, cold caches) then upstream `pytest --mode cudagraph` one
 #           process per node, 6 at once, cold caches of its own: cases/hour by stage wall.
 #   PART=2  what PART=1 left, then the batch-wide TRITON_DEBUG screen resumed (34 cases left).
@@ -25,7 +26,13 @@ batch() {   # extra VAR=value settings for device_batch.sh
     python3 -m zl.supervise --parent "$$" -- bash docs/validation/batch/device_batch.sh
 }
 case "$PART" in
-1) batch SCREEN=0 UPSTREAM_ONE_PROCESS=0 ;;
+1)
+  # first, alone (~60 s): session 7's CPU-only changes seen on the H200 (capture-prologue rows
+  # in the IR index, the graph timer's and the IR plugin's cost lines, the capture cost)
+  mkdir -p "$OUT/cost_core"
+  OUT="$OUT/cost_core" tied timeout 150 bash $S/results_cost_core.sh
+  batch SCREEN=0 UPSTREAM_ONE_PROCESS=0
+  ;;
 2) batch SCREEN=1 UPSTREAM_ONE_PROCESS=0 ;;
 3)
   batch SCREEN=1 UPSTREAM_ONE_PROCESS=1

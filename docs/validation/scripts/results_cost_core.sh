@@ -24,4 +24,7 @@ for cell in abs:abs gelu_backward:gelu; do
   # the kernels the IR dump filed under the operator: its own only (before session 7's fix the
   # capture's FlagGems isnan/sum/nonzero kernels were there too)
   echo "kernels in the IR index: $(tail -n +2 "$OUT/$op/ttgir/index.tsv" 2>/dev/null | cut -f2 | sort -u | tr '\n' ' ')"
+  # rows without a file (since session 7: the graph capture prologue's fill_ launches)
+  echo "placeholder rows: $(tail -n +2 "$OUT/$op/ttgir/index.tsv" 2>/dev/null | awk -F'\t' '$3 ~ /^\(/ {print $1":"$2":"$3}' | sort | uniq -c | tr '\n' ';')"
+  grep -h "graph timer spent\|IR plugin spent" "$OUT/$op/run.log" | cut -c1-220
 done
