@@ -204,7 +204,7 @@ def naming_markdown(by_kernel: Mapping[str, Sequence[Mapping[str, Any]]], abbr_b
         "",
         f"Levels dumped: {', '.join(levels)}. index.tsv lists every variant with its full",
         "parameters; rows whose `file` starts with `(` have no file (autotune sweep only,",
-        "never launched, or not seen compiling).",
+        "never launched, not seen compiling, or launched only by the CUDA-graph capture prologue).",
         "",
         "| abbreviation | meaning |",
         "|---|---|",
