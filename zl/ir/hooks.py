@@ -66,19 +66,24 @@ class TritonHooks:
             from torch.cuda.graphs import CUDAGraph
         except Exception:
             return  # no torch.cuda: nothing captures
-        orig = getattr(CUDAGraph, "capture_begin", None)
+        self._count_depth(CUDAGraph, "capture_begin", "prologue_depth")
+
+    def _count_depth(self, cls: type, method: str, depth: str) -> bool:
+        """Wrap cls.method so the collector's `depth` counter is raised while it runs."""
+        orig = getattr(cls, method, None)
         if orig is None:
-            return
+            return False
         collector = self.collector
 
         @functools.wraps(orig)
-        def capture_begin(graph, *args, **kwargs):
-            collector.prologue_depth += 1
+        def wrapper(obj, *args, **kwargs):
+            setattr(collector, depth, getattr(collector, depth) + 1)
             try:
-                return orig(graph, *args, **kwargs)
+                return orig(obj, *args, **kwargs)
             finally:
-                collector.prologue_depth -= 1
-        self.patches.setattr(CUDAGraph, "capture_begin", capture_begin)
+                setattr(collector, depth, getattr(collector, depth) - 1)
+        self.patches.setattr(cls, method, wrapper)
+        return True
 
     def _chain_listener(self, compilation) -> None:
         prev = compilation.listener
@@ -121,20 +126,8 @@ class TritonHooks:
             from triton.runtime.autotuner import Autotuner
         except Exception:
             Autotuner = getattr(getattr(triton_mod, "runtime", None), "Autotuner", None)
-        orig = getattr(Autotuner, "_bench", None) if Autotuner is not None else None
-        if orig is None:
+        if Autotuner is None or not self._count_depth(Autotuner, "_bench", "sweep_depth"):
             log("Autotuner._bench not found: sweep launches are counted as measured launches")
-            return
-        collector = self.collector
-
-        @functools.wraps(orig)
-        def _bench(self, *args, **kwargs):
-            collector.sweep_depth += 1
-            try:
-                return orig(self, *args, **kwargs)
-            finally:
-                collector.sweep_depth -= 1
-        self.patches.setattr(Autotuner, "_bench", _bench)
 
     def patch_benchmarks(self) -> None:
         """Wrap `run` of each loaded FlagGems Benchmark base class once."""
