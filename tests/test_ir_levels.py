@@ -167,6 +167,16 @@ def test_incomplete_level_is_never_compared(tmp_path):
     assert "llir" not in fp.recorded_levels(a)
 
 
+def test_an_unreadable_record_falls_back_to_dumped_files_and_is_reported_once(tmp_path, capsys):
+    a, _ = make_run(tmp_path, "a")
+    b, _ = make_run(tmp_path, "b")
+    (a / "ttgir" / fp.FINGERPRINTS_NAME).write_text("{not json")
+    capsys.readouterr()
+    res = fp.verdict(a, b)
+    assert res["verdict"] == fp.NO_IR_DIFF and "ttgir" in res["compared"]
+    assert capsys.readouterr().err.count("[ir-fingerprint] unreadable") == 1
+
+
 def test_no_ttgir_is_no_ir_not_identical(tmp_path):
     (tmp_path / "x" / "ttgir").mkdir(parents=True)
     (tmp_path / "y" / "ttgir").mkdir(parents=True)

@@ -237,27 +237,30 @@ def _load_record(run_dir: os.PathLike) -> Optional[Dict[str, Any]]:
         return None
 
 
-def recorded_levels(run_dir: os.PathLike) -> Dict[str, str]:
-    """{level: hash} of the complete levels in `<run>/ttgir/ir_fingerprints.json` ({} if none)."""
-    doc = _load_record(run_dir)
+def _levels_of(doc: Optional[Dict[str, Any]]) -> Dict[str, str]:
     if doc is None:
         return {}
     return {lv: str(info["hash"]) for lv, info in doc["levels"].items()
             if isinstance(info, dict) and info.get("complete") and info.get("hash")}
 
 
-def recorded_variants(run_dir: os.PathLike) -> Optional[List[Dict[str, Any]]]:
+def _variants_of(doc: Optional[Dict[str, Any]]) -> Optional[List[Dict[str, Any]]]:
     """The per-variant digests of a schema >= 2 record; None when there are none to use."""
-    doc = _load_record(run_dir)
     if doc is None or not isinstance(doc.get("schema_version"), int) or doc["schema_version"] < 2:
         return None
     records = doc.get("per_variant")
     return records if isinstance(records, list) and records else None
 
 
-def run_levels(run_dir: os.PathLike) -> Dict[str, str]:
-    """Every level's hash for a run: recorded at dump time, else from the dumped files."""
-    levels = recorded_levels(run_dir)
+def recorded_levels(run_dir: os.PathLike) -> Dict[str, str]:
+    """{level: hash} of the complete levels in `<run>/ttgir/ir_fingerprints.json` ({} if none)."""
+    return _levels_of(_load_record(run_dir))
+
+
+def run_levels(run_dir: os.PathLike, doc: Optional[Dict[str, Any]]) -> Dict[str, str]:
+    """Every level's hash for a run: recorded at dump time (`doc`, its record as _load_record
+    read it), else from the dumped files."""
+    levels = _levels_of(doc)
     for level in LEVEL_ORDER:
         if level != "binary" and level not in levels:
             try:
@@ -270,7 +273,9 @@ def run_levels(run_dir: os.PathLike) -> Dict[str, str]:
 def verdict(run_a: os.PathLike, run_b: os.PathLike) -> Dict[str, Any]:
     """The first-difference rule: {'verdict', 'compared', 'one_sided', 'a', 'b', 'exit_code',
     'variants_only'} (see the module docstring for VARIANTS_DIFFER)."""
-    a, b = run_levels(run_a), run_levels(run_b)
+    # Each run's record is read once (an unreadable one is reported once).
+    doc_a, doc_b = _load_record(run_a), _load_record(run_b)
+    a, b = run_levels(run_a, doc_a), run_levels(run_b, doc_b)
     compared: List[str] = []
     one_sided = [lv for lv in LEVEL_ORDER if (lv in a) != (lv in b)]
     out: Dict[str, Any] = {"a": a, "b": b, "compared": compared, "one_sided": one_sided,
@@ -278,7 +283,7 @@ def verdict(run_a: os.PathLike, run_b: os.PathLike) -> Dict[str, Any]:
     if "ttgir" not in a or "ttgir" not in b:
         out.update(verdict=NO_IR, exit_code=EXIT_NO_IR)
         return out
-    matched = per_variant.match_or_none(recorded_variants(run_a), recorded_variants(run_b))
+    matched = per_variant.match_or_none(_variants_of(doc_a), _variants_of(doc_b))
     out["variants_only"] = per_variant.only_cell(matched)
     # Judged on common variants only when some are common and the rest are specialisations.
     by_variant = bool(matched and matched["common"] and (matched["only_a"] or matched["only_b"])
