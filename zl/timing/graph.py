@@ -26,6 +26,7 @@ without a graph type falls back on every shape, with the marker.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -141,6 +142,15 @@ class GraphTimer:
             phase, reason, detail = self._judge(op, step["phase"], exc)
             return self._fallback(op, phase, reason, detail, *args)
 
+    @contextlib.contextmanager
+    def _spent(self, key: str):
+        """Add the block's host seconds to ledger[key], whether it returns or raises."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.ledger[key] += time.perf_counter() - t0
+
     def ledger_line(self) -> str:
         """One line: do_bench calls, warmup, capture and replays, fallbacks (host seconds)."""
         g = self.ledger
@@ -167,23 +177,11 @@ class GraphTimer:
         step["phase"] = "warmup"
         if cold:
             self.flush.ensure(di)  # allocated here: an allocation would break the capture
-        t0 = time.perf_counter()
-        try:
+        with self._spent("warmup_s"):
             self.ledger["warmup_calls"] += capture.warmup_before_capture(
                 di, fn, warmup, grad_to_none, cap_ms=self.warmup_cap_ms)
-        finally:
-            t1 = time.perf_counter()
-            self.ledger["warmup_s"] += t1 - t0
         step["phase"] = "capture"
-        try:
-            return self._bench(di, step, graph_cls, upstream, cold, forward_stream, fn, rep,
-                               grad_to_none, quantiles, return_mode)
-        finally:
-            self.ledger["graph_s"] += time.perf_counter() - t1
-
-    def _bench(self, di, step, graph_cls, upstream, cold, forward_stream, fn, rep, grad_to_none,
-               quantiles, return_mode):
-        with capture.scratch_rng(di):
+        with self._spent("graph_s"), capture.scratch_rng(di):
             if upstream:
                 import triton.testing as tt
                 # A replay failure inside upstream's function reports phase=capture.
@@ -225,26 +223,18 @@ class GraphTimer:
 
     def _fallback(self, op, phase, reason, detail, fn, warmup, rep, grad_to_none, quantiles,
                   return_mode):
-        t0 = time.perf_counter()
-        try:
-            return self._direct_row(op, phase, reason, detail, fn, warmup, rep, grad_to_none,
-                                    quantiles, return_mode)
-        finally:
-            self.ledger["fallbacks"] += 1
-            self.ledger["fallback_s"] += time.perf_counter() - t0
-
-    def _direct_row(self, op, phase, reason, detail, fn, warmup, rep, grad_to_none, quantiles,
-                    return_mode):
-        repeat = self.repeat
-        share = self._host_share(fn, grad_to_none)
-        # do_bench zeroes its own 256 MB cache before every call: a cold row either way.
-        l2 = "cold_by_do_bench_flush" if self.l2 == "cold" else None
-        _marker(markers.format_marker(markers.DIRECT_NO_CUDAGRAPH, op=op, phase=phase,
-                                      reason=reason, detail=f"'{detail}'",
-                                      host_share=share, l2=l2,
-                                      repeat=repeat if repeat > 1 else None), "yellow")
-        return run_direct(self.upstream, fn, warmup=warmup, rep=rep, grad_to_none=grad_to_none,
-                          quantiles=quantiles, return_mode=return_mode, repeat=repeat)
+        self.ledger["fallbacks"] += 1
+        with self._spent("fallback_s"):
+            repeat = self.repeat
+            share = self._host_share(fn, grad_to_none)
+            # do_bench zeroes its own 256 MB cache before every call: a cold row either way.
+            l2 = "cold_by_do_bench_flush" if self.l2 == "cold" else None
+            _marker(markers.format_marker(markers.DIRECT_NO_CUDAGRAPH, op=op, phase=phase,
+                                          reason=reason, detail=f"'{detail}'",
+                                          host_share=share, l2=l2,
+                                          repeat=repeat if repeat > 1 else None), "yellow")
+            return run_direct(self.upstream, fn, warmup=warmup, rep=rep, grad_to_none=grad_to_none,
+                              quantiles=quantiles, return_mode=return_mode, repeat=repeat)
 
     @staticmethod
     def _host_share(fn, grad_to_none) -> str:
