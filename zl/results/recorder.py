@@ -137,21 +137,22 @@ class ResultsRecorder:
         except Exception as exc:
             self._failed(op_name, side, results, exc)
             return
-        job = (op_name, results, key, side, outputs, grad_of, self.gems_depth > 0)
+        job = (op_name, results, key, side, outputs, grad_of)
         if self.gems_depth > 0:
             self.pending.append(job)
         else:
-            self._describe(job)
+            self._describe(job, in_gems=False)
 
     def flush(self) -> None:
         """Describe what was captured inside use_gems(), now that FlagGems is off again."""
         t0 = time.perf_counter()
         while self.pending:
-            self._describe(self.pending.pop(0))
+            self._describe(self.pending.pop(0), in_gems=True)
         self.seconds += time.perf_counter() - t0
 
-    def _describe(self, job: tuple) -> None:
-        op_name, results, key, side, outputs, grad_of, in_gems = job
+    def _describe(self, job: tuple, in_gems: bool) -> None:
+        """`in_gems`: the job was captured inside use_gems() (so its gradient is FlagGems')."""
+        op_name, results, key, side, outputs, grad_of = job
         try:
             if grad_of is not None:
                 outputs = outputs + self._gradients(*grad_of, in_gems=in_gems)
