@@ -111,11 +111,10 @@ class IRCollector:
         self.dumped = False
         self.errors = 0
         self._lock = threading.Lock()
-        # Host seconds inside our Triton callbacks, and launches seen: a graph capture of a
-        # microsecond kernel launches it ~rep/estimate (20000) times, each through on_launch;
-        # issue 18 asks where a run's extra time goes, so the dump line says.
+        # Host seconds inside our Triton callbacks: a graph capture of a microsecond kernel
+        # launches it ~rep/estimate (20000) times, each through on_launch; issue 18 asks where
+        # a run's extra time goes, so the dump line says (with `launches`).
         self.hook_s = 0.0
-        self.launches = 0
         # Launches inside torch's CUDAGraph.capture_begin (its RNG seed/offset fill_, which
         # FlagGems runs under use_gems(): fill_scalar_kernel, 2 per shape on the H200): the
         # harness's, not the operator's, so indexed apart and never fingerprinted.
@@ -145,7 +144,6 @@ class IRCollector:
 
     def on_launch(self, metadata=None, *_a, **_k):
         t0 = time.perf_counter()
-        self.launches += 1
         try:
             data = getattr(metadata, "data", metadata) or {}
             h = self.functions.get(data.get("function"))
@@ -161,6 +159,12 @@ class IRCollector:
         except Exception as exc:
             self._note_error(f"launch hook: {exc!r}")
         self.hook_s += time.perf_counter() - t0
+
+    @property
+    def launches(self) -> int:
+        """Launches seen so far: the measured, sweep, pending and capture-prologue counts."""
+        return (sum(n + sw for n, sw in self.counts.values())
+                + sum(n + sw for n, sw in (self.pending or {}).values()) + sum(self.prologue.values()))
 
     def _hash_by_name(self, name: str) -> str:
         # A launch payload without a known function handle: the name is enough only
