@@ -87,9 +87,18 @@ def rows(p):
     return list(csv.DictReader(open(p, newline=""), delimiter="\t" if p.suffix == ".tsv" else ",")) if p.is_file() else []
 commands = rows(root / "commands.tsv")
 plain = sys.argv[4]
-stage_of = {"plain batch": plain}
-for name, path in (("plain batch", root / plain / "ops_status.csv"), ("screen side A", root / "screen/before/ops_status.csv"),
-                   ("screen side B", root / "screen/after/ops_status.csv")):
+def walls_of(stage):
+    return [int(r["wall_s"]) for r in commands if stage(r["stage"])]
+def per_wall(n, walls, unit):
+    # at SHARE > 1 the slots overlap: throughput is cases over the stage's wall time (every
+    # call that ran the stage, reruns of TIMEOUT cases included)
+    if walls:
+        print(f"   {n} {unit}(s) over {sum(walls)} s of stage wall: "
+              f"{3600 * n / max(sum(walls), 1):.0f} {unit}s/hour on one device")
+# the screen's two sides share their stage's wall: no per-side throughput for them
+for name, path, stage in (("plain batch", root / plain / "ops_status.csv", plain),
+                          ("screen side A", root / "screen/before/ops_status.csv", None),
+                          ("screen side B", root / "screen/after/ops_status.csv", None)):
     rs = rows(path)
     if not rs:
         continue
@@ -109,32 +118,25 @@ for name, path in (("plain batch", root / plain / "ops_status.csv"), ("screen si
     secs = sum(int(r["elapsed_ms"]) for r in ran) / 1000
     if ran:
         print(f"   {len(ran)} case(s) in {secs:.0f} s of case time: {3600 * len(ran) / secs:.0f} cases/hour per slot")
-        walls = [int(r["wall_s"]) for r in commands if r["stage"] == stage_of.get(name)]
-        if walls:
-            # at SHARE > 1 the slots overlap: throughput is cases over the stage's wall time (every
-            # call that ran the stage, reruns of TIMEOUT cases included)
-            print(f"   {len(ran)} case(s) over {sum(walls)} s of stage wall: "
-                  f"{3600 * len(ran) / max(sum(walls), 1):.0f} cases/hour on one device")
+        per_wall(len(ran), walls_of(lambda st: st == stage), "case")
 up = root / "upstream/per_node.tsv"
 if up.is_file():
     lines = [l.split("\t") for l in up.read_text().splitlines() if l.count("\t") == 2]
     if lines:
         secs = sum(int(x[2]) for x in lines)
-        walls = [int(r["wall_s"]) for r in commands if r["stage"].startswith("upstream_per_node")]
         print(f"== upstream one process per node: {len(lines)} node(s), rc 0 on "
               f"{sum(x[1] == '0' for x in lines)}, {secs} s of node time: {3600 * len(lines) / max(secs, 1):.0f} nodes/hour "
               f"per slot ({sys.argv[3]} at a time)")
-        if walls:
-            print(f"   {len(lines)} node(s) over {sum(walls)} s of stage wall: "
-                  f"{3600 * len(lines) / max(sum(walls), 1):.0f} nodes/hour on one device")
+        per_wall(len(lines), walls_of(lambda st: st.startswith("upstream_per_node")), "node")
 one = root / "upstream/one_process.log"
 if one.is_file():
     import re
     done = len(re.findall(r"::test_\S+ (?:PASSED|FAILED|SKIPPED|XFAIL|XPASS|ERROR)", one.read_text(errors="replace")))
-    walls = [int(r["wall_s"]) for r in commands if r["stage"] == "upstream_one_process"]
-    if walls:
-        print(f"== upstream one process: {done} node(s) finished in {walls[-1]} s of wall: "
-              f"{3600 * done / max(walls[-1], 1):.0f} nodes/hour (rc {[r['rc'] for r in commands if r['stage'] == 'upstream_one_process'][-1]})")
+    runs = [r for r in commands if r["stage"] == "upstream_one_process"]
+    if runs:
+        wall = int(runs[-1]["wall_s"])
+        print(f"== upstream one process: {done} node(s) finished in {wall} s of wall: "
+              f"{3600 * done / max(wall, 1):.0f} nodes/hour (rc {runs[-1]['rc']})")
 for r in commands:
     if r["stage"].startswith(("upstream", "plain", "screen")):
         print(f"   stage {r['stage']}: {r['wall_s']} s wall, rc {r['rc']}")
