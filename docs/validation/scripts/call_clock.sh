@@ -10,3 +10,6 @@ CALL_S="${CALL_S:-570}"
 left() { echo $(( CALL_S - ($(date +%s) - T0) )); }
 S=docs/validation/scripts
 tied() { python3 -m zl.supervise --parent "$$" -- "$@"; }
+# The plans' capture-cost stage: results_cost_core.sh alone on the GPU, into $OUT/cost_core,
+# killed after $1 seconds.
+cost_core() { mkdir -p "$OUT/cost_core"; OUT="$OUT/cost_core" tied timeout "$1" bash $S/results_cost_core.sh; }

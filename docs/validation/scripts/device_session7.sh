@@ -24,8 +24,7 @@ cd "$(dirname "$0")/../../.." || exit 2
 source docs/validation/scripts/call_clock.sh
 case "$PART" in
 1)
-  mkdir -p "$OUT/cost_core"
-  OUT="$OUT/cost_core" tied timeout 200 bash $S/results_cost_core.sh
+  cost_core 200
   echo "===== issue18 wall, session-6 misses ($(( $(date +%s) - T0 )) s in)"
   WORK=issue18_wall OPS="softmax:softmax,softmax_backward_out:softmax,index_select:index_select" \
     RUNS=upstream,after1,after2 STAGES=wall,summary WALL_DEADLINE_S=170 RUN_TIMEOUT_S=60 \
@@ -39,8 +38,7 @@ case "$PART" in
   ;;
 A|2)
   if [[ "$PART" == A ]]; then
-    mkdir -p "$OUT/cost_core"
-    OUT="$OUT/cost_core" tied timeout 200 bash $S/results_cost_core.sh
+    cost_core 200
     echo "===== batch beside aa16 ($(( $(date +%s) - T0 )) s in)"
   fi
   # zl.supervise itself goes in the background, not `tied`: a backgrounded function runs in a
@@ -53,8 +51,7 @@ A|2)
   wait "$batch_pid"; echo "batch (part 2) rc=$?"; tail -n 25 "$OUT/batch_part2.console"
   ;;
 B)
-  mkdir -p "$OUT/cost_core"
-  OUT="$OUT/cost_core" tied timeout 200 bash $S/results_cost_core.sh
+  cost_core 200
   echo "===== batch ($(( $(date +%s) - T0 )) s in)"
   SHARE="${SHARE:-4}" BUDGET_S=$(( $(left) - 15 )) OP_TIMEOUT=120 tied bash docs/validation/batch/device_batch.sh
   ;;

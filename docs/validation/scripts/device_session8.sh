@@ -29,8 +29,7 @@ case "$PART" in
 1)
   # first, alone (~60 s): session 7's CPU-only changes seen on the H200 (capture-prologue rows
   # in the IR index, the graph timer's and the IR plugin's cost lines, the capture cost)
-  mkdir -p "$OUT/cost_core"
-  OUT="$OUT/cost_core" tied timeout 150 bash $S/results_cost_core.sh
+  cost_core 150
   batch SCREEN=0 UPSTREAM_ONE_PROCESS=0
   ;;
 2) batch SCREEN=1 UPSTREAM_ONE_PROCESS=0 ;;
