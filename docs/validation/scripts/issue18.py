@@ -47,27 +47,29 @@ DEFAULT_RUNS = RUNS[:4]
 PYTEST_TIME = re.compile(r"=+ .*\b(?:passed|failed|error)\b.* in ([0-9.]+)s")
 # zl_bench's own seconds per run, from its log lines: the graph timer's phases, the results
 # check and the IR fingerprints (issue 18: "find where the graph path spends its time").
-COSTS = (("timer_warmup_s", re.compile(r"graph timer spent .* warmup ([0-9.]+) s")),
-         ("timer_graph_s", re.compile(r"graph timer spent .* capture and replays ([0-9.]+) s")),
-         ("timer_fallback_s", re.compile(r"graph timer spent .* fallback row\(s\) ([0-9.]+) s")),
-         ("results_s", re.compile(r"\[results-plugin\] outputs of .* ([0-9.]+) s outside the timed loops")),
-         ("fingerprints_s", re.compile(r"\[ir-meta-plugin\] IR fingerprints \S+ recorded in ([0-9.]+) ms")),
-         ("ir_hooks_s", re.compile(r"IR plugin spent ([0-9.]+) s in Triton callbacks")),
-         ("ir_launches", re.compile(r"IR plugin spent .* over (\d+) launch\(es\)")),
-         ("ir_dump_s", re.compile(r"IR plugin spent .* and ([0-9.]+) s writing the dump")))
+# One pattern per log line, one named group per figure (summed over repeated lines).
+COST_LINES = (
+    re.compile(r"graph timer spent .* warmup (?P<timer_warmup_s>[0-9.]+) s .* capture and replays "
+               r"(?P<timer_graph_s>[0-9.]+) s, \d+ fallback row\(s\) (?P<timer_fallback_s>[0-9.]+) s"),
+    re.compile(r"\[results-plugin\] outputs of .* (?P<results_s>[0-9.]+) s outside the timed loops"),
+    re.compile(r"\[ir-meta-plugin\] IR fingerprints \S+ recorded in (?P<fingerprints_ms>[0-9.]+) ms"),
+    re.compile(r"IR plugin spent (?P<ir_hooks_s>[0-9.]+) s in Triton callbacks over (?P<ir_launches>\d+) "
+               r"launch\(es\) and (?P<ir_dump_s>[0-9.]+) s writing the dump"))
+COSTS = ("timer_warmup_s", "timer_graph_s", "timer_fallback_s", "results_s", "fingerprints_s",
+         "ir_hooks_s", "ir_launches", "ir_dump_s")
 COLD_CASES = (("relu", (4096, 4096)), ("sum", (4096, 4096)), ("softmax", (4096, 4096)))
 
 
 def zl_costs(text: str) -> dict:
     """Seconds per cost line found in a zl_bench run's output (summed over repeats)."""
-    out = {}
-    for key, pattern in COSTS:
-        found = pattern.findall(text)
-        if found:
-            total = sum(float(v) for v in found)
-            out[key] = int(total) if key == "ir_launches" else \
-                round(total / 1000 if key == "fingerprints_s" else total, 3)
-    return out
+    totals: dict = {}
+    for pattern in COST_LINES:
+        for m in pattern.finditer(text):
+            for key, value in m.groupdict().items():
+                if key == "fingerprints_ms":
+                    key, value = "fingerprints_s", float(value) / 1000
+                totals[key] = totals.get(key, 0.0) + float(value)
+    return {k: int(v) if k == "ir_launches" else round(v, 3) for k, v in totals.items()}
 
 
 def say(msg: str) -> None:
@@ -263,7 +265,7 @@ def summary_main(args) -> int:
                 f"{a1.get('fallback_markers', '-')}/{a2.get('fallback_markers', '-')} |")
         costed = [r for r in runs if r.get("costs")]
         if costed:
-            keys = [k for k, _ in COSTS]
+            keys = list(COSTS)
             md += ["", "Where zl_bench's own seconds went (from each run's log; the excess is the "
                    "run's wall minus upstream's):", "",
                    "| op | run | wall excess s | " + " | ".join(keys) + " |",
