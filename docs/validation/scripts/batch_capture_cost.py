@@ -18,8 +18,14 @@ FINGERPRINT = re.compile(r"\[ir-meta-plugin\] IR fingerprints \S+ recorded in ([
 
 
 def main(argv):
-    if len(argv) != 1 or not (Path(argv[0]) / "ops_status.csv").is_file():
+    if argv in (["-h"], ["--help"]):
+        print(__doc__.strip())
+        return 0
+    if len(argv) != 1:
         print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+        return 2
+    if not (Path(argv[0]) / "ops_status.csv").is_file():
+        print(f"!!! {argv[0]}: no ops_status.csv (not a run_batch.py batch directory)", file=sys.stderr)
         return 2
     root = Path(argv[0])
     out = csv.writer(sys.stdout, delimiter="\t", lineterminator="\n")
