@@ -22,7 +22,7 @@
 # between calls). On a fresh machine give CARRY_TGZ=<the last batch_validation.tgz> to continue.
 # Variables: OUT (required), BUDGET_S=540, OP_TIMEOUT=120, SWITCH=TRITON_DEBUG (changes the TTGIR of
 # kernels with device asserts, e.g. mm; the screen fingerprints every level), DEVICES=0, UPSTREAM=0,
-# UPSTREAM_JOBS=1, UPSTREAM_ONE_PROCESS=1, SCREEN=1 (0 skips the screen this call), PLAIN_NAME=plain,
+# UPSTREAM_JOBS=1, UPSTREAM_MIN_LEFT=130, UPSTREAM_ONE_PROCESS=1, SCREEN=1 (0 skips the screen this call), PLAIN_NAME=plain,
 # SHARE=1 (run_batch.py --share-device for both stages: SHARE > 1 runs that many cases at once per
 # GPU, a FUNCTIONAL sweep only: statuses and screen verdicts hold, every latency was measured under
 # contention and is refused by the comparison tools; report.txt says so). Keep one SHARE per
@@ -44,6 +44,8 @@ SHARE="${SHARE:-1}"
 PLAIN_NAME="${PLAIN_NAME:-plain}"
 UPSTREAM_ONE_PROCESS="${UPSTREAM_ONE_PROCESS:-1}"   # 0: upstream per node only this call
 SCREEN="${SCREEN:-1}"   # 0: no screen stage this call (the throughput stages first)
+# an upstream node starts only with more than this many seconds of the call left
+UPSTREAM_MIN_LEFT="${UPSTREAM_MIN_LEFT:-130}"
 ROOT="${BATCH_ROOT:-$PWD/runs/device_batch}"
 export PYTHONPATH="${PYTHONPATH:-}"
 # shellcheck source=docs/validation/scripts/device_env.sh
@@ -196,16 +198,20 @@ for r in csv.DictReader(l for l in open("ops/inventory_main.csv") if not l.start
   s=$(date +%s); started=0
   for t in "${tests[@]}"; do
     grep -qF "$t	" "$ROOT/upstream/per_node.tsv" && continue
-    (( $(left) > 130 )) || break
     while (( $(jobs -rp | wc -l) >= UPSTREAM_JOBS )); do wait -n; done
+    (( $(left) > UPSTREAM_MIN_LEFT )) || break
+    # A node gets 120 s, or what is left of the call when that is less; a node cut by the call
+    # (not by its own 120 s) writes no line, so the next call runs it again instead of counting it.
+    cap=$(( $(left) - 5 )); (( cap > 120 )) && cap=120
     (
       n0=$(date +%s)
       # Caches of its own, shared by the upstream nodes only, as the zl_bench cases share theirs:
       # after a zl_bench stage on the same machine, a shared cache would hand upstream compiled
       # kernels and FlagGems' generated code (issue 18, session 6: 32.8 s vs 5.8 s on mm).
       (cd "$FLAGGEMS_DIR" && TRITON_CACHE_DIR="$ROOT/upstream/cache/triton" \
-         FLAGGEMS_CACHE_DIR="$ROOT/upstream/cache/flaggems" timeout 120 \
+         FLAGGEMS_CACHE_DIR="$ROOT/upstream/cache/flaggems" timeout "$cap" \
          python3 -m pytest -s "$t" --level core --mode cudagraph --dtypes float16 > /dev/null 2>&1); r=$?
+      (( r == 124 && cap < 120 )) && exit 0
       # one short line per node: O_APPEND keeps concurrent appends whole
       printf '%s\t%s\t%s\n' "$t" "$r" "$(( $(date +%s) - n0 ))" >> "$ROOT/upstream/per_node.tsv"
     ) &

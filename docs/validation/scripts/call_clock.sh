@@ -12,4 +12,12 @@ S=docs/validation/scripts
 tied() { python3 -m zl.supervise --parent "$$" -- "$@"; }
 # The plans' capture-cost stage: results_cost_core.sh alone on the GPU, into $OUT/cost_core,
 # killed after $1 seconds.
-cost_core() { mkdir -p "$OUT/cost_core"; OUT="$OUT/cost_core" tied timeout "$1" bash $S/results_cost_core.sh; }
+# Only files two levels under the device's OUT come back: the run folders travel as a tarball
+# (compiled IR left out: never committed).
+cost_core() {
+  local rc
+  mkdir -p "$OUT/cost_core"; OUT="$OUT/cost_core" tied timeout "$1" bash $S/results_cost_core.sh; rc=$?
+  tar -czf "$OUT/cost_core_runs.tgz" -C "$OUT" --exclude='*.ttgir' --exclude='*.llir' --exclude='*.ptx' \
+    --exclude='*.cubin' --exclude='*.json.ir' cost_core
+  return "$rc"
+}
