@@ -253,19 +253,3 @@ def test_issue18_run_order_alternates_upstream_and_keeps_replays_after_records()
     assert odd.index("upstream") == odd.index("after1") + 1
     assert odd.index("after2") > odd.index("after1") and odd.index("before2") > odd.index("before")
     assert mod.run_order(["after1", "after2"], 1) == ["after1", "after2"]
-
-
-def test_issue18_reads_zl_costs_from_the_run_output():
-    spec = importlib.util.spec_from_file_location("issue18", ROOT / "docs/validation/scripts/issue18.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    text = ("[cudagraph-plugin] graph timer spent 3.900 s over 10 do_bench call(s): warmup 0.250 s "
-            "(31 timed call(s)), capture and replays 3.500 s, 1 fallback row(s) 0.150 s\n"
-            "[results-plugin] outputs of clamp recorded under /x/results (10 calls, 0.600 s outside the timed loops)\n"
-            "[ir-meta-plugin] IR fingerprints ttgir,llir,ptx,binary recorded in 12.5 ms\n"
-            "[ir-meta-plugin] IR plugin spent 0.420 s in Triton callbacks over 81234 launch(es) and "
-            "0.051 s writing the dump\n")
-    assert mod.zl_costs(text) == {"timer_warmup_s": 0.25, "timer_graph_s": 3.5, "timer_fallback_s": 0.15,
-                                  "results_s": 0.6, "fingerprints_s": 0.013, "ir_hooks_s": 0.42,
-                                  "ir_launches": 81234, "ir_dump_s": 0.051}
-    assert mod.zl_costs("nothing here") == {}

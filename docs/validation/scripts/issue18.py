@@ -40,36 +40,13 @@ for p in (ROOT, ROOT / "benchmarks"):
 
 from timer_noise import cupti_graph_ms, cupti_ms, fmt, pair_stats, parse_tables  # noqa: E402
 from zl import atomic, markers  # noqa: E402
+from zl.runlog.costs import COSTS, zl_costs  # noqa: E402  (issue 18: where the graph path spends its time)
 
 # before2 replays before: the A/A of the old warmup, to set beside after1/after2 in one call
 RUNS = ("upstream", "before", "after1", "after2", "before2")
 DEFAULT_RUNS = RUNS[:4]
 PYTEST_TIME = re.compile(r"=+ .*\b(?:passed|failed|error)\b.* in ([0-9.]+)s")
-# zl_bench's own seconds per run, from its log lines: the graph timer's phases, the results
-# check and the IR fingerprints (issue 18: "find where the graph path spends its time").
-# One pattern per log line, one named group per figure (summed over repeated lines).
-COST_LINES = (
-    re.compile(r"graph timer spent .* warmup (?P<timer_warmup_s>[0-9.]+) s .* capture and replays "
-               r"(?P<timer_graph_s>[0-9.]+) s, \d+ fallback row\(s\) (?P<timer_fallback_s>[0-9.]+) s"),
-    re.compile(r"\[results-plugin\] outputs of .* (?P<results_s>[0-9.]+) s outside the timed loops"),
-    re.compile(r"\[ir-meta-plugin\] IR fingerprints \S+ recorded in (?P<fingerprints_ms>[0-9.]+) ms"),
-    re.compile(r"IR plugin spent (?P<ir_hooks_s>[0-9.]+) s in Triton callbacks over (?P<ir_launches>\d+) "
-               r"launch\(es\) and (?P<ir_dump_s>[0-9.]+) s writing the dump"))
-COSTS = ("timer_warmup_s", "timer_graph_s", "timer_fallback_s", "results_s", "fingerprints_s",
-         "ir_hooks_s", "ir_launches", "ir_dump_s")
 COLD_CASES = (("relu", (4096, 4096)), ("sum", (4096, 4096)), ("softmax", (4096, 4096)))
-
-
-def zl_costs(text: str) -> dict:
-    """Seconds per cost line found in a zl_bench run's output (summed over repeats)."""
-    totals: dict = {}
-    for pattern in COST_LINES:
-        for m in pattern.finditer(text):
-            for key, value in m.groupdict().items():
-                if key == "fingerprints_ms":
-                    key, value = "fingerprints_s", float(value) / 1000
-                totals[key] = totals.get(key, 0.0) + float(value)
-    return {k: int(v) if k == "ir_launches" else round(v, 3) for k, v in totals.items()}
 
 
 def say(msg: str) -> None:

@@ -1,0 +1,122 @@
+"""zl.runlog.costs: cost lines, pytest -v outcomes (with -s), the per-case batch cost table, and
+the two scripts that print them (batch_costs.py, batch_report.py)."""
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zl.runlog.costs import batch_cost_rows, pytest_finished, read_upstream_per_node, summarise, zl_costs
+
+ROOT = Path(__file__).resolve().parents[1]
+LEDGER = ("[cudagraph-plugin] graph timer spent 3.900 s over 10 do_bench call(s): warmup 0.250 s "
+          "(31 timed call(s)), capture and replays 3.500 s, 1 fallback row(s) 0.150 s\n"
+          "[results-plugin] outputs of clamp recorded under /x/results (10 calls, 0.600 s outside the timed loops)\n"
+          "[ir-meta-plugin] IR fingerprints ttgir,llir,ptx,binary recorded in 12.5 ms\n"
+          "[ir-meta-plugin] IR plugin spent 0.420 s in Triton callbacks over 81234 launch(es) and "
+          "0.051 s writing the dump\n")
+# the shape of session 9's one-process log: `pytest -s -v`, each outcome after the table
+ONE_PROCESS = """collecting ... collected 3 items
+
+benchmark/test_abs.py::test_abs 
+Operator: abs  Performance Test (dtype=torch.float16, mode=cudagraph,level=core)
+SUCCESS               0.001169            0.001125               1.039          [torch.Size([64, 64])]
+
+PASSED
+benchmark/test_bitwise_and.py::test_bitwise_and FAILED
+benchmark/test_clamp.py::test_clamp 
+Operator: clamp  Performance Test (dtype=torch.float16, mode=cudagraph,level=core)
+SUCCESS               1.923433            1.999664               0.962          [torch.Size([1073741824])]
+"""
+
+
+def test_cost_lines_are_read_and_summed():
+    assert zl_costs(LEDGER) == {"timer_warmup_s": 0.25, "timer_graph_s": 3.5, "timer_fallback_s": 0.15,
+                                "results_s": 0.6, "fingerprints_s": 0.013, "ir_hooks_s": 0.42,
+                                "ir_launches": 81234, "ir_dump_s": 0.051}
+    assert zl_costs(LEDGER + LEDGER)["timer_graph_s"] == 7.0
+    assert zl_costs("nothing here") == {}
+
+
+def test_pytest_outcomes_with_and_without_s_and_a_cut_node_left_out():
+    assert pytest_finished(ONE_PROCESS) == [("benchmark/test_abs.py::test_abs", "PASSED"),
+                                            ("benchmark/test_bitwise_and.py::test_bitwise_and", "FAILED")]
+    # -v without -s: one line each, with a skip reason and the progress column
+    assert pytest_finished("a/test_x.py::test_x PASSED      [ 50%]\na/test_y.py::test_y SKIPPED (why) [100%]\n"
+                           "a/test_z.py::test_z \nSUCCESS 1.0 PASSED_TOO\n") == [
+        ("a/test_x.py::test_x", "PASSED"), ("a/test_y.py::test_y", "SKIPPED")]
+    assert pytest_finished("") == []
+
+
+def _batch(tmp_path, cases):
+    batch = tmp_path / "b"
+    rows = []
+    for name, status, elapsed_ms, log in cases:
+        d = batch / "main" / name
+        d.mkdir(parents=True)
+        if log is not None:
+            (d / "run.log").write_text(log)
+        rows.append({"repo": "main", "op": name, "run_name": name, "status": status,
+                     "elapsed_ms": elapsed_ms, "out_dir": f"/elsewhere/main/{name}"})
+    with open(batch / "ops_status.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return batch
+
+
+def test_batch_rows_pair_with_upstream_and_the_summary_splits_the_excess(tmp_path):
+    batch = _batch(tmp_path, [("clamp", "PASS", "20000", LEDGER), ("sum", "PASS", "12000", LEDGER),
+                              ("bitwise_and", "TIMEOUT", "120000", None)])
+    per_node = tmp_path / "per_node.tsv"
+    per_node.write_text("benchmark/test_clamp.py::test_clamp\t0\t15\n"
+                        "benchmark/test_reduction.py::test_sum\t0\t11\n"
+                        "benchmark/test_bitwise_and.py::test_bitwise_and\t1\t11\n")
+    rows = batch_cost_rows(batch, read_upstream_per_node(per_node))
+    clamp = rows[0]
+    assert clamp["elapsed_s"] == 20.0 and clamp["upstream_s"] == 15 and clamp["excess_s"] == 5.0
+    assert clamp["timer_s"] == 3.9 and clamp["extra_s"] == pytest.approx(1.084)
+    assert rows[2]["timer_s"] is None and rows[2]["upstream_rc"] == 1
+    text = "\n".join(summarise(rows))
+    # the TIMEOUT case has no cost lines and stays out of the pairing
+    assert "2 PASS case(s)" in text and "zl_bench 32 s, upstream 26 s, excess 6 s (23 %)" in text
+    assert "results check, fingerprints, IR callbacks and dump): 2 s" in text
+    assert summarise(rows[2:]) == ["no PASS case with zl_bench's cost lines"]
+
+
+def test_a_malformed_per_node_line_is_named(tmp_path):
+    bad = tmp_path / "per_node.tsv"
+    bad.write_text("benchmark/test_clamp.py::test_clamp\t0\n")
+    with pytest.raises(ValueError, match="not a per-node line"):
+        read_upstream_per_node(bad)
+
+
+def test_batch_costs_script_prints_a_table_and_refuses_bad_input(tmp_path):
+    batch = _batch(tmp_path, [("clamp", "PASS", "20000", LEDGER)])
+    script = ROOT / "docs/validation/scripts/batch_costs.py"
+    ok = subprocess.run([sys.executable, str(script), str(batch)], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    table = list(csv.DictReader(ok.stdout.splitlines(), delimiter="\t"))
+    assert table[0]["run_name"] == "clamp" and table[0]["timer_graph_s"] == "3.5"
+    assert "upstream_s" not in table[0] and "1 PASS case(s)" in ok.stderr
+    missing = subprocess.run([sys.executable, str(script), str(tmp_path / "none")], capture_output=True, text=True)
+    assert missing.returncode == 2 and "no ops_status.csv" in missing.stderr
+    usage = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    assert usage.returncode == 2 and "batch_costs.py <batch_dir>" in usage.stderr
+
+
+def test_batch_report_counts_a_cut_one_process_run(tmp_path):
+    root = tmp_path / "root"
+    (root / "upstream").mkdir(parents=True)
+    (root / "upstream/one_process.log").write_text(ONE_PROCESS)
+    (root / "commands.tsv").write_text("stage\tstart\tend\twall_s\trc\tcommand\n"
+                                       "upstream_one_process\t-\t-\t36\t124\tpytest\n")
+    out = subprocess.run([sys.executable, str(ROOT / "docs/validation/batch/batch_report.py"), str(root), "1", "1",
+                          "plain"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "upstream one process: 2 node(s) finished in 36 s of wall: 200 nodes/hour (rc 124)" in out.stdout
+    bad = subprocess.run([sys.executable, str(ROOT / "docs/validation/batch/batch_report.py"), str(root)],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "batch_report.py <batch_root>" in bad.stderr

@@ -1,0 +1,123 @@
+"""Where a zl_bench run's seconds go, from its own log lines, next to upstream's.
+
+Each plugin logs what it cost at the end of a run (the graph timer's ledger, the results
+check, the IR fingerprints and the IR plugin's callbacks). Issue 18's per-run table and the
+batch's per-case table (`docs/validation/scripts/batch_costs.py`) read them here, so a wording
+change in one plugin line breaks one parser and its test, not two copies.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import statistics
+from pathlib import Path
+
+# One pattern per log line, one named group per figure (summed over repeated lines).
+COST_LINES = (
+    re.compile(r"graph timer spent .* warmup (?P<timer_warmup_s>[0-9.]+) s .* capture and replays "
+               r"(?P<timer_graph_s>[0-9.]+) s, \d+ fallback row\(s\) (?P<timer_fallback_s>[0-9.]+) s"),
+    re.compile(r"\[results-plugin\] outputs of .* (?P<results_s>[0-9.]+) s outside the timed loops"),
+    re.compile(r"\[ir-meta-plugin\] IR fingerprints \S+ recorded in (?P<fingerprints_ms>[0-9.]+) ms"),
+    re.compile(r"IR plugin spent (?P<ir_hooks_s>[0-9.]+) s in Triton callbacks over (?P<ir_launches>\d+) "
+               r"launch\(es\) and (?P<ir_dump_s>[0-9.]+) s writing the dump"))
+COSTS = ("timer_warmup_s", "timer_graph_s", "timer_fallback_s", "results_s", "fingerprints_s",
+         "ir_hooks_s", "ir_launches", "ir_dump_s")
+# the figures that are seconds (ir_launches is a count): the graph timer's replace upstream's
+# own cudagraph timing; the rest is work upstream does not do at all
+TIMER = ("timer_warmup_s", "timer_graph_s", "timer_fallback_s")
+EXTRA = ("results_s", "fingerprints_s", "ir_hooks_s", "ir_dump_s")
+# pytest -v: the outcome follows the node id on its line, or, under -s, on a later line of its
+# own after the benchmark's printed table (session 9's one-process log: all 17 finished nodes
+# were missed by a same-line pattern and the rate read 0 nodes/hour).
+_NODE = re.compile(r"^\S+::test_\S+", re.M)
+# then an optional reason (`SKIPPED (needs x)`) and progress (`[ 50%]`) end the line
+_OUTCOME = re.compile(r"(?:^|\s)(PASSED|FAILED|SKIPPED|XFAIL|XPASS|ERROR)(?: \(.*\))?\s*(?:\[\s*\d+%\])?\s*$", re.M)
+
+
+def zl_costs(text: str) -> dict:
+    """Seconds per cost line found in a zl_bench run's output (summed over repeats)."""
+    totals: dict = {}
+    for pattern in COST_LINES:
+        for m in pattern.finditer(text):
+            for key, value in m.groupdict().items():
+                if key == "fingerprints_ms":
+                    key, value = "fingerprints_s", float(value) / 1000
+                totals[key] = totals.get(key, 0.0) + float(value)
+    return {k: int(v) if k == "ir_launches" else round(v, 3) for k, v in totals.items()}
+
+
+def pytest_finished(text: str) -> list[tuple[str, str]]:
+    """(node id, outcome) of each node a `pytest -v` log finished, with or without -s.
+
+    A node whose outcome never came (the run was cut while it ran) is left out."""
+    starts = [(m.start(), m.group(0)) for m in _NODE.finditer(text)]
+    done = []
+    for i, (pos, node) in enumerate(starts):
+        end = starts[i + 1][0] if i + 1 < len(starts) else len(text)
+        m = _OUTCOME.search(text, pos + len(node), end)
+        if m:
+            done.append((node, m.group(1)))
+    return done
+
+
+def read_upstream_per_node(path: Path) -> dict[str, tuple[int, int]]:
+    """device_batch.sh's per_node.tsv (`benchmark/test_x.py::test_op<TAB>rc<TAB>seconds`) ->
+    {run_name-ish test function minus `test_`: (rc, seconds)}."""
+    out = {}
+    for line in Path(path).read_text().splitlines():
+        parts = line.split("\t")
+        if len(parts) != 3 or "::test_" not in parts[0]:
+            raise ValueError(f"{path}: not a per-node line: {line!r}")
+        out[parts[0].split("::test_", 1)[1]] = (int(parts[1]), int(parts[2]))
+    return out
+
+
+def batch_cost_rows(batch_dir: Path, upstream: dict | None = None) -> list[dict]:
+    """One dict per case of a run_batch.py batch: status, elapsed seconds, each cost figure
+    from the case's run.log and, when upstream per-node seconds are given (keyed by the
+    test function minus `test_`), upstream's seconds and zl_bench's excess over them."""
+    batch_dir = Path(batch_dir)
+    table = batch_dir / "ops_status.csv"
+    if not table.is_file():
+        raise FileNotFoundError(f"{batch_dir}: no ops_status.csv (not a run_batch.py batch directory)")
+    rows = []
+    for row in csv.DictReader(open(table, newline="")):
+        log = batch_dir / row["repo"] / Path(row["out_dir"]).name / "run.log"
+        costs = zl_costs(log.read_text(errors="replace")) if log.is_file() else {}
+        r = {"run_name": row["run_name"], "status": row["status"],
+             "elapsed_s": round(float(row["elapsed_ms"] or 0) / 1000, 1)}
+        r.update({k: costs.get(k) for k in COSTS})
+        r["timer_s"] = round(sum(costs.get(k, 0.0) for k in TIMER), 3) if costs else None
+        r["extra_s"] = round(sum(costs.get(k, 0.0) for k in EXTRA), 3) if costs else None
+        if upstream is not None:
+            up = upstream.get(row["op"])
+            r["upstream_rc"], r["upstream_s"] = up if up else (None, None)
+            r["excess_s"] = round(r["elapsed_s"] - up[1], 1) if up else None
+        rows.append(r)
+    return rows
+
+
+def summarise(rows: list[dict]) -> list[str]:
+    """Lines for the end of a batch cost table: sums and medians over the PASS cases with cost
+    lines, and how much of zl_bench's excess over upstream the extra work explains."""
+    full = [r for r in rows if r["status"] == "PASS" and r["extra_s"] is not None]
+    if not full:
+        return ["no PASS case with zl_bench's cost lines"]
+    lines = [f"{len(full)} PASS case(s) with cost lines: elapsed median {statistics.median(r['elapsed_s'] for r in full):.1f} s"]
+    for k in TIMER + ("timer_s",) + EXTRA + ("extra_s",):
+        vals = [r[k] or 0.0 for r in full]
+        lines.append(f"  {k:<18} sum {sum(vals):8.1f} s  median {statistics.median(vals):7.3f} s")
+    paired = [r for r in full if r.get("excess_s") is not None]
+    if paired:
+        excess = sum(r["excess_s"] for r in paired)
+        extra = sum(r["extra_s"] for r in paired)
+        timer = sum(r["timer_s"] for r in paired)
+        up = sum(r["upstream_s"] for r in paired)
+        lines.append(f"  against upstream per node ({len(paired)} case(s)): zl_bench {sum(r['elapsed_s'] for r in paired):.0f} s, "
+                     f"upstream {up} s, excess {excess:.0f} s ({excess / max(up, 1) * 100:.0f} %)")
+        lines.append(f"  work upstream does not do (results check, fingerprints, IR callbacks and dump): "
+                     f"{extra:.0f} s; zl_bench's graph timer, which replaces upstream's own timing: "
+                     f"{timer:.0f} s (upstream's is not logged); the rest of the excess is in neither "
+                     "(plugin start-up, the run directory, the batch layer)")
+    return lines
