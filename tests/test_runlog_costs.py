@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from zl.runlog.costs import batch_cost_rows, pytest_finished, read_upstream_per_node, summarise, zl_costs
+from zl.runlog.costs import (batch_cost_rows, node_seconds, pytest_finished, read_upstream_per_node, summarise,
+                             zl_costs)
 
 ROOT = Path(__file__).resolve().parents[1]
 LEDGER = ("[cudagraph-plugin] graph timer spent 3.900 s over 10 do_bench call(s): warmup 0.250 s "
@@ -48,6 +49,16 @@ def test_pytest_outcomes_with_and_without_s_and_a_cut_node_left_out():
                            "a/test_z.py::test_z \nSUCCESS 1.0 PASSED_TOO\n") == [
         ("a/test_x.py::test_x", "PASSED"), ("a/test_y.py::test_y", "SKIPPED")]
     assert pytest_finished("") == []
+
+
+def test_node_seconds_from_a_stamped_log_and_a_missing_stamp_is_named():
+    stamped = "".join(f"{100 + i * 1.5:.2f} {line}\n" for i, line in enumerate(ONE_PROCESS.splitlines()))
+    got = node_seconds(stamped)
+    # abs: id at 103.0, PASSED on its own line at 109.0; bitwise_and on one line
+    assert got == [("benchmark/test_abs.py::test_abs", "PASSED", 6.0),
+                   ("benchmark/test_bitwise_and.py::test_bitwise_and", "FAILED", 0.0)]
+    with pytest.raises(ValueError, match="line 2 has no time stamp"):
+        node_seconds("1.0 a/test_x.py::test_x PASSED\nnot stamped\n")
 
 
 def _batch(tmp_path, cases):

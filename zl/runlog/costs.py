@@ -51,14 +51,47 @@ def pytest_finished(text: str) -> list[tuple[str, str]]:
     """(node id, outcome) of each node a `pytest -v` log finished, with or without -s.
 
     A node whose outcome never came (the run was cut while it ran) is left out."""
+    return [(node, outcome) for node, outcome, _, _ in _finished_at(text)]
+
+
+def _finished_at(text: str):
+    """(node, outcome, position of the node id, position of the outcome) per finished node."""
     starts = [(m.start(), m.group(0)) for m in _NODE.finditer(text)]
-    done = []
     for i, (pos, node) in enumerate(starts):
         end = starts[i + 1][0] if i + 1 < len(starts) else len(text)
         m = _OUTCOME.search(text, pos + len(node), end)
         if m:
-            done.append((node, m.group(1)))
-    return done
+            yield node, m.group(1), pos, m.start(1)
+
+
+def node_seconds(stamped: str) -> list[tuple[str, str, float]]:
+    """(node id, outcome, seconds) from a `pytest -v` log whose every line starts with the
+    epoch seconds it was printed at (upstream_one_process.sh): a node's time runs from its id
+    line to its outcome line. Lines without a stamp are refused (ValueError)."""
+    stamps, lines = [], []
+    for n, line in enumerate(stamped.splitlines(keepends=True), 1):
+        stamp, sep, rest = line.partition(" ")
+        try:
+            stamps.append(float(stamp))
+        except ValueError:
+            raise ValueError(f"line {n} has no time stamp: {line[:80]!r}") from None
+        lines.append(rest if sep else "\n")
+    text = "".join(lines)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+
+    def stamp_at(pos):   # the stamp of the line holding text position pos
+        lo, hi = 0, len(lines) - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if starts[mid] <= pos else (lo, mid - 1)
+        return stamps[lo]
+
+    out = []
+    for node, outcome, begin, end in _finished_at(text):
+        out.append((node, outcome, round(stamp_at(end) - stamp_at(begin), 2)))
+    return out
 
 
 def read_upstream_per_node(path: Path) -> dict[str, tuple[int, int]]:
