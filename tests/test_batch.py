@@ -336,6 +336,13 @@ def test_real_run_pytest_dtype_fallback_and_runtime_skip(tmp_path):
         assert (bd / "main/abs" / name).exists(), name
     with open(bd / "summary.csv", newline="") as fh:
         assert any(row["op"] == "abs" and row["row_status"] == "SUCCESS" for row in csv.DictReader(fh))
+    # costs.tsv: abs's figures from its run.log (on the CPU every shape is a fallback row);
+    # the skipped case's plugins logged their lines with nothing timed
+    with open(bd / "costs.tsv", newline="") as fh:
+        costs = {row["run_name"]: row for row in csv.DictReader(fh, delimiter="\t")}
+    assert float(costs["abs"]["timer_fallback_s"]) > 0 and float(costs["abs"]["results_s"]) >= 0
+    assert float(costs["zl_hang"]["timer_s"]) == 0 and costs["zl_hang"]["status"] == "SKIP"
+    assert "[batch] costs: 1 PASS case(s) with cost lines" in r.stdout
 
 
 def test_switch_screen_judges_like_ab_rlc_and_feeds_partition(tmp_path):

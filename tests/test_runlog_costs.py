@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from zl.runlog.costs import (batch_cost_rows, node_seconds, pytest_finished, read_upstream_per_node, summarise,
-                             zl_costs)
+                             write_batch_costs, zl_costs)
 
 ROOT = Path(__file__).resolve().parents[1]
 LEDGER = ("[cudagraph-plugin] graph timer spent 3.900 s over 10 do_bench call(s): warmup 0.250 s "
@@ -95,6 +95,15 @@ def test_batch_rows_pair_with_upstream_and_the_summary_splits_the_excess(tmp_pat
     assert "2 PASS case(s)" in text and "zl_bench 32 s, upstream 26 s, excess 6 s (23 %)" in text
     assert "results check, fingerprints, IR callbacks and dump): 2 s" in text
     assert summarise(rows[2:]) == ["no PASS case with zl_bench's cost lines"]
+
+
+def test_costs_tsv_marks_missing_figures(tmp_path):
+    batch = _batch(tmp_path, [("clamp", "PASS", "20000", LEDGER), ("gone", "FAIL", "", None)])
+    lines = write_batch_costs(batch)
+    table = list(csv.DictReader(open(batch / "costs.tsv", newline=""), delimiter="\t"))
+    assert [r["run_name"] for r in table] == ["clamp", "gone"]
+    assert table[0]["timer_graph_s"] == "3.5" and table[1]["timer_graph_s"] == "-"
+    assert table[1]["elapsed_s"] == "0.0" and lines[0].startswith("1 PASS case(s)")
 
 
 def test_a_malformed_per_node_line_is_named(tmp_path):

@@ -10,7 +10,8 @@ time, a functional sweep whose timings are invalid and marked so everywhere).
 
 Output: <batch>/<repo>/<run_name>/ (a single run's layout), <batch>/ops_status.csv (one row
 per case, rewritten atomically after every change), <batch>/summary.csv (batch_summary.py),
-<batch>/console/<repo>/<run_name>.log (run_pytest.sh's console, all attempts), batch.json.
+<batch>/console/<repo>/<run_name>.log (run_pytest.sh's console, all attempts), batch.json,
+<batch>/costs.tsv (per case: the graph timer's, the results check's and the IR plugin's seconds).
 Statuses: PASS, SKIP (runtime skip/xfail, no rows), NO_ROWS (exit 0, nothing measured), FAIL,
 TIMEOUT; PENDING/RUNNING/INTERRUPTED for cases not finished (--resume reruns those and
 every FAIL/TIMEOUT/NO_ROWS; PASS/SKIP with .complete are reused untouched).
@@ -52,6 +53,7 @@ from zl.batch.select import SelectionError, Selector, read_dismiss, read_names_f
 from zl.batch.screen import SIDES, ScreenTable, read_screen_rows, screen_row
 from zl.batch.status import COMPLETE, UNFINISHED, StatusTable, blank_row, read_rows
 from zl.flaggems import checkout_commit
+from zl.runlog.costs import write_batch_costs
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 OPS_DIR = REPO_ROOT / "ops"
@@ -410,6 +412,9 @@ def finish(table: StatusTable, batch_dir: Path, interrupted: bool, resume: str) 
         r = subprocess.run([sys.executable, str(REPO_ROOT / "batch_summary.py"), str(batch_dir)],
                            capture_output=True, text=True)
         print((r.stdout or r.stderr).strip())
+        # where each case's seconds went, from the plugins' own cost lines (issue 17)
+        for line in write_batch_costs(batch_dir):
+            print(f"{LOG} costs: {line}")
     print(f"{LOG} table: {batch_dir / 'ops_status.csv'}")
     if interrupted:
         return EXIT_INTERRUPTED

@@ -154,3 +154,17 @@ def summarise(rows: list[dict]) -> list[str]:
                      f"{timer:.0f} s (upstream's is not logged); the rest of the excess is in neither "
                      "(plugin start-up, the run directory, the batch layer)")
     return lines
+
+
+def write_batch_costs(batch_dir: Path) -> list[str]:
+    """<batch>/costs.tsv (one row per case, `-` where a figure is missing), written atomically;
+    returns the summary lines for run_batch.py's end-of-batch report."""
+    from zl import atomic   # the writer only: the parsers stay importable from bare scripts
+
+    rows = batch_cost_rows(batch_dir)
+    if not rows:
+        return []
+    head = list(rows[0])
+    body = ["\t".join("-" if r[k] is None else str(r[k]) for k in head) for r in rows]
+    atomic.write_text(Path(batch_dir) / "costs.tsv", "\n".join(["\t".join(head)] + body) + "\n")
+    return summarise(rows)
