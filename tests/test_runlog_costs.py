@@ -69,7 +69,8 @@ def _batch(tmp_path, cases):
         d.mkdir(parents=True)
         if log is not None:
             (d / "run.log").write_text(log)
-        rows.append({"repo": "main", "op": name, "run_name": name, "status": status,
+        rows.append({"repo": "main", "op": name, "op_file": "reduction" if name == "sum" else name,
+                     "run_name": name, "status": status,
                      "elapsed_ms": elapsed_ms, "out_dir": f"/elsewhere/main/{name}"})
     with open(batch / "ops_status.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -84,9 +85,11 @@ def test_batch_rows_pair_with_upstream_and_the_summary_splits_the_excess(tmp_pat
     per_node = tmp_path / "per_node.tsv"
     per_node.write_text("benchmark/test_clamp.py::test_clamp\t0\t15\n"
                         "benchmark/test_reduction.py::test_sum\t0\t11\n"
+                        "benchmark/test_other.py::test_clamp\t0\t99\n"
                         "benchmark/test_bitwise_and.py::test_bitwise_and\t1\t11\n")
     rows = batch_cost_rows(batch, read_upstream_per_node(per_node))
     clamp = rows[0]
+    # paired by file and function: test_other.py's test_clamp is another node
     assert clamp["elapsed_s"] == 20.0 and clamp["upstream_s"] == 15 and clamp["excess_s"] == 5.0
     assert clamp["timer_s"] == 3.9 and clamp["extra_s"] == pytest.approx(1.084)
     assert rows[2]["timer_s"] is None and rows[2]["upstream_rc"] == 1

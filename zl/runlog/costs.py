@@ -8,6 +8,7 @@ change in one plugin line breaks one parser and its test, not two copies.
 
 from __future__ import annotations
 
+import bisect
 import csv
 import re
 import statistics
@@ -82,11 +83,7 @@ def node_seconds(stamped: str) -> list[tuple[str, str, float]]:
         starts.append(starts[-1] + len(line))
 
     def stamp_at(pos):   # the stamp of the line holding text position pos
-        lo, hi = 0, len(lines) - 1
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if starts[mid] <= pos else (lo, mid - 1)
-        return stamps[lo]
+        return stamps[bisect.bisect_right(starts, pos) - 1]
 
     out = []
     for node, outcome, begin, end in _finished_at(text):
@@ -94,28 +91,40 @@ def node_seconds(stamped: str) -> list[tuple[str, str, float]]:
     return out
 
 
-def read_upstream_per_node(path: Path) -> dict[str, tuple[int, int]]:
+def _file_stem(path: str) -> str:
+    """`benchmark/test_where.py` or `where` -> `where` (ops_status.csv's op_file)."""
+    stem = Path(path).name
+    stem = stem[:-3] if stem.endswith(".py") else stem
+    return stem[5:] if stem.startswith("test_") else stem
+
+
+def read_upstream_per_node(path: Path) -> dict[tuple[str, str], tuple[int, int]]:
     """device_batch.sh's per_node.tsv (`benchmark/test_x.py::test_op<TAB>rc<TAB>seconds`) ->
-    {run_name-ish test function minus `test_`: (rc, seconds)}."""
+    {(file stem minus `test_`, test function minus `test_`): (rc, seconds)}, the same key as
+    ops_status.csv's (op_file, op): two files may hold a test function of the same name."""
     out = {}
     for line in Path(path).read_text().splitlines():
         parts = line.split("\t")
         if len(parts) != 3 or "::test_" not in parts[0]:
             raise ValueError(f"{path}: not a per-node line: {line!r}")
-        out[parts[0].split("::test_", 1)[1]] = (int(parts[1]), int(parts[2]))
+        file, func = parts[0].split("::test_", 1)
+        out[(_file_stem(file), func)] = (int(parts[1]), int(parts[2]))
     return out
 
 
 def batch_cost_rows(batch_dir: Path, upstream: dict | None = None) -> list[dict]:
     """One dict per case of a run_batch.py batch: status, elapsed seconds, each cost figure
     from the case's run.log and, when upstream per-node seconds are given (keyed by the
-    test function minus `test_`), upstream's seconds and zl_bench's excess over them."""
+    test file and function, as read_upstream_per_node gives them), upstream's seconds and
+    zl_bench's excess over them."""
     batch_dir = Path(batch_dir)
     table = batch_dir / "ops_status.csv"
     if not table.is_file():
         raise FileNotFoundError(f"{batch_dir}: no ops_status.csv (not a run_batch.py batch directory)")
     rows = []
-    for row in csv.DictReader(open(table, newline="")):
+    with open(table, newline="") as fh:
+        status_rows = list(csv.DictReader(fh))
+    for row in status_rows:
         log = batch_dir / row["repo"] / Path(row["out_dir"]).name / "run.log"
         costs = zl_costs(log.read_text(errors="replace")) if log.is_file() else {}
         r = {"run_name": row["run_name"], "status": row["status"],
@@ -124,7 +133,7 @@ def batch_cost_rows(batch_dir: Path, upstream: dict | None = None) -> list[dict]
         r["timer_s"] = round(sum(costs.get(k, 0.0) for k in TIMER), 3) if costs else None
         r["extra_s"] = round(sum(costs.get(k, 0.0) for k in EXTRA), 3) if costs else None
         if upstream is not None:
-            up = upstream.get(row["op"])
+            up = upstream.get((_file_stem(row["op_file"]), row["op"]))
             r["upstream_rc"], r["upstream_s"] = up if up else (None, None)
             r["excess_s"] = round(r["elapsed_s"] - up[1], 1) if up else None
         rows.append(r)
