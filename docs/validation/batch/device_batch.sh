@@ -119,12 +119,8 @@ fi
 
 if [[ "$UPSTREAM" == 1 ]]; then
   mkdir -p "$ROOT/upstream"
-  tests=()
-  for n in "${NODES[@]}"; do
-    tests+=("$(python3 -c 'import sys, csv
-for r in csv.DictReader(l for l in open("ops/inventory_main.csv") if not l.startswith("#")):
-    if r["run_name"] == sys.argv[1]: print("benchmark/%s::test_%s" % (r["test_file"], r["op"]))' "$n")")
-  done
+  mapfile -t tests < <(upstream_node_ids "${NODES[@]}")
+  (( ${#tests[@]} == ${#NODES[@]} )) || { echo "!!! upstream stage: node ids not resolved" >&2; exit 2; }
   # each node's output is kept (session 9 discarded it, and upstream's rc 1 on index_select
   # and index_add could not be explained)
   mkdir -p "$ROOT/upstream/logs"; touch "$ROOT/upstream/per_node.tsv"

@@ -19,6 +19,23 @@ print(f"python={sys.executable} torch={torch.__version__} triton={triton.__versi
       f"gpu={torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'}")
 PY
 
+# `upstream_node_ids RUN_NAME...`: one line per name, `benchmark/<test_file>::test_<op>` from
+# ops/inventory_main.csv (zl.batch.inventory), for running upstream pytest on a batch's nodes;
+# an unknown name fails the call (exit 2) instead of passing pytest an empty node id.
+upstream_node_ids() {
+  python3 - "$@" <<'PY'
+import sys
+from zl.batch.inventory import read_csv
+by_name = {e.run_name: e for e in read_csv("ops/inventory_main.csv")[0]}
+unknown = [n for n in sys.argv[1:] if n not in by_name]
+if unknown:
+    print(f"!!! not in ops/inventory_main.csv: {' '.join(unknown)}", file=sys.stderr)
+    sys.exit(2)
+for n in sys.argv[1:]:
+    print(f"benchmark/{by_name[n].test_file}::test_{by_name[n].op}")
+PY
+}
+
 # For docs/validation/scripts/device_round*.sh: `round_dir NAME` makes the work dir $W under $OUT;
 # `bundle` (re)writes $OUT/NAME.tgz from it, IR dumps left out, after every stage, so a
 # call cut at its limit still returns what finished.

@@ -14,15 +14,14 @@ source docs/validation/scripts/device_env.sh || exit 1
 # the batch's 40 nodes in device_batch.sh's order
 mapfile -t NODES < <(sed -n '/^NODES=(/,/^)/p' docs/validation/batch/device_batch.sh | sed '1d;$d' | tr ' ' '\n' | grep .)
 FROM="${FROM:-${NODES[0]}}"
-tests=(); on=0
+names=(); on=0
 for n in "${NODES[@]}"; do
   [[ $n == "$FROM" ]] && on=1
-  (( on )) || continue
-  tests+=("$(python3 -c 'import sys, csv
-for r in csv.DictReader(l for l in open("ops/inventory_main.csv") if not l.startswith("#")):
-    if r["run_name"] == sys.argv[1]: print("benchmark/%s::test_%s" % (r["test_file"], r["op"]))' "$n")")
+  (( on )) && names+=("$n")
 done
-(( ${#tests[@]} )) || { echo "!!! FROM=$FROM is not one of the batch's nodes" >&2; exit 2; }
+(( ${#names[@]} )) || { echo "!!! FROM=$FROM is not one of the batch's nodes" >&2; exit 2; }
+mapfile -t tests < <(upstream_node_ids "${names[@]}")
+(( ${#tests[@]} == ${#names[@]} )) || { echo "!!! node ids not resolved" >&2; exit 2; }
 mkdir -p "$OUT"; rm -rf /tmp/one_process_cache   # cold caches on a warm machine too
 echo "$(date +%s.%N) start: ${#tests[@]} node(s) from $FROM" > "$OUT/one_process_from_$FROM.log"
 (cd "$FLAGGEMS_DIR" && PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/one_process_cache/triton \
