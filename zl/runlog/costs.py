@@ -14,6 +14,8 @@ import re
 import statistics
 from pathlib import Path
 
+from zl import atomic
+
 # One pattern per log line, one named group per figure (summed over repeated lines).
 COST_LINES = (
     re.compile(r"graph timer spent .* warmup (?P<timer_warmup_s>[0-9.]+) s .* capture and replays "
@@ -165,15 +167,20 @@ def summarise(rows: list[dict]) -> list[str]:
     return lines
 
 
-def write_batch_costs(batch_dir: Path) -> list[str]:
-    """<batch>/costs.tsv (one row per case, `-` where a figure is missing), written atomically;
-    returns the summary lines for run_batch.py's end-of-batch report."""
-    from zl import atomic   # the writer only: the parsers stay importable from bare scripts
+def cost_table(rows: list[dict]) -> str:
+    """The rows as TSV with a header, `-` where a figure is missing (costs.tsv, batch_costs.py)."""
+    if not rows:
+        return ""
+    head = list(rows[0])
+    body = ["\t".join("-" if r[k] is None else str(r[k]) for k in head) for r in rows]
+    return "\n".join(["\t".join(head)] + body) + "\n"
 
+
+def write_batch_costs(batch_dir: Path) -> list[str]:
+    """<batch>/costs.tsv (one row per case), written atomically; returns the summary lines for
+    run_batch.py's end-of-batch report."""
     rows = batch_cost_rows(batch_dir)
     if not rows:
         return []
-    head = list(rows[0])
-    body = ["\t".join("-" if r[k] is None else str(r[k]) for k in head) for r in rows]
-    atomic.write_text(Path(batch_dir) / "costs.tsv", "\n".join(["\t".join(head)] + body) + "\n")
+    atomic.write_text(Path(batch_dir) / "costs.tsv", cost_table(rows))
     return summarise(rows)

@@ -11,12 +11,11 @@ A summary goes to stderr. On a --share-device batch every figure was taken under
 compare it only with upstream run at the same concurrency.
 Exit status: 0 done, 2 bad arguments or an unreadable input.
 """
-import csv
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-from zl.runlog.costs import batch_cost_rows, read_upstream_per_node, summarise  # noqa: E402
+from zl.runlog.costs import batch_cost_rows, cost_table, read_upstream_per_node, summarise  # noqa: E402
 
 
 def main(argv):
@@ -32,11 +31,7 @@ def main(argv):
     except (OSError, ValueError) as exc:
         print(f"!!! {exc}", file=sys.stderr)
         return 2
-    fmt = lambda v: "-" if v is None else str(v)  # noqa: E731
-    out = csv.writer(sys.stdout, delimiter="\t", lineterminator="\n")
-    out.writerow(list(rows[0]) if rows else ["run_name"])
-    for r in rows:
-        out.writerow([fmt(v) for v in r.values()])
+    sys.stdout.write(cost_table(rows) or "run_name\n")
     for line in summarise(rows):
         print("# " + line, file=sys.stderr)
     return 0
