@@ -143,3 +143,9 @@ def test_batch_report_counts_a_cut_one_process_run(tmp_path):
     bad = subprocess.run([sys.executable, str(ROOT / "docs/validation/batch/batch_report.py"), str(root)],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "batch_report.py <batch_root>" in bad.stderr
+    script = str(ROOT / "docs/validation/batch/batch_report.py")
+    helped = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True)
+    assert helped.returncode == 0 and "batch_report.py <batch_root>" in helped.stdout and not (root / "report.txt").exists()
+    gone = subprocess.run([sys.executable, script, str(tmp_path / "none"), "1", "1", "plain"],
+                          capture_output=True, text=True)
+    assert gone.returncode == 2 and "no such batch root" in gone.stderr

@@ -5,18 +5,25 @@ by stage wall for zl_bench and upstream, screen verdicts.
     python3 docs/validation/batch/batch_report.py <batch_root> <share> <upstream_jobs> <plain_name>
 
 Rerunnable on a returned bundle (`tar -xzf batch_validation.tgz -C dir`).
+Exit status: 0 done, 2 bad arguments (a missing batch root among them).
 """
-import csv
 import collections
-
+import csv
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from zl.runlog.costs import pytest_finished  # noqa: E402
 
-if len(sys.argv) != 5 or not Path(sys.argv[1]).is_dir():
-    print(__doc__.strip().splitlines()[-3].strip(), file=sys.stderr)
+USAGE = __doc__.strip().splitlines()[3].strip()
+if sys.argv[1:] in (["-h"], ["--help"]):
+    print(__doc__.strip())
+    sys.exit(0)
+if len(sys.argv) != 5:
+    print(USAGE, file=sys.stderr)
+    sys.exit(2)
+if not Path(sys.argv[1]).is_dir():
+    print(f"!!! {sys.argv[1]}: no such batch root\n{USAGE}", file=sys.stderr)
     sys.exit(2)
 root = Path(sys.argv[1])
 if sys.argv[2] != "1":
