@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from zl.runlog.costs import (batch_cost_rows, node_seconds, pytest_finished, read_upstream_per_node, summarise,
-                             write_batch_costs, zl_costs)
+from zl.runlog.costs import (batch_cost_rows, node_seconds, node_table, pytest_finished, read_upstream_per_node,
+                             summarise, write_batch_costs, zl_costs)
 
 ROOT = Path(__file__).resolve().parents[1]
 LEDGER = ("[cudagraph-plugin] graph timer spent 3.900 s over 10 do_bench call(s): warmup 0.250 s "
@@ -54,9 +54,11 @@ def test_pytest_outcomes_with_and_without_s_and_a_cut_node_left_out():
 def test_node_seconds_from_a_stamped_log_and_a_missing_stamp_is_named():
     stamped = "".join(f"{100 + i * 1.5:.2f} {line}\n" for i, line in enumerate(ONE_PROCESS.splitlines()))
     got = node_seconds(stamped)
-    # abs: id at 103.0, PASSED on its own line at 109.0; bitwise_and on one line
-    assert got == [("benchmark/test_abs.py::test_abs", "PASSED", 6.0),
-                   ("benchmark/test_bitwise_and.py::test_bitwise_and", "FAILED", 0.0)]
+    # abs: from the blank line after collection (101.5) to PASSED on its own line (109.0);
+    # bitwise_and: from abs's PASSED to its own line (110.5). The id line's stamp (103.0) is
+    # no start: through a pipe it arrives with the node's output, after the node ran.
+    assert got == [("benchmark/test_abs.py::test_abs", "PASSED", 7.5),
+                   ("benchmark/test_bitwise_and.py::test_bitwise_and", "FAILED", 1.5)]
     with pytest.raises(ValueError, match="line 2 has no time stamp"):
         node_seconds("1.0 a/test_x.py::test_x PASSED\nnot stamped\n")
 
@@ -149,3 +151,13 @@ def test_batch_report_counts_a_cut_one_process_run(tmp_path):
     gone = subprocess.run([sys.executable, script, str(tmp_path / "none"), "1", "1", "plain"],
                           capture_output=True, text=True)
     assert gone.returncode == 2 and "no such batch root" in gone.stderr
+
+
+def test_node_table_gives_the_one_process_rate():
+    stamped = "".join(f"{100 + i * 1.5:.2f} {line}\n" for i, line in enumerate(ONE_PROCESS.splitlines()))
+    table = node_table(stamped).splitlines()
+    assert table[0] == "node\toutcome\tseconds"
+    assert table[1] == "benchmark/test_abs.py::test_abs\tPASSED\t7.5"
+    # 11 lines, 1.5 s apart: 15 s wall, 2 finished nodes -> 480 per hour
+    assert table[-1] == "# 2 node(s) finished (1 PASSED), 9.0 s in nodes, 15.0 s wall, 480 per hour"
+    assert node_table("").splitlines()[-1].endswith("0.0 s wall, - per hour")

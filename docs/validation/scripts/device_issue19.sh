@@ -74,40 +74,10 @@ from pathlib import Path
 import yaml
 from zl import atomic
 from zl.runlog.parse import read_run_log
+from zl.runlog.trim import trimmed
 
 work, table, ydir, specs = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4:]
 runs = work / "runs"
-FILE_LINE = re.compile(r'^\s*File ".*", line \d+')
-WARN_LINE = re.compile(r"\.py:\d+: \w*Warning")
-SECTION = re.compile(r"^=+ (FAILURES|ERRORS) =+$")
-SECTION_END = re.compile(r"^=+ .* =+$")
-KEEP_IN_FAILURE = re.compile(r"^(E |\S+:\d+: |_{3,}|(_ ){3,}|-+ .* -+$|\s*$)")
-
-def trimmed(text):
-    """run.log without quoted source lines (FlagGems code must not be committed)."""
-    out, dropped, after_file, after_warn, in_failure = [], 0, False, False, False
-    for line in text.splitlines():
-        if SECTION.match(line):
-            in_failure = True
-        elif in_failure and SECTION_END.match(line):
-            in_failure = False
-        drop = False
-        if after_file and not FILE_LINE.match(line) and line.startswith("    "):
-            drop = True                     # the source line under `File "...", line N`
-        elif after_warn and line.startswith("  "):
-            drop = True                     # the source line under a warning
-        elif in_failure and not SECTION.match(line) and not KEEP_IN_FAILURE.match(line):
-            drop = True                     # pytest's code context (`>   ...`, quoted body)
-        after_file = bool(FILE_LINE.match(line)) or (after_file and drop)
-        after_warn = bool(WARN_LINE.search(line))
-        if drop:
-            dropped += 1
-        else:
-            out.append(line)
-    if dropped:
-        out.append(f"[device_issue19.sh: {dropped} quoted source line(s) trimmed]")
-    return "\n".join(out) + "\n"
-
 rows, bad = [], []
 head = ("| op | class | mechanism (plugin / identity) | yaml shape | measured Size Detail | rows | source | rc |\n"
         "|---|---|---|---|---|---|---|---|")

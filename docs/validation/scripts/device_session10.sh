@@ -11,7 +11,8 @@
 #              seconds per node.
 #   PART=2  issue 18's six-operator cost table (every run on cold caches of its own, the
 #           per-run cost ledger): upstream, after1, after2, two shapes (~450 s).
-#   PART=3  issue 18's A/A of the 25 ms warmup against the old one on softmax core shapes.
+#   PART=3  issue 18's cold stage (graph vs CUPTI, in-graph CUPTI for sum), then the A/A of the
+#           25 ms warmup against the old one on softmax and gelu_backward core shapes.
 set -uo pipefail
 source "$(dirname "$0")/../../../zl/sh/entry.sh" "$@"   # --help, and no arguments
 cd "$(dirname "$0")/../../.." || exit 2
@@ -39,7 +40,9 @@ case "$PART" in
     RUN_TIMEOUT_S=90 tied timeout $(( $(left) - 10 )) bash $S/device_issue18.sh
   ;;
 3)
-  WORK=issue18_core OPS="softmax:softmax" RUNS=after1,after2,before,before2 SHAPES=core \
+  # cold stage first (<= 90 s): relu's CUPTI miss and sum's in-graph CUPTI reference
+  WORK=issue18_cold STAGES=cold,summary tied timeout 130 bash $S/device_issue18.sh
+  WORK=issue18_core OPS="softmax:softmax,gelu_backward:gelu" RUNS=after1,after2,before,before2 SHAPES=core \
     STAGES=wall,summary WALL_DEADLINE_S=$(( $(left) - 90 )) RUN_TIMEOUT_S=60 \
     tied timeout $(( $(left) - 10 )) bash $S/device_issue18.sh
   ;;

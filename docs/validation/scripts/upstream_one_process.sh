@@ -32,14 +32,7 @@ for line in sys.stdin:
     sys.stdout.write(f"{time.time():.2f} {line}"); sys.stdout.flush()' >> "$OUT/one_process_from_$FROM.log"
 rc=${PIPESTATUS[0]}
 echo "$(date +%s.%N) rc=$rc" | tee -a "$OUT/one_process_from_$FROM.log"
-# seconds per finished node (id line to outcome line) and the rate over what finished
-python3 - "$OUT/one_process_from_$FROM.log" > "$OUT/one_process_from_$FROM.tsv" <<'PY'
-import sys
-from zl.runlog.costs import node_seconds
-rows = node_seconds(open(sys.argv[1]).read())
-print("node\toutcome\tseconds")
-for node, outcome, secs in rows:
-    print(f"{node}\t{outcome}\t{secs}")
-print(f"# {len(rows)} node(s) finished, {sum(s for *_, s in rows):.1f} s between id and outcome lines", file=sys.stderr)
-PY
+# seconds per finished node (from the line before its id to its outcome), wall and rate
+python3 -c 'import sys; from zl.runlog.costs import node_table; sys.stdout.write(node_table(open(sys.argv[1]).read()))' \
+  "$OUT/one_process_from_$FROM.log" > "$OUT/one_process_from_$FROM.tsv"
 tail -n 3 "$OUT/one_process_from_$FROM.tsv"
