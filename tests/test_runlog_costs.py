@@ -13,7 +13,8 @@ from zl.runlog.costs import (batch_cost_rows, node_seconds, node_table, pytest_f
 
 ROOT = Path(__file__).resolve().parents[1]
 LEDGER = ("[cudagraph-plugin] graph timer spent 3.900 s over 10 do_bench call(s): warmup 0.250 s "
-          "(31 timed call(s)), capture and replays 3.500 s, 1 fallback row(s) 0.150 s\n"
+          "(31 timed call(s)), capture and replays 3.500 s, 1 fallback row(s) 0.150 s; 10 autotuner call(s) "
+          "left to Triton's do_bench\n"
           "[results-plugin] outputs of clamp recorded under /x/results (10 calls, 0.600 s outside the timed loops)\n"
           "[ir-meta-plugin] IR fingerprints ttgir,llir,ptx,binary recorded in 12.5 ms\n"
           "[ir-meta-plugin] IR plugin spent 0.420 s in Triton callbacks over 81234 launch(es) and "
@@ -36,8 +37,12 @@ SUCCESS               1.923433            1.999664               0.962          
 def test_cost_lines_are_read_and_summed():
     assert zl_costs(LEDGER) == {"timer_warmup_s": 0.25, "timer_graph_s": 3.5, "timer_fallback_s": 0.15,
                                 "results_s": 0.6, "fingerprints_s": 0.013, "ir_hooks_s": 0.42,
-                                "ir_launches": 81234, "ir_dump_s": 0.051}
+                                "ir_launches": 81234, "ir_dump_s": 0.051, "tuner_calls": 10}
     assert zl_costs(LEDGER + LEDGER)["timer_graph_s"] == 7.0
+    assert zl_costs(LEDGER + LEDGER)["tuner_calls"] == 20
+    # a ledger line from before the autotuner count (session 9's logs) still reads
+    assert "tuner_calls" not in zl_costs(LEDGER.split("; 10 autotuner")[0] + "\n")
+    assert zl_costs(LEDGER.split("; 10 autotuner")[0] + "\n")["timer_fallback_s"] == 0.15
     assert zl_costs("nothing here") == {}
 
 

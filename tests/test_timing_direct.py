@@ -48,3 +48,16 @@ def test_repeated_do_bench_keeps_upstream_signature():
     wrapped = direct.make_repeated_do_bench(bench, 3)
     assert wrapped(lambda: None, 1, 2, None, None, "median") == 5.0
     assert wrapped.zl_direct_repeat == 3 and len(calls) == 3
+
+
+def test_repeated_do_bench_leaves_an_autotuners_call_to_one_upstream_call():
+    """An autotuner's sweep (its module is triton.runtime.autotuner) is tuning, not a
+    measurement: one upstream call per config, as upstream's run makes, not `repeat`."""
+    bench, calls = sequence_bench([4.0, 6.0, 5.0])
+    wrapped = direct.make_repeated_do_bench(bench, 3)
+    scope = {"__name__": "triton.runtime.autotuner", "wrapped": wrapped}
+    exec("def sweep(fn):\n    return wrapped(fn, quantiles=(0.5, 0.2, 0.8))\n", scope)
+    assert scope["sweep"](lambda: None) == [9.0, 8.0, 7.0] and len(calls) == 1
+    assert len(wrapped(lambda: None, return_mode="all")) == 3 and len(calls) == 2   # not repeated
+    wrapped(lambda: None)
+    assert len(calls) == 5                          # the benchmark's: repeated 3 times

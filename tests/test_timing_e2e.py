@@ -71,3 +71,20 @@ def test_direct_run_leaves_backward_benchmarks_alone(zl_run):
                DTYPES="float32", ZL_ENABLE_CUDAGRAPH="0")
     assert r.returncode == 0, r.explain()
     assert "side stream" not in r.log_text and ROW.findall(r.log_text), r.explain()
+
+
+def test_an_autotuners_sweep_is_left_to_tritons_do_bench(zl_run, tmp_path):
+    """The graph timer times the benchmark's calls only. Triton's autotuner looks up
+    triton.testing.do_bench at its first sweep and met zl_bench's timer there (H200, session
+    10: softmax_backward_out made 14 timed calls where its benchmark made 4)."""
+    shapes = tmp_path / "two.yaml"
+    shapes.write_text("zl_default_tuner:\n  shapes:\n    - [64]\n    - [256]\n")
+    r = zl_run(OP="zl_default_tuner", OP_FILE="zl_default_tuner", ZL_BACKEND="cuda",
+               SHAPE_FILE=str(shapes), ZL_ENABLE_IR="0")
+    assert r.returncode == 0, r.explain()
+    assert len(ROW.findall(r.log_text)) == 2, r.explain()
+    spent = re.search(r"graph timer spent [0-9.]+ s over (\d+) do_bench call\(s\).*; (\d+) autotuner "
+                      r"call\(s\) left to Triton's do_bench", r.log_text)
+    # 2 shapes x (torch, gems) timed; 2 keys x 3 configs swept by Triton's own do_bench
+    assert spent and spent.groups() == ("4", "6"), r.explain()
+    assert len(MARKER.findall(r.log_text)) == 4, r.explain()   # the timed calls' fallbacks only

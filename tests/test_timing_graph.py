@@ -377,3 +377,36 @@ def test_ledger_counts_calls_warmup_graph_and_fallbacks(timer, capsys, monkeypat
     line = timer.graph.ledger_line()
     assert line.startswith("graph timer spent ") and "over 2 do_bench call(s)" in line
     assert "1 fallback row(s)" in line and f"({g['warmup_calls']} timed call(s))" in line
+
+
+def _call_from(module: str, **kw):
+    """triton.testing.do_bench called from code whose module is `module`, as an autotuner's
+    sweep calls it from triton.runtime.autotuner (or FlagGems' LibTuner from flag_gems)."""
+    scope = {"__name__": module, "triton": triton}
+    exec("def bench(fn, **kw):\n    return triton.testing.do_bench(fn, **kw)\n", scope)
+    return scope["bench"](lambda: None, **kw)
+
+
+@pytest.mark.parametrize("module", ["triton.runtime.autotuner", "flag_gems.utils.libentry",
+                                    "flaggems_vllm.ops.x"])
+def test_an_autotuners_call_goes_to_tritons_do_bench_and_is_counted(timer, module):
+    """Session 10 on the H200: softmax_backward_out's sweep went through the graph timer
+    (14 do_bench calls where the benchmark made 4; pytest 1.68x upstream's)."""
+    di = timer.setup(di=make_interface())
+    got = _call_from(module, warmup=7, rep=9, quantiles=(0.5, 0.2, 0.8))
+    assert got == [0.5, 0.2, 0.8]                     # upstream's answer, untouched
+    assert timer.calls == [dict(warmup=7, rep=9, quantiles=(0.5, 0.2, 0.8), return_mode="mean")]
+    g = timer.graph.ledger
+    assert g["tuner_calls"] == 1 and g["calls"] == 0 and "replay" not in di.log
+    assert "; 1 autotuner call(s) left to Triton's do_bench" in timer.graph.ledger_line()
+
+
+def test_the_benchmarks_call_is_timed_by_the_graph(timer):
+    """A module outside the tuner packages (the benchmark suite, `benchmark.base`, or a
+    package merely named like one) is measured by the timer."""
+    di = timer.setup(di=make_interface(replay_ms=1.0))
+    for module in ("benchmark.base", "tritonbench.x"):
+        _call_from(module, warmup=1, rep=1)
+    g = timer.graph.ledger
+    assert g["calls"] == 2 and g["tuner_calls"] == 0 and timer.calls == []
+    assert di.log.count("replay") > 0

@@ -19,14 +19,16 @@ from zl import atomic
 # One pattern per log line, one named group per figure (summed over repeated lines).
 COST_LINES = (
     re.compile(r"graph timer spent .* warmup (?P<timer_warmup_s>[0-9.]+) s .* capture and replays "
-               r"(?P<timer_graph_s>[0-9.]+) s, \d+ fallback row\(s\) (?P<timer_fallback_s>[0-9.]+) s"),
+               r"(?P<timer_graph_s>[0-9.]+) s, \d+ fallback row\(s\) (?P<timer_fallback_s>[0-9.]+) s"
+               r"(?:; (?P<tuner_calls>\d+) autotuner call)?"),
     re.compile(r"\[results-plugin\] outputs of .* (?P<results_s>[0-9.]+) s outside the timed loops"),
     re.compile(r"\[ir-meta-plugin\] IR fingerprints \S+ recorded in (?P<fingerprints_ms>[0-9.]+) ms"),
     re.compile(r"IR plugin spent (?P<ir_hooks_s>[0-9.]+) s in Triton callbacks over (?P<ir_launches>\d+) "
                r"launch\(es\) and (?P<ir_dump_s>[0-9.]+) s writing the dump"))
 COSTS = ("timer_warmup_s", "timer_graph_s", "timer_fallback_s", "results_s", "fingerprints_s",
-         "ir_hooks_s", "ir_launches", "ir_dump_s")
-# the figures that are seconds (ir_launches is a count): the graph timer's replace upstream's
+         "ir_hooks_s", "ir_launches", "ir_dump_s", "tuner_calls")
+COUNTS = ("ir_launches", "tuner_calls")   # not seconds
+# the figures that are seconds (COUNTS are counts): the graph timer's replace upstream's
 # own cudagraph timing; the rest is work upstream does not do at all
 TIMER = ("timer_warmup_s", "timer_graph_s", "timer_fallback_s")
 EXTRA = ("results_s", "fingerprints_s", "ir_hooks_s", "ir_dump_s")
@@ -44,10 +46,12 @@ def zl_costs(text: str) -> dict:
     for pattern in COST_LINES:
         for m in pattern.finditer(text):
             for key, value in m.groupdict().items():
+                if value is None:          # an optional figure older logs do not have
+                    continue
                 if key == "fingerprints_ms":
                     key, value = "fingerprints_s", float(value) / 1000
                 totals[key] = totals.get(key, 0.0) + float(value)
-    return {k: int(v) if k == "ir_launches" else round(v, 3) for k, v in totals.items()}
+    return {k: int(v) if k in COUNTS else round(v, 3) for k, v in totals.items()}
 
 
 def pytest_finished(text: str) -> list[tuple[str, str]]:

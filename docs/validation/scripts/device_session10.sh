@@ -13,6 +13,7 @@
 #           per-run cost ledger): upstream, after1, after2, two shapes (~450 s).
 #   PART=3  issue 18's cold stage (graph vs CUPTI, in-graph CUPTI for sum), then the A/A of the
 #           25 ms warmup against the old one on softmax and gelu_backward core shapes.
+#   PART=4  the cost table again after the autotuner fix, with each run's wall in phases.
 set -uo pipefail
 source "$(dirname "$0")/../../../zl/sh/entry.sh" "$@"   # --help, and no arguments
 cd "$(dirname "$0")/../../.." || exit 2
@@ -46,8 +47,15 @@ case "$PART" in
     STAGES=wall,summary WALL_DEADLINE_S=$(( $(left) - 90 )) RUN_TIMEOUT_S=60 \
     tied timeout $(( $(left) - 10 )) bash $S/device_issue18.sh
   ;;
+4)
+  # after the autotuner fix (a tuner's do_bench call left to Triton's) and with per-line
+  # phases: the cost table again, softmax_backward_out first (its sweep was the 1.68x)
+  WORK=issue18_fix OPS="softmax_backward_out:softmax,clamp:clamp,sum:sum,softmax:softmax,index_select:index_select,mm:mm" \
+    RUNS=upstream,after1,after2 STAGES=wall,summary WALL_DEADLINE_S=$(( $(left) - 60 )) RUN_TIMEOUT_S=90 \
+    tied timeout $(( $(left) - 10 )) bash $S/device_issue18.sh
+  ;;
 *)
-  echo "PART must be 1, 2 or 3 (got $PART)" >&2; exit 2
+  echo "PART must be 1, 2, 3 or 4 (got $PART)" >&2; exit 2
   ;;
 esac
 echo "===== part $PART done in $(( $(date +%s) - T0 )) s"

@@ -30,6 +30,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -40,12 +41,13 @@ for p in (ROOT, ROOT / "benchmarks"):
 
 from timer_noise import cupti_graph_ms, cupti_ms, fmt, pair_stats, parse_tables  # noqa: E402
 from zl import atomic, markers  # noqa: E402
-from zl.runlog.costs import COSTS, zl_costs  # noqa: E402  (issue 18: where the graph path spends its time)
+from zl.runlog.costs import COSTS, COUNTS, zl_costs  # noqa: E402  (issue 18: where the graph path spends its time)
 
 # before2 replays before: the A/A of the old warmup, to set beside after1/after2 in one call
 RUNS = ("upstream", "before", "after1", "after2", "before2")
 DEFAULT_RUNS = RUNS[:4]
 PYTEST_TIME = re.compile(r"=+ .*\b(?:passed|failed|error)\b.* in ([0-9.]+)s")
+SESSION_START = "test session starts"
 COLD_CASES = (("relu", (4096, 4096)), ("sum", (4096, 4096)), ("softmax", (4096, 4096)))
 
 
@@ -82,14 +84,11 @@ def run_once(kind, op, stem, args, run_dir: Path, replay_from=None):
             env["REPLAY_FROM"] = str(replay_from)
         cmd, cwd = ["bash", str(ROOT / "run_pytest.sh")], ROOT
     t0 = time.monotonic()
-    try:
-        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
-                              timeout=args.run_timeout_s)
-        rc, text = proc.returncode, proc.stdout + "\n" + proc.stderr
-    except subprocess.TimeoutExpired as exc:
-        rc, text = "timeout", str(exc.stdout or "")
+    rc, lines = run_stamped(cmd, cwd, env, args.run_timeout_s)
     wall = time.monotonic() - t0
+    text = "".join(line for _, line in lines)
     atomic.write_text(run_dir / "output.log", text)
+    atomic.write_text(run_dir / "timeline.tsv", "".join(f"{t:.3f}\t{line}" for t, line in lines))
     found = PYTEST_TIME.findall(text)
     ident_path = run_dir / "zl" / "run_identity.json"
     ident = json.loads(ident_path.read_text()) if ident_path.is_file() else {}
@@ -98,7 +97,47 @@ def run_once(kind, op, stem, args, run_dir: Path, replay_from=None):
             "fallback_markers": text.count(f"{markers.DIRECT_NO_CUDAGRAPH} op="),
             "graph_warmup_ms": ident.get("graph_warmup_ms"), "l2": ident.get("l2"),
             "costs": zl_costs(text) if kind != "upstream" else {},
+            "phases": phases(lines, wall),
             "log_tail": text[-1500:] if rc != 0 else ""}
+
+
+def run_stamped(cmd, cwd, env, timeout_s):
+    """-> (rc or "timeout", [(seconds since start, line), ...]): stdout and stderr merged,
+    each line stamped as it arrives, so a run's wall splits into phases (session 10: zl_bench
+    runs were up to 3.9 s slower than upstream outside pytest's own time, and nothing said
+    where)."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, errors="replace")
+    lines = []
+
+    def read():
+        for line in proc.stdout:
+            lines.append((time.monotonic() - t0, line))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        rc = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        rc = "timeout"
+    reader.join(5)   # a grandchild still holding the pipe must not hang the driver
+    return rc, list(lines)
+
+
+def phases(lines, wall: float) -> dict:
+    """A run's wall in three parts: start-up (to pytest's session header: interpreters,
+    imports, plugin configuration, run_pytest.sh's preparation), pytest's session (to its
+    summary line) and the end (unconfigure hooks, dumps, interpreter exit). {} when a
+    marker line is missing (a run that died early)."""
+    start = next((t for t, line in lines if SESSION_START in line), None)
+    end = next((t for t, line in reversed(lines) if PYTEST_TIME.search(line)), None)
+    if start is None or end is None:
+        return {}
+    return {"startup_s": round(start, 2), "session_s": round(end - start, 2),
+            "end_s": round(wall - end, 2)}
 
 
 def run_order(runs, index: int):
@@ -251,8 +290,22 @@ def summary_main(args) -> int:
                 up = by.get((r["op"], "upstream"), {})
                 excess = (r["wall_s"] - up["wall_s"]) if up.get("wall_s") is not None else None
                 md.append(f"| {r['op']} | {r['kind']} | {fmt(excess, '.1f')} | "
-                          + " | ".join(str(r["costs"].get(k, "-")) if k == "ir_launches"
+                          + " | ".join(str(r["costs"].get(k, "-")) if k in COUNTS
                                        else fmt(r["costs"].get(k), ".3f") for k in keys) + " |")
+        phased = [r for r in runs if r.get("phases")]
+        if phased:
+            md += ["", "Each run's wall in phases (seconds, from each output line's arrival time): "
+                   "start-up to pytest's session header, the session to its summary line, and the "
+                   "end after it:", "",
+                   "| op | run | wall | start-up | session | end | start-up + end vs upstream |",
+                   "|---|---|---|---|---|---|---|"]
+            for r in phased:
+                ph, up = r["phases"], by.get((r["op"], "upstream"), {}).get("phases") or {}
+                outside = ph["startup_s"] + ph["end_s"]
+                delta = outside - (up["startup_s"] + up["end_s"]) if up else None
+                md.append(f"| {r['op']} | {r['kind']} | {fmt(r['wall_s'], '.1f')} | "
+                          f"{fmt(ph['startup_s'], '.2f')} | {fmt(ph['session_s'], '.2f')} | "
+                          f"{fmt(ph['end_s'], '.2f')} | {fmt(delta, '+.2f')} |")
     cold = work / "cold.json"
     if cold.is_file():
         data = json.loads(cold.read_text())
