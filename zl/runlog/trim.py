@@ -5,7 +5,8 @@ pytest and Python quote source in three places: the line under a traceback's
 pytest prints in its FAILURES/ERRORS section (`>   ...`). FlagGems code must not be
 committed, so those lines go; the `E ...` messages and `path:N: Error` locations stay, and
 they are what says why a node failed. Lines may carry a time stamp prefix
-(upstream_one_process.sh's `<epoch> <line>`); it is kept and ignored when matching.
+(upstream_one_process.sh's `<epoch> <line>`, issue18.py's timeline.tsv `<seconds><TAB><line>`);
+it is kept and ignored when matching.
 
     python3 -m zl.runlog.trim IN [OUT]     (OUT defaults to standard output)
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from zl import atomic
 
-_STAMP = re.compile(r"^\d+(?:\.\d+)? ")
+_STAMP = re.compile(r"^\d+(?:\.\d+)?[ \t]")
 _FILE_LINE = re.compile(r'^\s*File ".*", line \d+')
 _WARN_LINE = re.compile(r"\.py:\d+: \w*Warning")
 _SECTION = re.compile(r"^=+ (FAILURES|ERRORS) =+$")
