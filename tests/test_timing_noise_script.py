@@ -281,3 +281,31 @@ def test_issue18_runs_are_stamped_per_line_and_split_into_phases(tmp_path):
     rc, lines = mod.run_stamped([sys.executable, "-c", "import time; print('x', flush=True); time.sleep(30)"],
                                 tmp_path, dict(os.environ), 1)
     assert rc == "timeout" and lines and lines[0][1] == "x\n"
+
+
+def test_issue18_pooled_takes_medians_over_calls_and_filters_ops(tmp_path):
+    """Two calls of one session: medians per kind, after1 against upstream, and an operator
+    left out of the call made before a fix that changed it."""
+    def call(name, runs):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "wall.json").write_text(json.dumps(
+            [{"op": op, "kind": kind, "rc": 0, "wall_s": w, "pytest_s": p} for op, kind, w, p in runs]))
+        return str(d)
+    one = call("one", [("clamp", "upstream", 16.0, 6.0), ("clamp", "after1", 20.0, 7.0),
+                       ("clamp", "after2", 99.0, 99.0), ("sbo", "upstream", 15.0, 6.0),
+                       ("sbo", "after1", 30.0, 11.0)])
+    two = call("two", [("clamp", "upstream", 18.0, 6.0), ("clamp", "after1", 18.0, 6.5),
+                       ("sbo", "upstream", 16.0, 7.0), ("sbo", "after1", 16.0, 6.0)])
+    out = tmp_path / "pooled.md"
+    proc = subprocess.run([sys.executable, str(ROOT / "docs/validation/scripts/issue18_pooled.py"),
+                           "--out", str(out), f"{one}:clamp", two], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    md = out.read_text()
+    # clamp: upstream 17.0 (6.00), after1 19.0 (6.75); after2 (a replay) never pooled
+    assert "| clamp | 2 | 17.0 (6.00) | 19.0 (6.75) | 1.12 | 1.12 | 1.25, 1.00 |" in md
+    # sbo only from the second call
+    assert "| sbo | 1 | 16.0 (7.00) | 16.0 (6.00) | 0.86 | 1.00 | 1.00 |" in md
+    bad = subprocess.run([sys.executable, str(ROOT / "docs/validation/scripts/issue18_pooled.py"),
+                          "--out", str(out), str(tmp_path / "nowhere")], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "no such file" in bad.stderr and "Traceback" not in bad.stderr
