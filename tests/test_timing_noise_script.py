@@ -309,3 +309,57 @@ def test_issue18_pooled_takes_medians_over_calls_and_filters_ops(tmp_path):
     bad = subprocess.run([sys.executable, str(ROOT / "docs/validation/scripts/issue18_pooled.py"),
                           "--out", str(out), str(tmp_path / "nowhere")], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "no such file" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_issue18_mid_runs_get_their_warmup_and_replay_mid1(tmp_path, monkeypatch):
+    """mid1/mid2: the A/A pair at a third warmup budget, beside 25 ms and the caller's."""
+    spec = importlib.util.spec_from_file_location("issue18", ROOT / "docs/validation/scripts/issue18.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    seen = []
+    monkeypatch.setattr(mod, "run_stamped", lambda cmd, cwd, env, timeout_s: seen.append(env) or (0, []))
+    args = types.SimpleNamespace(flaggems_dir=tmp_path, shape_file=None, run_timeout_s=5, mid_warmup_ms=250.0)
+    for kind in ("after1", "mid1", "before"):
+        mod.run_once(kind, "softmax", "softmax", args, tmp_path / kind)
+    mod.run_once("mid2", "softmax", "softmax", args, tmp_path / "mid2", replay_from=tmp_path / "mid1" / "zl")
+    assert [e.get("ZL_GRAPH_WARMUP_MS") for e in seen] == [None, "250", "caller", "250"]
+    assert seen[3]["REPLAY_FROM"] == str(tmp_path / "mid1" / "zl") and "REPLAY_FROM" not in seen[1]
+
+
+def test_issue18_summary_sets_the_three_warmups_a_a_side_by_side(tmp_path):
+    row = lambda ms: {"op": "softmax", "dtype": "torch.float16", "status": "SUCCESS",  # noqa: E731
+                      "torch_ms": 0.01, "gems_ms": ms, "speedup": 1.0, "detail": "[64, 64]"}
+    runs = [{"op": "softmax", "kind": k, "rc": 0, "wall_s": 20.0, "pytest_s": p, "rows": [row(ms)]}
+            for k, p, ms in (("after1", 8.0, 0.010), ("after2", 8.0, 0.0103), ("mid1", 8.5, 0.010),
+                             ("mid2", 8.5, 0.0101), ("before", 10.0, 0.010), ("before2", 10.0, 0.01002))]
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "wall.json").write_text(json.dumps(runs))
+    proc = subprocess.run([sys.executable, str(ROOT / "docs/validation/scripts/issue18.py"),
+                           "summary", "--work", str(work), "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    md = (tmp_path / "o" / "issue18.md").read_text()
+    assert "| softmax | 3.00 (3.00) | 1.00 (1.00) | 0.20 (0.20) | 8.0 / 8.5 / 10.0 |" in md
+
+
+def test_device_session11_pools_its_repetitions_and_refuses_a_bad_part(tmp_path):
+    """PART=3 needs no GPU: issue18_pooled.py over whatever repetitions came back."""
+    script = ROOT / "docs/validation/scripts/device_session11.sh"
+    for r, w in ((1, 20.0), (3, 18.0)):
+        d = tmp_path / f"issue18_rep{r}"
+        d.mkdir()
+        (d / "wall.json").write_text(json.dumps(
+            [{"op": "clamp", "kind": "upstream", "rc": 0, "wall_s": 16.0, "pytest_s": 6.0},
+             {"op": "clamp", "kind": "after1", "rc": 0, "wall_s": w, "pytest_s": 6.0}]))
+    env = dict(os.environ, OUT=str(tmp_path), PART="3")
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "| clamp | 2 | 16.0 (6.00) | 19.0 (6.00) | 1.00 | 1.19 | 1.25, 1.12 |" in (tmp_path / "pooled.md").read_text()
+    bad = subprocess.run(["bash", str(script)], env=dict(env, PART="9"), capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "PART must be 1, 2 or 3" in bad.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    none = subprocess.run(["bash", str(script)], env=dict(env, OUT=str(empty)), capture_output=True, text=True,
+                          timeout=60)
+    assert none.returncode == 2 and "no issue18_rep" in none.stderr

@@ -10,7 +10,8 @@
 #         `core` = upstream's core shapes on both sides), each run alone with a fresh Triton
 #         cache: RUNS of upstream `pytest --mode cudagraph`, zl_bench before
 #         (ZL_GRAPH_WARMUP_MS=caller), after1 / after2 (default settings; after2 replays after1's
-#         autotune picks: the A/A pair). No run starts after WALL_DEADLINE_S; each run is killed
+#         autotune picks: the A/A pair; mid1/mid2 the pair at MID_WARMUP_MS, default 100). No
+#         run starts after WALL_DEADLINE_S; each run is killed
 #         at RUN_TIMEOUT_S; OPS=op:file,... picks operators; WORK names the work folder.
 #   cold  relu / sum / softmax 4096x4096: graph timer warm and cold vs CUPTI kernel time and
 #         per-call span (warm back to back; cold with a 2x-L2 flush before every launch).
@@ -42,7 +43,7 @@ if has wall; then
   echo "===== wall ($(date +%H:%M:%S)) runs=$RUNS shapes=${SHAPES:-core}"
   timeout $((WALL_DEADLINE_S + RUN_TIMEOUT_S + 10)) python3 "$S/issue18.py" wall --flaggems-dir "$FLAGGEMS_DIR" \
     ${SHAPES:+--shape-file "$SHAPES"} --ops "$OPS" --runs "$RUNS" --work "$W" \
-    --deadline-s "$WALL_DEADLINE_S" --run-timeout-s "$RUN_TIMEOUT_S" > "$W/wall.out" 2>&1
+    --deadline-s "$WALL_DEADLINE_S" --run-timeout-s "$RUN_TIMEOUT_S" --mid-warmup-ms "${MID_WARMUP_MS:-100}" > "$W/wall.out" 2>&1
   echo "wall rc=$?"; tail -n 40 "$W/wall.out"; bundle
 fi
 if has cold; then

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The next H200 session's plan for issue 18 (after session 10). Carry .fg and .whl only:
+#   run(carry=[".fg", ".whl"], command="... PART=1 OUT=$OUT bash docs/validation/scripts/device_session11.sh")
+# Session 10 showed one run pair per operator cannot decide a 1.1x target: the wall ratio of
+# one operator moved by up to 0.2 between two calls (clamp 1.24 and 1.05, index_select 1.01
+# and 1.22). So:
+#   PART=1  two repetitions of the six-operator cost table (upstream and after1 only: the
+#           record runs, which both pay the autotune sweep), the operator order rotated
+#           between repetitions so each operator's upstream run changes places with its
+#           partner (issue18.py alternates by position) (~500 s).
+#   PART=2  the third repetition, then the warmup A/A on softmax and gelu_backward core
+#           shapes at 25 ms, MID_WARMUP_MS (default 100) and the caller's 1000 ms.
+#   PART=3  (no GPU) the pooled table over the repetitions: issue18_pooled.py -> $OUT/pooled.md.
+set -uo pipefail
+source "$(dirname "$0")/../../../zl/sh/entry.sh" "$@"   # --help, and no arguments
+cd "$(dirname "$0")/../../.." || exit 2
+# shellcheck source=docs/validation/scripts/call_clock.sh
+source docs/validation/scripts/call_clock.sh
+SIX=(softmax_backward_out:softmax clamp:clamp sum:sum softmax:softmax index_select:index_select mm:mm)
+# repetition r starts the list r-1 places later: over 3 repetitions every operator sits at an
+# odd and an even position (upstream after and before its partner)
+rotated() { local r=$1 n=${#SIX[@]} out=() i; for ((i = 0; i < n; i++)); do out+=("${SIX[$(( (i + r - 1) % n ))]}"); done
+  local IFS=,; echo "${out[*]}"; }
+rep() {
+  WORK=issue18_rep$1 OPS="$(rotated "$1")" RUNS=upstream,after1 STAGES=wall,summary \
+    WALL_DEADLINE_S=$(( $(left) - 100 )) RUN_TIMEOUT_S=90 tied timeout $(( $(left) - 10 )) bash $S/device_issue18.sh
+}
+case "$PART" in
+1) rep 1; rep 2 ;;
+2)
+  rep 3
+  WORK=issue18_aa OPS="softmax:softmax,gelu_backward:gelu" RUNS=after1,after2,mid1,mid2,before,before2 \
+    SHAPES=core STAGES=wall,summary WALL_DEADLINE_S=$(( $(left) - 90 )) RUN_TIMEOUT_S=60 \
+    tied timeout $(( $(left) - 10 )) bash $S/device_issue18.sh
+  ;;
+3)
+  works=()
+  for r in 1 2 3; do [[ -f "$OUT/issue18_rep$r/wall.json" ]] && works+=("$OUT/issue18_rep$r"); done
+  (( ${#works[@]} )) || { echo "no issue18_rep*/wall.json under $OUT" >&2; exit 2; }
+  python3 $S/issue18_pooled.py --out "$OUT/pooled.md" "${works[@]}"
+  ;;
+*)
+  echo "PART must be 1, 2 or 3 (got $PART)" >&2; exit 2
+  ;;
+esac
+echo "===== part $PART done in $(( $(date +%s) - T0 )) s"
