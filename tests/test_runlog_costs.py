@@ -156,6 +156,14 @@ def test_batch_report_counts_a_cut_one_process_run(tmp_path):
     gone = subprocess.run([sys.executable, script, str(tmp_path / "none"), "1", "1", "plain"],
                           capture_output=True, text=True)
     assert gone.returncode == 2 and "no such batch root" in gone.stderr
+    # upstream's per-node table is read by read_upstream_per_node: rows counted, a bad line named
+    (root / "upstream/per_node.tsv").write_text("benchmark/test_abs.py::test_abs\t0\t12\n"
+                                                "benchmark/test_flip.py::test_flip\t1\t8\n")
+    out = subprocess.run([sys.executable, script, str(root), "1", "2", "plain"], capture_output=True, text=True)
+    assert "upstream one process per node: 2 node(s), rc 0 on 1, 20 s of node time: 360 nodes/hour" in out.stdout
+    (root / "upstream/per_node.tsv").write_text("benchmark/test_abs.py::test_abs 0 12\n")
+    broken = subprocess.run([sys.executable, script, str(root), "1", "2", "plain"], capture_output=True, text=True)
+    assert broken.returncode == 2 and "not a per-node line" in broken.stderr and "Traceback" not in broken.stderr
 
 
 def test_node_table_gives_the_one_process_rate():

@@ -5,7 +5,7 @@ by stage wall for zl_bench and upstream, screen verdicts.
     python3 docs/validation/batch/batch_report.py <batch_root> <share> <upstream_jobs> <plain_name>
 
 Rerunnable on a returned bundle (`tar -xzf batch_validation.tgz -C dir`).
-Exit status: 0 done, 2 bad arguments (a missing batch root among them).
+Exit status: 0 done, 2 bad arguments or input (a missing batch root, a malformed per_node.tsv line).
 """
 import collections
 import csv
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-from zl.runlog.costs import pytest_finished  # noqa: E402
+from zl.runlog.costs import pytest_finished, read_upstream_per_node  # noqa: E402
 
 USAGE = __doc__.strip().splitlines()[3].strip()
 if sys.argv[1:] in (["-h"], ["--help"]):
@@ -67,13 +67,17 @@ for name, path, stage in (("plain batch", root / plain / "ops_status.csv", plain
         per_wall(len(ran), walls_of(lambda st: st == stage), "case")
 up = root / "upstream/per_node.tsv"
 if up.is_file():
-    lines = [l.split("\t") for l in up.read_text().splitlines() if l.count("\t") == 2]
-    if lines:
-        secs = sum(int(x[2]) for x in lines)
-        print(f"== upstream one process per node: {len(lines)} node(s), rc 0 on "
-              f"{sum(x[1] == '0' for x in lines)}, {secs} s of node time: {3600 * len(lines) / max(secs, 1):.0f} nodes/hour "
+    try:
+        nodes = list(read_upstream_per_node(up).values())   # (rc, seconds)
+    except ValueError as exc:
+        print(f"!!! {exc}", file=sys.stderr)
+        sys.exit(2)
+    if nodes:
+        secs = sum(sec for _, sec in nodes)
+        print(f"== upstream one process per node: {len(nodes)} node(s), rc 0 on "
+              f"{sum(rc == 0 for rc, _ in nodes)}, {secs} s of node time: {3600 * len(nodes) / max(secs, 1):.0f} nodes/hour "
               f"per slot ({sys.argv[3]} at a time)")
-        per_wall(len(lines), walls_of(lambda st: st.startswith("upstream_per_node")), "node")
+        per_wall(len(nodes), walls_of(lambda st: st.startswith("upstream_per_node")), "node")
 one = root / "upstream/one_process.log"
 if one.is_file():
     # pytest -s puts the outcome on a line of its own after the benchmark's table
