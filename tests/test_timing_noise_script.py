@@ -190,6 +190,17 @@ def test_call_span_takes_first_start_to_last_end_per_call():
     assert tn.call_span_us(list(reversed(iv)), 2) == pytest.approx(7.5)
 
 
+def test_call_period_takes_the_median_start_to_next_start():
+    # three calls of two kernels: starts at 0, 10 and 21 us -> periods 10 and 11
+    iv = [(0.0, 5.0), (6.0, 7.0), (10.0, 15.0), (16.0, 17.0), (21.0, 26.0), (27.0, 28.0)]
+    assert tn.call_period_us(iv, 3) == pytest.approx(10.5)
+    assert tn.call_period_us(list(reversed(iv)), 3) == pytest.approx(10.5)
+    with pytest.raises(ValueError, match="at least 2 calls"):
+        tn.call_period_us(iv[:2], 1)
+    with pytest.raises(ValueError, match="do not split into 4 calls"):
+        tn.call_period_us(iv, 4)
+
+
 def test_call_span_refuses_intervals_that_do_not_split_into_calls():
     with pytest.raises(ValueError, match="do not split into 2 calls"):
         tn.call_span_us([(0.0, 1.0), (2.0, 3.0), (4.0, 5.0)], 2)
@@ -212,14 +223,14 @@ def test_issue18_summary_adds_the_in_graph_cupti_table_and_keeps_capture_errors(
     (work / "cold.json").write_text(json.dumps({"device": "H200", "flush_bytes": 120 << 20, "cases": [
         {"op": "sum", "shape": [4096, 4096], "kernels": ["k1", "k2"], "cupti_warm_ms": 0.0066,
          "cupti_cold_ms": 0.0136, "graph_warm_ms": 0.0084, "graph_cold_ms": 0.0157,
-         "graph_cupti": {"warm": {"kernel_ms": 0.0066, "span_ms": 0.0081},
+         "graph_cupti": {"warm": {"kernel_ms": 0.0066, "span_ms": 0.0081, "period_ms": 0.0084},
                          "cold": {"error": "RuntimeError('capture')"}}}]}))
     proc = subprocess.run([sys.executable, str(ROOT / "docs/validation/scripts/issue18.py"),
                            "summary", "--work", str(work), "--out", str(tmp_path / "o")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     md = (tmp_path / "o" / "issue18.md").read_text()
-    assert "| sum | 6.60 (8.10) | RuntimeError('capture') | 1.037 | - |" in md
+    assert "| sum | 6.60 (8.10) | RuntimeError('capture') | 1.037 | - | 8.40 | 1.000 |" in md
 
 
 def test_issue18_every_run_gets_cold_triton_and_flaggems_caches(tmp_path, monkeypatch):
@@ -344,7 +355,7 @@ def test_issue18_summary_sets_the_three_warmups_a_a_side_by_side(tmp_path):
 
 
 def test_device_session11_pools_its_repetitions_and_refuses_a_bad_part(tmp_path):
-    """PART=3 needs no GPU: issue18_pooled.py over whatever repetitions came back."""
+    """PART=4 needs no GPU: issue18_pooled.py over whatever repetitions came back."""
     script = ROOT / "docs/validation/scripts/device_session11.sh"
     for r, w in ((1, 20.0), (3, 18.0)):
         d = tmp_path / f"issue18_rep{r}"
@@ -352,12 +363,12 @@ def test_device_session11_pools_its_repetitions_and_refuses_a_bad_part(tmp_path)
         (d / "wall.json").write_text(json.dumps(
             [{"op": "clamp", "kind": "upstream", "rc": 0, "wall_s": 16.0, "pytest_s": 6.0},
              {"op": "clamp", "kind": "after1", "rc": 0, "wall_s": w, "pytest_s": 6.0}]))
-    env = dict(os.environ, OUT=str(tmp_path), PART="3")
+    env = dict(os.environ, OUT=str(tmp_path), PART="4")
     proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "| clamp | 2 | 16.0 (6.00) | 19.0 (6.00) | 1.00 | 1.19 | 1.25, 1.12 |" in (tmp_path / "pooled.md").read_text()
     bad = subprocess.run(["bash", str(script)], env=dict(env, PART="9"), capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and "PART must be 1, 2 or 3" in bad.stderr
+    assert bad.returncode == 2 and "PART must be 1, 2, 3 or 4" in bad.stderr
     empty = tmp_path / "empty"
     empty.mkdir()
     none = subprocess.run(["bash", str(script)], env=dict(env, OUT=str(empty)), capture_output=True, text=True,

@@ -8,9 +8,13 @@
 #           record runs, which both pay the autotune sweep), the operator order rotated
 #           between repetitions so each operator's upstream run changes places with its
 #           partner (issue18.py alternates by position) (~500 s).
-#   PART=2  the third repetition, then the warmup A/A on softmax and gelu_backward core
-#           shapes at 25 ms, MID_WARMUP_MS (default 100) and the caller's 1000 ms.
-#   PART=3  (no GPU) the pooled table over the repetitions: issue18_pooled.py -> $OUT/pooled.md.
+#   PART=2  the third repetition, then the cold stage: graph timer against CUPTI, now with the
+#           in-graph call period (relu read 0.7-0.9 us above the kernel time; is it the gap
+#           between calls?) (~300 s).
+#   PART=3  the warmup A/A on softmax and gelu_backward core shapes at 25 ms, MID_WARMUP_MS
+#           (default 100) and the caller's 1000 ms (~270 s).
+#   PART=4  (no GPU, here) the pooled table over the repetitions, with OUT the folder the calls'
+#           issue18_rep*/ were gathered into: issue18_pooled.py -> $OUT/pooled.md.
 set -uo pipefail
 source "$(dirname "$0")/../../../zl/sh/entry.sh" "$@"   # --help, and no arguments
 cd "$(dirname "$0")/../../.." || exit 2
@@ -29,18 +33,21 @@ case "$PART" in
 1) rep 1; rep 2 ;;
 2)
   rep 3
+  WORK=issue18_cold STAGES=cold,summary tied timeout 130 bash $S/device_issue18.sh
+  ;;
+3)
   WORK=issue18_aa OPS="softmax:softmax,gelu_backward:gelu" RUNS=after1,after2,mid1,mid2,before,before2 \
     SHAPES=core STAGES=wall,summary WALL_DEADLINE_S=$(( $(left) - 90 )) RUN_TIMEOUT_S=60 \
     tied timeout $(( $(left) - 10 )) bash $S/device_issue18.sh
   ;;
-3)
+4)
   works=()
   for r in 1 2 3; do [[ -f "$OUT/issue18_rep$r/wall.json" ]] && works+=("$OUT/issue18_rep$r"); done
   (( ${#works[@]} )) || { echo "no issue18_rep*/wall.json under $OUT" >&2; exit 2; }
   python3 $S/issue18_pooled.py --out "$OUT/pooled.md" "${works[@]}"
   ;;
 *)
-  echo "PART must be 1, 2 or 3 (got $PART)" >&2; exit 2
+  echo "PART must be 1, 2, 3 or 4 (got $PART)" >&2; exit 2
   ;;
 esac
 echo "===== part $PART done in $(( $(date +%s) - T0 )) s"
