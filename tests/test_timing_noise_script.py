@@ -146,6 +146,23 @@ def test_render_of_a_file_that_is_not_a_timer_noise_json_exits_2(tmp_path):
     assert "not a timer_noise.json" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def _issue18():
+    """docs/validation/scripts/issue18.py as a module."""
+    spec = importlib.util.spec_from_file_location("issue18", ROOT / "docs/validation/scripts/issue18.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _issue18_summary(work, out) -> str:
+    """issue18.py summary run as a command (exit 0 required) -> the issue18.md it wrote."""
+    proc = subprocess.run([sys.executable, str(ROOT / "docs/validation/scripts/issue18.py"),
+                           "summary", "--work", str(work), "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return (out / "issue18.md").read_text()
+
+
 def test_issue18_summary_tables_from_stage_outputs(tmp_path):
     """docs/validation/scripts/issue18.py summary: ratios, A/A and cold/warm from raw JSON."""
     row = lambda ms: {"op": "clamp", "dtype": "torch.float16", "status": "SUCCESS",  # noqa: E731
@@ -168,11 +185,7 @@ def test_issue18_summary_tables_from_stage_outputs(tmp_path):
     (work / "cold.json").write_text(json.dumps({"device": "H200", "flush_bytes": 120 << 20,
         "cases": [{"op": "relu", "shape": [4096, 4096], "cupti_warm_ms": 0.010, "cupti_span_warm_ms": 0.009,
                    "cupti_cold_ms": 0.020, "graph_warm_ms": 0.0101, "graph_cold_ms": 0.0204}]}))
-    proc = subprocess.run([sys.executable, str(ROOT / "docs/validation/scripts/issue18.py"),
-                           "summary", "--work", str(work), "--out", str(tmp_path / "o")],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    md = (tmp_path / "o" / "issue18.md").read_text()
+    md = _issue18_summary(work, tmp_path / "o")
     assert ("| clamp | 20.0 (10.0) | 27.0 (17.0) | 21.0 (10.5) | 21.0 (10.4) | 1.05, 1.04 | 1.05, 1.05 "
             "| 1.70 | 1.00 (1.00) | 2.00 (2.00) |") in md
     assert "| clamp | after1 | 1.0 | 0.250 | 3.500 | - | 0.600 | - | - | - | - | - |\n" in md
@@ -225,20 +238,14 @@ def test_issue18_summary_adds_the_in_graph_cupti_table_and_keeps_capture_errors(
          "cupti_cold_ms": 0.0136, "graph_warm_ms": 0.0084, "graph_cold_ms": 0.0157,
          "graph_cupti": {"warm": {"kernel_ms": 0.0066, "span_ms": 0.0081, "period_ms": 0.0084},
                          "cold": {"error": "RuntimeError('capture')"}}}]}))
-    proc = subprocess.run([sys.executable, str(ROOT / "docs/validation/scripts/issue18.py"),
-                           "summary", "--work", str(work), "--out", str(tmp_path / "o")],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    md = (tmp_path / "o" / "issue18.md").read_text()
+    md = _issue18_summary(work, tmp_path / "o")
     assert "| sum | 6.60 (8.10) | RuntimeError('capture') | 1.037 | - | 8.40 | 1.000 |" in md
 
 
 def test_issue18_every_run_gets_cold_triton_and_flaggems_caches(tmp_path, monkeypatch):
     """Session 6: upstream ran first and filled FlagGems' shared tuner store, so the zl_bench
     runs after it skipped mm's sweep. Each run must get its own caches, whatever the kind."""
-    spec = importlib.util.spec_from_file_location("issue18", ROOT / "docs/validation/scripts/issue18.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _issue18()
     seen = []
 
     def fake_run(cmd, cwd, env, timeout_s):
@@ -259,9 +266,7 @@ def test_issue18_every_run_gets_cold_triton_and_flaggems_caches(tmp_path, monkey
 
 
 def test_issue18_run_order_alternates_upstream_and_keeps_replays_after_records():
-    spec = importlib.util.spec_from_file_location("issue18", ROOT / "docs/validation/scripts/issue18.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _issue18()
     runs = ["upstream", "after1", "after2"]
     assert mod.run_order(runs, 0) == ["upstream", "after1", "after2"]
     assert mod.run_order(runs, 1) == ["after1", "upstream", "after2"]
@@ -275,9 +280,7 @@ def test_issue18_run_order_alternates_upstream_and_keeps_replays_after_records()
 def test_issue18_runs_are_stamped_per_line_and_split_into_phases(tmp_path):
     """Session 10: zl_bench runs were up to 3.9 s slower than upstream outside pytest's own
     time. Each line's arrival time splits a run's wall into start-up, session and end."""
-    spec = importlib.util.spec_from_file_location("issue18", ROOT / "docs/validation/scripts/issue18.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _issue18()
     script = ("import sys, time; print('prep', flush=True); time.sleep(0.3); "
               "print('=== test session starts ===', flush=True); time.sleep(0.4); "
               "print('=== 1 passed in 0.40s ===', flush=True); print('late', file=sys.stderr, flush=True); "
@@ -324,9 +327,7 @@ def test_issue18_pooled_takes_medians_over_calls_and_filters_ops(tmp_path):
 
 def test_issue18_mid_runs_get_their_warmup_and_replay_mid1(tmp_path, monkeypatch):
     """mid1/mid2: the A/A pair at a third warmup budget, beside 25 ms and the caller's."""
-    spec = importlib.util.spec_from_file_location("issue18", ROOT / "docs/validation/scripts/issue18.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _issue18()
     seen = []
     monkeypatch.setattr(mod, "run_stamped", lambda cmd, cwd, env, timeout_s: seen.append(env) or (0, []))
     args = types.SimpleNamespace(flaggems_dir=tmp_path, shape_file=None, run_timeout_s=5, mid_warmup_ms=250.0)
@@ -346,11 +347,7 @@ def test_issue18_summary_sets_the_three_warmups_a_a_side_by_side(tmp_path):
     work = tmp_path / "w"
     work.mkdir()
     (work / "wall.json").write_text(json.dumps(runs))
-    proc = subprocess.run([sys.executable, str(ROOT / "docs/validation/scripts/issue18.py"),
-                           "summary", "--work", str(work), "--out", str(tmp_path / "o")],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    md = (tmp_path / "o" / "issue18.md").read_text()
+    md = _issue18_summary(work, tmp_path / "o")
     assert "| softmax | 3.00 (3.00) | 1.00 (1.00) | 0.20 (0.20) | 8.0 / 8.5 / 10.0 |" in md
 
 
