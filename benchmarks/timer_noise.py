@@ -56,6 +56,7 @@ from zl import atomic, markers  # noqa: E402
 from zl.flaggems import checkout_commit  # noqa: E402
 from zl.identity import IDENTITY_NAME  # noqa: E402
 from zl.runlog.parse import RunLogError, parse_run_log  # noqa: E402
+from zl.runlog.stats import call_period_us, call_span_us  # noqa: E402  (CUPTI call intervals)
 
 # FlagGems test function -> benchmark file stem (checked against the checkout at start).
 OP_FILES = {"softmax": "softmax", "gelu_backward": "gelu", "sum": "sum",
@@ -247,39 +248,6 @@ def kernel_intervals(prof, names):
     """(start, end) in us of every device-side event of a kernel in `names`."""
     return [(e.time_range.start, e.time_range.end) for e in prof.events()
             if e.name in names and "CUDA" in str(getattr(e, "device_type", ""))]
-
-
-def _call_groups(intervals, calls: int):
-    """`calls` calls' kernel (start, end) intervals, sorted by start, cut into equal groups
-    (each call launches the same kernels)."""
-    if calls < 1 or not intervals or len(intervals) % calls:
-        raise ValueError(f"{len(intervals)} kernel intervals do not split into {calls} calls")
-    per = len(intervals) // calls
-    ordered = sorted(intervals)
-    return [ordered[i:i + per] for i in range(0, len(ordered), per)]
-
-
-def call_period_us(intervals, calls: int) -> float:
-    """Median time (us) from one call's first kernel start to the next call's: a call's
-    kernels plus the gap before the next call, which is what a graph timer's per-call
-    reading holds (relu on the H200, session 10: graph 0.7-0.9 us above the kernel time,
-    softmax none; a period equal to the graph reading puts that excess in the gaps)."""
-    import numpy as np
-
-    groups = _call_groups(intervals, calls)
-    if len(groups) < 2:
-        raise ValueError("a call period needs at least 2 calls")
-    starts = [g[0][0] for g in groups]
-    return float(np.median(np.diff(starts)))
-
-
-def call_span_us(intervals, calls: int) -> float:
-    """Median span (us) of one call, from `calls` calls' kernel (start, end) intervals in us:
-    sorted by start, cut into `calls` equal groups (each call launches the same kernels)."""
-    import numpy as np
-
-    spans = [max(e for _, e in g) - g[0][0] for g in _call_groups(intervals, calls)]
-    return float(np.median(spans))
 
 
 def profile_main(args) -> int:
