@@ -71,6 +71,20 @@ def _finished_at(text: str):
             yield node, m.group(1), pos, m.start(1)
 
 
+def _split_stamps(stamped: str) -> tuple[list[float], list[str]]:
+    """A time-stamped log -> (each line's stamp, each line without it); a line without a
+    stamp is a ValueError naming it."""
+    stamps, lines = [], []
+    for n, line in enumerate(stamped.splitlines(keepends=True), 1):
+        stamp, sep, rest = line.partition(" ")
+        try:
+            stamps.append(float(stamp))
+        except ValueError:
+            raise ValueError(f"line {n} has no time stamp: {line[:80]!r}") from None
+        lines.append(rest if sep else "\n")
+    return stamps, lines
+
+
 def node_seconds(stamped: str) -> list[tuple[str, str, float]]:
     """(node id, outcome, seconds) from a `pytest -v` log whose every line starts with the
     epoch seconds it was printed at (upstream_one_process.sh). Lines without a stamp are
@@ -80,14 +94,7 @@ def node_seconds(stamped: str) -> list[tuple[str, str, float]]:
     line itself: pytest writes the id without a newline, so through a pipe it is stamped when
     the benchmark's table completes that line, after the node ran (session 10's H200 log read
     0.0 s for all 40 nodes of a 285 s run that way)."""
-    stamps, lines = [], []
-    for n, line in enumerate(stamped.splitlines(keepends=True), 1):
-        stamp, sep, rest = line.partition(" ")
-        try:
-            stamps.append(float(stamp))
-        except ValueError:
-            raise ValueError(f"line {n} has no time stamp: {line[:80]!r}") from None
-        lines.append(rest if sep else "\n")
+    stamps, lines = _split_stamps(stamped)
     text = "".join(lines)
     starts = [0]
     for line in lines:
@@ -107,7 +114,7 @@ def node_table(stamped: str) -> str:
     """node_seconds as a TSV (node, outcome, seconds), then a `#` line with the run's wall
     (first stamp to last) and the finished nodes per hour over it: the one-process rate."""
     rows = node_seconds(stamped)
-    stamps = [float(line.split(" ", 1)[0]) for line in stamped.splitlines()]
+    stamps = _split_stamps(stamped)[0]
     wall = stamps[-1] - stamps[0] if stamps else 0.0
     lines = ["node\toutcome\tseconds"] + [f"{n}\t{o}\t{s}" for n, o, s in rows]
     rate = f"{len(rows) * 3600 / wall:.0f}" if wall > 0 else "-"

@@ -265,7 +265,7 @@ def summary_main(args) -> int:
                "| rows up/before/after | fallback |",
                "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for op in dict.fromkeys(r["op"] for r in runs):
-            up, bf, a1, a2, b2, m1, m2 = (by.get((op, k), {}) for k in RUNS)
+            up, bf, a1, a2, b2 = (by.get((op, k), {}) for k in ("upstream", "before", "after1", "after2", "before2"))
             aa_before = pair_stats(bf.get("rows", []), b2.get("rows", []))
             aa, ab = pair_stats(a1.get("rows", []), a2.get("rows", [])), \
                 pair_stats(bf.get("rows", []), a1.get("rows", []))

@@ -5,7 +5,8 @@
 # with no time per node). Cold caches of its own. FROM=<run_name> starts the list there
 # (default: all 40). `--tb=line`: a failure says where and why, without quoting FlagGems source.
 #   LIMIT_S=420 OUT=/dir bash docs/validation/scripts/upstream_one_process.sh
-# Per node afterwards: the stamp of its outcome line minus the stamp of its id line.
+# Per node afterwards (zl.runlog.costs.node_seconds): the stamp of its outcome line minus the
+# stamp of the line before its id line (the id line itself arrives after the node has run).
 set -uo pipefail
 source "$(dirname "$0")/../../../zl/sh/entry.sh" "$@"   # --help, and no arguments
 cd "$(dirname "$0")/../../.." || exit 2
