@@ -44,6 +44,8 @@ def test_time_stamped_lines_are_matched_past_their_stamp():
     out = trimmed(stamped)
     assert not any(s in out for s in SECRETS)
     assert "1796333817.25 E   torch.AcceleratorError" in out
+    last = 1796333812 + len(LOG.splitlines()) - 1
+    assert out.splitlines()[-1] == f"{last}.25 [zl.runlog.trim: 4 quoted source line(s) trimmed]"
     tabbed = "".join(f"{i * 0.5:.3f}\t{line}\n" for i, line in enumerate(LOG.splitlines()))
     out = trimmed(tabbed)                 # issue18.py's timeline.tsv
     assert not any(s in out for s in SECRETS) and "2.500\tE   torch.AcceleratorError" in out

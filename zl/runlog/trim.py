@@ -30,9 +30,11 @@ _KEEP_IN_FAILURE = re.compile(r"^(E |\S+:\d+: |_{3,}|(_ ){3,}|-+ .* -+$|\s*$)")
 def trimmed(text: str, tag: str = "zl.runlog.trim") -> str:
     """text without quoted source lines; a last line counts what was dropped, if anything."""
     out, dropped, after_file, after_warn, in_failure = [], 0, False, False, False
+    last_stamp = ""
     for raw in text.splitlines():
         stamp = _STAMP.match(raw)
         line = raw[stamp.end():] if stamp else raw
+        last_stamp = stamp.group(0) if stamp else last_stamp
         if _SECTION.match(line):
             in_failure = True
         elif in_failure and _SECTION_END.match(line):
@@ -51,7 +53,9 @@ def trimmed(text: str, tag: str = "zl.runlog.trim") -> str:
         else:
             out.append(raw)
     if dropped:
-        out.append(f"[{tag}: {dropped} quoted source line(s) trimmed]")
+        # stamped like the lines before it, so a trimmed stamped log still parses as one
+        # (zl.runlog.costs.node_seconds refuses a line without a stamp)
+        out.append(f"{last_stamp}[{tag}: {dropped} quoted source line(s) trimmed]")
     return "\n".join(out) + "\n"
 
 
