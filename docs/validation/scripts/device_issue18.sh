@@ -16,6 +16,8 @@
 #   cold  relu / sum / softmax 4096x4096: graph timer warm and cold vs CUPTI kernel time and
 #         per-call span (warm back to back; cold with a 2x-L2 flush before every launch).
 #   summary  $OUT/issue18.md (tables for docs/validation/timing.md).
+#   profile  $W/profile.md: issue18_profile.py compare over the wall stage's runs, which
+#         PROFILE=1 puts under cProfile (then their seconds are no cost figures).
 set -uo pipefail
 source "$(dirname "$0")/../../../zl/sh/entry.sh" "$@"   # --help, and no arguments
 cd "$(dirname "$0")/../../.." || exit 2
@@ -43,7 +45,7 @@ if has wall; then
   echo "===== wall ($(date +%H:%M:%S)) runs=$RUNS shapes=${SHAPES:-core}"
   timeout $((WALL_DEADLINE_S + RUN_TIMEOUT_S + 10)) python3 "$S/issue18.py" wall --flaggems-dir "$FLAGGEMS_DIR" \
     ${SHAPES:+--shape-file "$SHAPES"} --ops "$OPS" --runs "$RUNS" --work "$W" \
-    --deadline-s "$WALL_DEADLINE_S" --run-timeout-s "$RUN_TIMEOUT_S" --mid-warmup-ms "${MID_WARMUP_MS:-100}" > "$W/wall.out" 2>&1
+    --deadline-s "$WALL_DEADLINE_S" --run-timeout-s "$RUN_TIMEOUT_S" --mid-warmup-ms "${MID_WARMUP_MS:-100}" ${PROFILE:+--profile} > "$W/wall.out" 2>&1
   echo "wall rc=$?"; tail -n 40 "$W/wall.out"; bundle
 fi
 if has cold; then
@@ -55,4 +57,9 @@ if has summary; then
   echo "===== summary ($(date +%H:%M:%S))"
   timeout 30 python3 "$S/issue18.py" summary --work "$W" --out "$W"
   echo "summary rc=$?"; bundle
+fi
+if has profile; then
+  echo "===== profile ($(date +%H:%M:%S))"
+  timeout 60 python3 "$S/issue18_profile.py" compare --work "$W" --out "$W/profile.md" > "$W/profile.out" 2>&1
+  echo "profile rc=$?"; head -n 40 "$W/profile.out"; bundle
 fi

@@ -8,11 +8,14 @@
 #           record runs, which both pay the autotune sweep), the operator order rotated
 #           between repetitions so each operator's upstream run changes places with its
 #           partner (issue18.py alternates by position) (~500 s).
-#   PART=2  the third repetition, then the cold stage: graph timer against CUPTI, now with the
-#           in-graph call period (relu read 0.7-0.9 us above the kernel time; is it the gap
-#           between calls?) (~300 s).
-#   PART=3  the warmup A/A on softmax and gelu_backward core shapes at 25 ms, MID_WARMUP_MS
-#           (default 100) and the caller's 1000 ms (~270 s).
+#   PART=2  (changed after PART=1 ran: index_select read 1.17 and 1.31x upstream's pytest
+#           time, softmax 1.24 and 1.15, with nothing in the graph timer's ledger to say why)
+#           index_select and softmax, upstream and after1, under cProfile (issue18_profile.py
+#           compare -> profile.md); the cold stage with the in-graph call period (relu read
+#           0.7-0.9 us above the kernel time; is it the gap between calls?); the warmup A/A on
+#           softmax core shapes at 25 ms, MID_WARMUP_MS (default 100) and the caller's 1000 ms
+#           (~420 s).
+#   PART=3  repetitions 3 and 4 of the cost table (~500 s).
 #   PART=4  (no GPU, here) the pooled table over the repetitions, with OUT the folder the calls'
 #           issue18_rep*/ were gathered into: issue18_pooled.py -> $OUT/pooled.md.
 set -uo pipefail
@@ -32,17 +35,17 @@ rep() {
 case "$PART" in
 1) rep 1; rep 2 ;;
 2)
-  rep 3
+  WORK=issue18_profile OPS="index_select:index_select,softmax:softmax" RUNS=upstream,after1 PROFILE=1 \
+    STAGES=wall,profile WALL_DEADLINE_S=150 RUN_TIMEOUT_S=70 tied timeout 240 bash $S/device_issue18.sh
   WORK=issue18_cold STAGES=cold,summary tied timeout 130 bash $S/device_issue18.sh
-  ;;
-3)
-  WORK=issue18_aa OPS="softmax:softmax,gelu_backward:gelu" RUNS=after1,after2,mid1,mid2,before,before2 \
-    SHAPES=core STAGES=wall,summary WALL_DEADLINE_S=$(( $(left) - 90 )) RUN_TIMEOUT_S=60 \
+  WORK=issue18_aa OPS="softmax:softmax" RUNS=after1,after2,mid1,mid2,before,before2 \
+    SHAPES=core STAGES=wall,summary WALL_DEADLINE_S=$(( $(left) - 60 )) RUN_TIMEOUT_S=50 \
     tied timeout $(( $(left) - 10 )) bash $S/device_issue18.sh
   ;;
+3) rep 3; rep 4 ;;
 4)
   works=()
-  for r in 1 2 3; do [[ -f "$OUT/issue18_rep$r/wall.json" ]] && works+=("$OUT/issue18_rep$r"); done
+  for r in 1 2 3 4 5 6; do [[ -f "$OUT/issue18_rep$r/wall.json" ]] && works+=("$OUT/issue18_rep$r"); done
   (( ${#works[@]} )) || { echo "no issue18_rep*/wall.json under $OUT" >&2; exit 2; }
   python3 $S/issue18_pooled.py --out "$OUT/pooled.md" "${works[@]}"
   ;;

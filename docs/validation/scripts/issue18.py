@@ -2,7 +2,7 @@
 """Issue 18 evidence on one GPU: graph-timer cost against upstream, A/A, cold vs warm L2.
 
     issue18.py wall --flaggems-dir FG [--shape-file F] --ops op:file,... --work W --deadline-s S
-                    [--runs upstream,before,after1,after2] [--mid-warmup-ms 100]
+                    [--runs upstream,before,after1,after2] [--mid-warmup-ms 100] [--profile]
         per operator, each run alone, with a fresh Triton cache (cold caches, as in the issue):
         upstream `pytest --mode cudagraph`, zl_bench before (ZL_GRAPH_WARMUP_MS=caller, the
         warmup before issue 18), zl_bench after (default) twice (A/A, run 2 replays run 1's
@@ -12,6 +12,7 @@
         import comes first; on every other operator upstream runs after its zl_bench partner.
         Wall and pytest's own time per run, each output line stamped (timeline.tsv: start-up,
         session and end); W/wall.json after every run. No run starts after --deadline-s.
+        --profile: pytest's process under cProfile (issue18_profile.py; its timings are not costs).
     issue18.py cold --work W
         in-process, 3 memory-bound float16 shapes: the graph timer warm and cold, and CUPTI
         kernel time (torch.profiler) back to back (warm) and with a flush of 2x L2 before every
@@ -43,6 +44,8 @@ for p in (ROOT, ROOT / "benchmarks"):
 from timer_noise import cupti_graph_ms, cupti_ms, fmt, pair_stats, parse_tables  # noqa: E402
 from zl import atomic, markers  # noqa: E402
 from zl.runlog.costs import COSTS, COUNTS, zl_costs  # noqa: E402  (issue 18: where the graph path spends its time)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import issue18_profile  # noqa: E402
 
 # before2 replays before: the A/A of the old warmup, to set beside after1/after2 in one call;
 # mid1/mid2 the same pair at --mid-warmup-ms (session 10: softmax's A/A read 0.32 % at 25 ms
@@ -88,6 +91,8 @@ def run_once(kind, op, stem, args, run_dir: Path, replay_from=None):
         if replay_from is not None:
             env["REPLAY_FROM"] = str(replay_from)
         cmd, cwd = ["bash", str(ROOT / "run_pytest.sh")], ROOT
+    if getattr(args, "profile", False):
+        cmd = issue18_profile.wrap(kind, cmd, env, run_dir)
     t0 = time.monotonic()
     rc, lines = run_stamped(cmd, cwd, env, args.run_timeout_s)
     wall = time.monotonic() - t0
@@ -387,6 +392,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="")
     ap.add_argument("--deadline-s", type=float, default=360.0)
     ap.add_argument("--run-timeout-s", type=float, default=90.0)
+    ap.add_argument("--profile", action="store_true",
+                    help="each run under cProfile -> RUN/profile.pstats (issue18_profile.py compare)")
     ap.add_argument("--mid-warmup-ms", type=float, default=100.0,
                     help="ZL_GRAPH_WARMUP_MS of the mid1/mid2 runs (default 100)")
     args = ap.parse_args(argv)
