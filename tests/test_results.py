@@ -77,14 +77,17 @@ def _record(tmp_path, bench, inputs, gems_scale=1.0, name="run"):
     return tmp_path / name, rec
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.bfloat16, torch.int32, torch.bool])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.bfloat16, torch.int32, torch.bool,
+                                   torch.int8, torch.float8_e4m3fn])
 def test_large_outputs_are_described_where_they_live_with_the_same_statistics(monkeypatch, dtype):
     """Above HOST_CAP the record comes from chunked device-side reductions (a 2^30-element
     output timed a real case out on the H200); it must say what the host path says."""
     gen = torch.Generator().manual_seed(0)
     x = (torch.randn(10_003, generator=gen) * 100).to(dtype)
-    if dtype.is_floating_point:
+    if dtype.is_floating_point and dtype.itemsize > 1:
         x[7], x[9000] = float("nan"), float("inf")
+    if dtype == torch.int8:
+        x[11] = -128      # its absolute value does not fit int8: abs_mean must still be exact
     small = capture.describe(x)
     monkeypatch.setattr(capture, "HOST_CAP", 1000)
     monkeypatch.setattr(capture, "CHUNK", 4096)        # several chunks, a ragged last one

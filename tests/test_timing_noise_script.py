@@ -351,21 +351,24 @@ def test_issue18_summary_sets_the_three_warmups_a_a_side_by_side(tmp_path):
     assert "| softmax | 3.00 (3.00) | 1.00 (1.00) | 0.20 (0.20) | 8.0 / 8.5 / 10.0 |" in md
 
 
-def test_device_session11_pools_its_repetitions_and_refuses_a_bad_part(tmp_path):
-    """PART=4 needs no GPU: issue18_pooled.py over whatever repetitions came back."""
-    script = ROOT / "docs/validation/scripts/device_session11.sh"
-    for r, w in ((1, 20.0), (3, 18.0)):
-        d = tmp_path / f"issue18_rep{r}"
+@pytest.mark.parametrize("session, part, reps, parts", [
+    ("11", "4", ("rep1", "rep3"), "1, 2, 3 or 4"), ("12", "3", ("rep3", "rep4b"), "1, 2 or 3")])
+def test_device_session_plans_pool_their_repetitions_and_refuse_a_bad_part(tmp_path, session, part, reps,
+                                                                             parts):
+    """The pooling part needs no GPU: issue18_pooled.py over whatever repetitions came back."""
+    script = ROOT / f"docs/validation/scripts/device_session{session}.sh"
+    for r, w in zip(reps, (20.0, 18.0)):
+        d = tmp_path / f"issue18_{r}"
         d.mkdir()
         (d / "wall.json").write_text(json.dumps(
             [{"op": "clamp", "kind": "upstream", "rc": 0, "wall_s": 16.0, "pytest_s": 6.0},
              {"op": "clamp", "kind": "after1", "rc": 0, "wall_s": w, "pytest_s": 6.0}]))
-    env = dict(os.environ, OUT=str(tmp_path), PART="4")
+    env = dict(os.environ, OUT=str(tmp_path), PART=part)
     proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "| clamp | 2 | 16.0 (6.00) | 19.0 (6.00) | 1.00 | 1.19 | 1.25, 1.12 |" in (tmp_path / "pooled.md").read_text()
     bad = subprocess.run(["bash", str(script)], env=dict(env, PART="9"), capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and "PART must be 1, 2, 3 or 4" in bad.stderr
+    assert bad.returncode == 2 and f"PART must be {parts}" in bad.stderr
     empty = tmp_path / "empty"
     empty.mkdir()
     none = subprocess.run(["bash", str(script)], env=dict(env, OUT=str(empty)), capture_output=True, text=True,

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The H200 plan of session 12 for issue 18. Carry .fg, .whl and .device_out:
+#   run(carry=[".fg", ".whl", ".device_out"], command="... PART=1 OUT=$OUT bash docs/validation/scripts/device_session12.sh")
+# Session 11 left the cost table at two pairs per operator (one for mm and
+# softmax_backward_out) and cProfile found no function of zl_bench's beyond the graph timer
+# and the results capture (softmax: 0.41 s profiled in capture.describe of two 4096x4096
+# outputs; the runs' ledgers: 0.23 s softmax, 0.54 s clamp). capture.describe now reads
+# back once per tensor instead of four times per chunk. So:
+#   PART=1  the capture's cost, the version of session 11 (.device_out/capture_7a894a7.py,
+#           made by `git show 7a894a7:zl/results/capture.py`) against this one, fresh
+#           processes (describe_cost.py); then the cost table's repetition 3 (six operators,
+#           rotated as in session 11) and half of repetition 4 (softmax, index_select, sum)
+#           (~480 s).
+#   PART=2  the other half of repetition 4 (mm, softmax_backward_out, clamp) and repetition 5
+#           (~500 s). Repetitions 3-5 give every operator three pairs with this code.
+#   PART=3  (no GPU, here) the pooled table, with OUT the folder the calls' issue18_rep*/ were
+#           gathered into: issue18_pooled.py over repetitions 3-5 -> $OUT/pooled.md.
+set -uo pipefail
+source "$(dirname "$0")/../../../zl/sh/entry.sh" "$@"   # --help, and no arguments
+cd "$(dirname "$0")/../../.." || exit 2
+# shellcheck source=docs/validation/scripts/call_clock.sh
+source docs/validation/scripts/call_clock.sh
+SIX=(softmax_backward_out:softmax clamp:clamp sum:sum softmax:softmax index_select:index_select mm:mm)
+rotated() { local r=$1 n=${#SIX[@]} out=() i; for ((i = 0; i < n; i++)); do out+=("${SIX[$(( (i + r - 1) % n ))]}"); done
+  local IFS=,; echo "${out[*]}"; }
+# rep WORK OPS: one repetition (upstream and after1 of each operator) into $OUT/WORK
+rep() {
+  WORK=$1 OPS="$2" RUNS=upstream,after1 STAGES=wall,summary \
+    WALL_DEADLINE_S=$(( $(left) - 60 )) RUN_TIMEOUT_S=90 tied timeout $(( $(left) - 10 )) bash $S/device_issue18.sh
+}
+OLD=.device_out/capture_7a894a7.py
+case "$PART" in
+1)
+  [[ -f $OLD ]] || { echo "$OLD missing: git show 7a894a7:zl/results/capture.py > $OLD, and carry .device_out" >&2; exit 2; }
+  tied timeout 90 python3 $S/describe_cost.py --impl "session11=$OLD" --impl "session12=zl/results/capture.py" \
+    --repeat 3 --out "$OUT/describe_cost"
+  rep issue18_rep3 "$(rotated 3)"
+  rep issue18_rep4a "softmax:softmax,index_select:index_select,sum:sum"
+  ;;
+2)
+  rep issue18_rep4b "mm:mm,softmax_backward_out:softmax,clamp:clamp"
+  rep issue18_rep5 "$(rotated 5)"
+  ;;
+3)
+  works=()
+  for w in rep3 rep4a rep4b rep5 rep6; do [[ -f "$OUT/issue18_$w/wall.json" ]] && works+=("$OUT/issue18_$w"); done
+  (( ${#works[@]} )) || { echo "no issue18_rep*/wall.json under $OUT" >&2; exit 2; }
+  python3 $S/issue18_pooled.py --out "$OUT/pooled.md" "${works[@]}"
+  ;;
+*)
+  echo "PART must be 1, 2 or 3 (got $PART)" >&2; exit 2
+  ;;
+esac
+echo "===== part $PART done in $(( $(date +%s) - T0 )) s"
