@@ -14,7 +14,15 @@
 #   PART=2  the other half of repetition 4 (mm, softmax_backward_out, clamp) and repetition 5
 #           (~500 s). Repetitions 3-5 give every operator three pairs with this code.
 #   PART=3  (no GPU, here) the pooled table, with OUT the folder the calls' issue18_rep*/ were
-#           gathered into: issue18_pooled.py over repetitions 3-5 -> $OUT/pooled.md.
+#           gathered into: issue18_pooled.py over repetitions 3-6 -> $OUT/pooled.md.
+#   PART=4  (added after PART=1: both capture versions paid ~230 ms on a process's first large
+#           output and 2 ms on its second, so the cost is a first use, not the reductions)
+#           which first use: the capture with 1 M-element chunks (small temporaries: is it the
+#           allocations?), the host path for the same tensor (HOST_CAP raised), and this
+#           version with CUDA_MODULE_LOADING=EAGER (is it loading torch's kernels?); the
+#           variants are made here with sed from zl/results/capture.py into .device_out/
+#           (capture_chunk1m.py: CHUNK = 1 << 20; capture_host.py: HOST_CAP = 1 << 26).
+#           Then repetition 6 (~420 s).
 set -uo pipefail
 source "$(dirname "$0")/../../../zl/sh/entry.sh" "$@"   # --help, and no arguments
 cd "$(dirname "$0")/../../.." || exit 2
@@ -41,6 +49,17 @@ case "$PART" in
   rep issue18_rep4b "mm:mm,softmax_backward_out:softmax,clamp:clamp"
   rep issue18_rep5 "$(rotated 5)"
   ;;
+4)
+  for f in capture_chunk1m capture_host; do
+    [[ -f .device_out/$f.py ]] || { echo ".device_out/$f.py missing (see PART=4 above)" >&2; exit 2; }
+  done
+  tied timeout 70 python3 $S/describe_cost.py --impl "session12=zl/results/capture.py" \
+    --impl "chunk1m=.device_out/capture_chunk1m.py" --impl "host=.device_out/capture_host.py" \
+    --repeat 3 --out "$OUT/describe_cost"
+  CUDA_MODULE_LOADING=EAGER tied timeout 60 python3 $S/describe_cost.py --impl "session12_eager=zl/results/capture.py" \
+    --repeat 3 --out "$OUT/describe_cost_eager"
+  rep issue18_rep6 "$(rotated 6)"
+  ;;
 3)
   works=()
   for w in rep3 rep4a rep4b rep5 rep6; do [[ -f "$OUT/issue18_$w/wall.json" ]] && works+=("$OUT/issue18_$w"); done
@@ -48,7 +67,7 @@ case "$PART" in
   python3 $S/issue18_pooled.py --out "$OUT/pooled.md" "${works[@]}"
   ;;
 *)
-  echo "PART must be 1, 2 or 3 (got $PART)" >&2; exit 2
+  echo "PART must be 1, 2, 3 or 4 (got $PART)" >&2; exit 2
   ;;
 esac
 echo "===== part $PART done in $(( $(date +%s) - T0 )) s"
