@@ -213,37 +213,6 @@ def cupti_ms(fn, cache, cold: bool, names=None, n: int = 50, spans=None):
     return total / n / 1e3, seen
 
 
-def cupti_graph_ms(fn, cache, cold: bool, names, n: int = 50):
-    """(kernel ms per call, median per-call span ms, median call period ms) of `names` in a
-    CUDA-graph replay of `n`
-    calls (each after a flush of `cache` when `cold`). In a graph one call's kernels run back
-    to back, so this span, not the eager one (host launches between kernels), is what a graph
-    timer is compared with on an operator of several kernels (sum: 2)."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(n):
-            if cold:
-                cache.zero_()
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        graph.replay()
-        torch.cuda.synchronize()
-    intervals = kernel_intervals(prof, names)
-    busy = sum(e - s for s, e in intervals)
-    return busy / n / 1e3, call_span_us(intervals, n) / 1e3, call_period_us(intervals, n) / 1e3
-
-
 def kernel_intervals(prof, names):
     """(start, end) in us of every device-side event of a kernel in `names`."""
     return [(e.time_range.start, e.time_range.end) for e in prof.events()

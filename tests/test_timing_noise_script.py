@@ -239,7 +239,18 @@ def test_issue18_summary_adds_the_in_graph_cupti_table_and_keeps_capture_errors(
          "graph_cupti": {"warm": {"kernel_ms": 0.0066, "span_ms": 0.0081, "period_ms": 0.0084},
                          "cold": {"error": "RuntimeError('capture')"}}}]}))
     md = _issue18_summary(work, tmp_path / "o")
-    assert "| sum | 6.60 (8.10) | RuntimeError('capture') | 1.037 | - | 8.40 | 1.000 |" in md
+    assert "| sum | 6.60 (8.10) | RuntimeError('capture') | 1.037 | - | 8.40 | 1.000 | - | - | - | - |" in md
+    # session 12's event timing of the same replay: warm against the graph timer, cold net of flushes
+    case = json.loads((work / "cold.json").read_text())
+    case["cases"][0]["graph_cupti"] = {
+        "warm": {"kernel_ms": 0.0066, "span_ms": 0.0081, "period_ms": 0.0084, "event_ms": 0.0080,
+                 "event_traced_ms": 0.0082},
+        "cold": {"kernel_ms": 0.0136, "span_ms": 0.0139, "period_ms": 0.03, "event_ms": 0.04,
+                 "event_traced_ms": 0.041, "event_net_ms": 0.0150}}
+    (work / "cold.json").write_text(json.dumps(case))
+    md = _issue18_summary(work, tmp_path / "o2")
+    assert ("| sum | 6.60 (8.10) | 13.60 (13.90) | 1.037 | 1.129 | 8.40 | 1.000 | 8.00 (8.20) | 1.050 | "
+            "15.00 | 1.047 |") in md
 
 
 def test_issue18_every_run_gets_cold_triton_and_flaggems_caches(tmp_path, monkeypatch):
@@ -352,7 +363,7 @@ def test_issue18_summary_sets_the_three_warmups_a_a_side_by_side(tmp_path):
 
 
 @pytest.mark.parametrize("session, part, reps, parts", [
-    ("11", "4", ("rep1", "rep3"), "1, 2, 3 or 4"), ("12", "3", ("rep3", "rep4b"), "1, 2, 3 or 4")])
+    ("11", "4", ("rep1", "rep3"), "1, 2, 3 or 4"), ("12", "3", ("rep3", "rep4b"), "1 to 5")])
 def test_device_session_plans_pool_their_repetitions_and_refuse_a_bad_part(tmp_path, session, part, reps,
                                                                              parts):
     """The pooling part needs no GPU: issue18_pooled.py over whatever repetitions came back."""
