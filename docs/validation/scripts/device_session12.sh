@@ -27,6 +27,9 @@
 #           cold; relu read 0.7-0.9 us above CUPTI per call in sessions 10-11, cold sum 7 %):
 #           is the excess in the replay or in how the graph timer reaches its number? Twice
 #           when the call has time (~250 s).
+#   PART=6  repetition 7 of the three operators whose pytest ratio over repetitions 3-6 sat
+#           nearest or above 1.1 (clamp 1.14 and softmax 1.08 by the ratio of medians, sum
+#           1.12 in repetition 4a) with the session's last device minutes (~150 s).
 set -uo pipefail
 source "$(dirname "$0")/../../../zl/sh/entry.sh" "$@"   # --help, and no arguments
 cd "$(dirname "$0")/../../.." || exit 2
@@ -68,14 +71,17 @@ case "$PART" in
   WORK=issue18_cold12 STAGES=cold,summary tied timeout 130 bash $S/device_issue18.sh
   (( $(left) > 150 )) && WORK=issue18_cold12b STAGES=cold,summary tied timeout 130 bash $S/device_issue18.sh
   ;;
+6)
+  rep issue18_rep7 "clamp:clamp,softmax:softmax,sum:sum"
+  ;;
 3)
   works=()
-  for w in rep3 rep4a rep4b rep5 rep6; do [[ -f "$OUT/issue18_$w/wall.json" ]] && works+=("$OUT/issue18_$w"); done
+  for w in rep3 rep4a rep4b rep5 rep6 rep7; do [[ -f "$OUT/issue18_$w/wall.json" ]] && works+=("$OUT/issue18_$w"); done
   (( ${#works[@]} )) || { echo "no issue18_rep*/wall.json under $OUT" >&2; exit 2; }
   python3 $S/issue18_pooled.py --out "$OUT/pooled.md" "${works[@]}"
   ;;
 *)
-  echo "PART must be 1 to 5 (got $PART)" >&2; exit 2
+  echo "PART must be 1 to 6 (got $PART)" >&2; exit 2
   ;;
 esac
 echo "===== part $PART done in $(( $(date +%s) - T0 )) s"
