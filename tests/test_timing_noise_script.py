@@ -320,17 +320,19 @@ def test_issue18_pooled_takes_medians_over_calls_and_filters_ops(tmp_path):
     one = call("one", [("clamp", "upstream", 16.0, 6.0), ("clamp", "after1", 20.0, 7.0),
                        ("clamp", "after2", 99.0, 99.0), ("sbo", "upstream", 15.0, 6.0),
                        ("sbo", "after1", 30.0, 11.0)])
-    two = call("two", [("clamp", "upstream", 18.0, 6.0), ("clamp", "after1", 18.0, 6.5),
+    two = call("two", [("clamp", "upstream", 18.0, 6.0), ("clamp", "after1", 18.0, 6.6),
                        ("sbo", "upstream", 16.0, 7.0), ("sbo", "after1", 16.0, 6.0)])
     out = tmp_path / "pooled.md"
     proc = subprocess.run([sys.executable, str(ROOT / "docs/validation/scripts/issue18_pooled.py"),
                            "--out", str(out), f"{one}:clamp", two], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     md = out.read_text()
-    # clamp: upstream 17.0 (6.00), after1 19.0 (6.75); after2 (a replay) never pooled
-    assert "| clamp | 2 | 17.0 (6.00) | 19.0 (6.75) | 1.12 | 1.12 | 1.25, 1.00 |" in md
+    # clamp: upstream 17.0 (6.00), after1 19.0 (6.80); after2 (a replay) never pooled; each
+    # call's own ratios (pytest 7/6 and 6.6/6) and their medians
+    assert ("| clamp | 2 | 17.0 (6.00) | 19.0 (6.80) | 1.13 | 1.12 | 1.25, 1.00 | 1.17, 1.10 | "
+            "1.13 (1.12) |") in md
     # sbo only from the second call
-    assert "| sbo | 1 | 16.0 (7.00) | 16.0 (6.00) | 0.86 | 1.00 | 1.00 |" in md
+    assert "| sbo | 1 | 16.0 (7.00) | 16.0 (6.00) | 0.86 | 1.00 | 1.00 | 0.86 | 0.86 (1.00) |" in md
     bad = subprocess.run([sys.executable, str(ROOT / "docs/validation/scripts/issue18_pooled.py"),
                           "--out", str(out), str(tmp_path / "nowhere")], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "no such file" in bad.stderr and "Traceback" not in bad.stderr
@@ -377,7 +379,8 @@ def test_device_session_plans_pool_their_repetitions_and_refuse_a_bad_part(tmp_p
     env = dict(os.environ, OUT=str(tmp_path), PART=part)
     proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert "| clamp | 2 | 16.0 (6.00) | 19.0 (6.00) | 1.00 | 1.19 | 1.25, 1.12 |" in (tmp_path / "pooled.md").read_text()
+    assert "| clamp | 2 | 16.0 (6.00) | 19.0 (6.00) | 1.00 | 1.19 | 1.25, 1.12 | 1.00, 1.00 | 1.00 (1.19) |" \
+        in (tmp_path / "pooled.md").read_text()
     bad = subprocess.run(["bash", str(script)], env=dict(env, PART="9"), capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and f"PART must be {parts}" in bad.stderr
     empty = tmp_path / "empty"

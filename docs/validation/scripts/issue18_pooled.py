@@ -47,11 +47,15 @@ def load(specs: list[str]) -> list[dict]:
 
 
 def table(runs: list[dict]) -> str:
+    # Two statistics: the ratio of the medians, and the median of each call's own ratio. The
+    # second keeps each pair's shared conditions together: in session 12 one call ran every
+    # run of clamp 1.4 s slower (both sides), which moved the first statistic by 0.07.
     lines = ["| op | calls | upstream wall s (pytest s), median | after1 wall (pytest), median "
-             "| after1/upstream pytest | after1/upstream wall | per-call wall ratios |",
-             "|---|---|---|---|---|---|---|"]
+             "| after1/upstream pytest | after1/upstream wall | per-call wall ratios "
+             "| per-call pytest ratios | median per-call ratio, pytest (wall) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for op in dict.fromkeys(r["op"] for r in runs):
-        med, per_call = {}, []
+        med, per_call, pairs = {}, [], []
         for kind in KINDS:
             mine = [r for r in runs if r["op"] == op and r["kind"] == kind]
             med[kind] = {k: float(np.median([r[k] for r in mine])) if mine else None
@@ -59,7 +63,8 @@ def table(runs: list[dict]) -> str:
         for call in dict.fromkeys(r["call"] for r in runs if r["op"] == op):
             pair = {r["kind"]: r for r in runs if r["op"] == op and r["call"] == call}
             if len(pair) == 2:
-                per_call.append(f"{pair['after1']['wall_s'] / pair['upstream']['wall_s']:.2f}")
+                pairs.append({k: pair["after1"][k] / pair["upstream"][k] for k in ("wall_s", "pytest_s")})
+                per_call.append(f"{pairs[-1]['wall_s']:.2f}")
         up, a1 = med["upstream"], med["after1"]
 
         def ratio(key):
@@ -67,8 +72,11 @@ def table(runs: list[dict]) -> str:
 
         def cell(m):
             return f"{m['wall_s']:.1f} ({m['pytest_s']:.2f})" if m["wall_s"] is not None else "-"
+        per_pytest = ", ".join(f"{p['pytest_s']:.2f}" for p in pairs) or "-"
+        paired = (f"{np.median([p['pytest_s'] for p in pairs]):.2f} "
+                  f"({np.median([p['wall_s'] for p in pairs]):.2f})") if pairs else "-"
         lines.append(f"| {op} | {len(per_call)} | {cell(up)} | {cell(a1)} | {ratio('pytest_s')} | "
-                     f"{ratio('wall_s')} | {', '.join(per_call) or '-'} |")
+                     f"{ratio('wall_s')} | {', '.join(per_call) or '-'} | {per_pytest} | {paired} |")
     return "\n".join(lines) + "\n"
 
 
