@@ -388,3 +388,14 @@ def test_device_session_plans_pool_their_repetitions_and_refuse_a_bad_part(tmp_p
     none = subprocess.run(["bash", str(script)], env=dict(env, OUT=str(empty)), capture_output=True, text=True,
                           timeout=60)
     assert none.returncode == 2 and "no issue18_rep" in none.stderr
+
+
+def test_cost_reps_rotation_moves_every_operator_between_odd_and_even_positions():
+    """cost_reps.sh's `rotated r`: repetition r starts the six operators r-1 places later."""
+    lib = ROOT / "docs/validation/scripts/cost_reps.sh"
+    out = subprocess.run(["bash", "-c", f"source {lib}; rotated 1; rotated 2; rotated 3; rotated 7"],
+                         capture_output=True, text=True, timeout=30, check=True).stdout.split()
+    first, second, third, seventh = (o.split(",") for o in out)
+    assert len(first) == 6 and sorted(first) == sorted(third)
+    assert third[0] == "sum:sum" and third[-1] == "clamp:clamp" and seventh == first
+    assert all(first.index(op) % 2 != second.index(op) % 2 for op in first)   # parity flips

@@ -23,15 +23,9 @@ source "$(dirname "$0")/../../../zl/sh/entry.sh" "$@"   # --help, and no argumen
 cd "$(dirname "$0")/../../.." || exit 2
 # shellcheck source=docs/validation/scripts/call_clock.sh
 source docs/validation/scripts/call_clock.sh
-SIX=(softmax_backward_out:softmax clamp:clamp sum:sum softmax:softmax index_select:index_select mm:mm)
-# repetition r starts the list r-1 places later: over 3 repetitions every operator sits at an
-# odd and an even position (upstream after and before its partner)
-rotated() { local r=$1 n=${#SIX[@]} out=() i; for ((i = 0; i < n; i++)); do out+=("${SIX[$(( (i + r - 1) % n ))]}"); done
-  local IFS=,; echo "${out[*]}"; }
-rep() {
-  WORK=issue18_rep$1 OPS="$(rotated "$1")" RUNS=upstream,after1 STAGES=wall,summary \
-    WALL_DEADLINE_S=$(( $(left) - 100 )) RUN_TIMEOUT_S=90 tied timeout $(( $(left) - 10 )) bash $S/device_issue18.sh
-}
+# shellcheck source=docs/validation/scripts/cost_reps.sh
+source docs/validation/scripts/cost_reps.sh
+rep() { cost_rep "issue18_rep$1" "$(rotated "$1")" 100; }
 case "$PART" in
 1) rep 1; rep 2 ;;
 2)

@@ -35,14 +35,9 @@ source "$(dirname "$0")/../../../zl/sh/entry.sh" "$@"   # --help, and no argumen
 cd "$(dirname "$0")/../../.." || exit 2
 # shellcheck source=docs/validation/scripts/call_clock.sh
 source docs/validation/scripts/call_clock.sh
-SIX=(softmax_backward_out:softmax clamp:clamp sum:sum softmax:softmax index_select:index_select mm:mm)
-rotated() { local r=$1 n=${#SIX[@]} out=() i; for ((i = 0; i < n; i++)); do out+=("${SIX[$(( (i + r - 1) % n ))]}"); done
-  local IFS=,; echo "${out[*]}"; }
-# rep WORK OPS: one repetition (upstream and after1 of each operator) into $OUT/WORK
-rep() {
-  WORK=$1 OPS="$2" RUNS=upstream,after1 STAGES=wall,summary \
-    WALL_DEADLINE_S=$(( $(left) - 60 )) RUN_TIMEOUT_S=90 tied timeout $(( $(left) - 10 )) bash $S/device_issue18.sh
-}
+# shellcheck source=docs/validation/scripts/cost_reps.sh
+source docs/validation/scripts/cost_reps.sh
+rep() { cost_rep "$1" "$2" 60; }   # rep WORK OPS
 OLD=.device_out/capture_7a894a7.py
 case "$PART" in
 1)
