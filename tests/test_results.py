@@ -103,6 +103,18 @@ def test_large_outputs_are_described_where_they_live_with_the_same_statistics(mo
     assert compare.compare_tensor(again, large)["status"] == "equal"
 
 
+@pytest.mark.parametrize("fill", [float("nan"), float("inf"), float("-inf")])
+def test_a_large_output_with_no_finite_element_has_no_statistics(monkeypatch, fill):
+    """Counts of the non-finite kinds, and min/max/mean left empty, as on the host path."""
+    x = torch.full((5003,), fill, dtype=torch.float16)
+    small = capture.describe(x)
+    monkeypatch.setattr(capture, "HOST_CAP", 1000)
+    monkeypatch.setattr(capture, "CHUNK", 2048)
+    large = capture.describe(x)
+    assert (large["nan"], large["inf"]) == (small["nan"], small["inf"]) and large["nan"] + large["inf"] == 5003
+    assert all(large[k] is None and small[k] is None for k in ("min", "max", "mean", "abs_mean"))
+
+
 def test_large_output_digest_sees_one_changed_word_anywhere(monkeypatch):
     monkeypatch.setattr(capture, "HOST_CAP", 100)
     monkeypatch.setattr(capture, "CHUNK", 1000)

@@ -144,55 +144,55 @@ def _words(t: Any) -> Any:
 def _describe_large(tensor: Any, t: Any) -> Dict[str, Any]:
     """describe() above HOST_CAP elements: every reduction on the tensor's device, chunked.
 
-    Nothing is read back until the end: three small device-to-host copies for the whole
-    tensor. The earlier form synchronised three times per chunk and selected the finite
-    elements with a boolean index (a fourth synchronisation, and a gather); on the H200 it
-    cost 0.23-0.54 s per run of softmax and clamp (two 4096x4096 outputs), 5-9 % of the
-    benchmark's pytest time. Every chunk is widened to float64 once, so one set of float64
-    kernels serves all dtypes (float64 holds every float16/bfloat16/float32 value exactly).
+    A process pays for its first record, not for the arithmetic: on the H200 the first
+    4096x4096 float16 record took 231-246 ms and the second 2 ms, and 72 ms with
+    CUDA_MODULE_LOADING=EAGER, so most of it is CUDA loading each kernel on first use
+    (docs/validation/timing.md, session 12). So this uses few distinct kernels: every chunk
+    is widened to float64 once (exact for every float16/bfloat16/float32 value), finiteness
+    comes from one abs and two comparisons, the per-chunk results are only stacked on the
+    device and added up here, and the sample is gathered from the widened chunks. Nothing is
+    read back before the end: two device-to-host copies for the whole tensor.
     """
     import torch
     flat = t.reshape(-1)
     n = flat.numel()
-    dev, f64 = flat.device, torch.float64
-    nan = finite = torch.zeros((), dtype=torch.int64, device=dev)
-    total = abs_total = torch.zeros((), dtype=f64, device=dev)
-    lo = torch.full((), float("inf"), dtype=f64, device=dev)
-    hi = torch.full((), float("-inf"), dtype=f64, device=dev)
+    dev, f64, inf = flat.device, torch.float64, float("inf")
+    index = _sample_index(n)
+    counts, sums, bounds, samples = [], [], [], []    # 0-dim (or sample) tensors per chunk
     for start in range(0, n, CHUNK):
-        x = flat[start:start + CHUNK]
-        x = x.to(f64) if x.dtype != torch.bool else x.to(torch.uint8).to(f64)
-        ok = torch.isfinite(x)
-        nan = nan + torch.isnan(x).sum()
-        finite = finite + ok.sum()
-        kept = torch.where(ok, x, 0.0)
-        total = total + kept.sum()
-        abs_total = abs_total + kept.abs().sum()
-        lo = torch.minimum(lo, torch.where(ok, x, float("inf")).min())
-        hi = torch.maximum(hi, torch.where(ok, x, float("-inf")).max())
+        x = flat[start:start + CHUNK].to(f64)
+        # the sample positions inside this chunk, picked on the host (a boolean index on the
+        # device would synchronise)
+        mine = index[(index >= start) & (index < start + x.numel())] - start
+        a = x.abs()
+        ok = a < inf                                  # NaN compares false: finite elements
+        counts += [ok.sum(), (a == inf).sum()]
+        sums += [torch.where(ok, x, 0.0).sum(), torch.where(ok, a, 0.0).sum()]
+        # one reduction kernel (aminmax) for both bounds; the fill keeps non-finite out
+        bounds += [torch.aminmax(torch.where(ok, x, inf)).min, torch.aminmax(torch.where(ok, x, -inf)).max]
+        samples.append(x.index_select(0, torch.from_numpy(mine).to(dev)))
     words = _words(t)
-    s1 = s2 = torch.zeros((), dtype=torch.int64, device=dev)
     for start in range(0, words.numel(), CHUNK):
         w = words[start:start + CHUNK].to(torch.int64)
         pos = torch.arange(start, start + w.numel(), dtype=torch.int64, device=dev)
         # odd weights: multiplying a nonzero word difference (< 2^32) by an odd number is
         # never 0 modulo 2^64, so one changed word always changes the sum
-        s1 = s1 + (w * (pos * _W1 + 1 | 1)).sum()
-        s2 = s2 + (w * (pos * _W2 + 3 | 1)).sum()
-    index = _sample_index(n)
-    sample = flat.index_select(0, torch.from_numpy(index).to(dev)).to(f64)
-    counts = torch.stack([nan, finite, s1, s2]).cpu().tolist()
-    stats = torch.stack([total, abs_total, lo, hi]).cpu().tolist()
-    nan_n, count, h1, h2 = (int(v) for v in counts)
-    inf_n = (n - nan_n - count) if flat.is_floating_point() else 0
+        counts += [(w * (pos * _W1 + 1 | 1)).sum(), (w * (pos * _W2 + 3 | 1)).sum()]
+    ints = torch.stack(counts).cpu().tolist()
+    floats = torch.cat([torch.stack(sums + bounds)] + samples).cpu().numpy()
+    k = len(sums) // 2                                # chunks of elements
+    count, inf_n = sum(ints[0:2 * k:2]), sum(ints[1:2 * k:2])
+    h1, h2 = sum(ints[2 * k::2]), sum(ints[2 * k + 1::2])
+    total, abs_total = sum(floats[0:2 * k:2].tolist()), sum(floats[1:2 * k:2].tolist())
+    lo, hi = floats[2 * k:4 * k:2].min(), floats[2 * k + 1:4 * k:2].max()
     digest = f"wsum64:{h1 & (2 ** 64 - 1):016x}{h2 & (2 ** 64 - 1):016x}-{words.numel()}"
     return {
         "dtype": str(tensor.dtype).replace("torch.", ""), "shape": list(tensor.shape),
-        "numel": int(n), "digest": digest, "nan": nan_n, "inf": inf_n,
-        "min": _float(stats[2]) if count else None, "max": _float(stats[3]) if count else None,
-        "mean": _float(stats[0] / count) if count else None,
-        "abs_mean": _float(stats[1] / count) if count else None,
-        "sample_index": index.tolist(), "sample": sample.cpu().numpy().tolist(),
+        "numel": int(n), "digest": digest, "nan": int(n - count - inf_n), "inf": int(inf_n),
+        "min": _float(lo) if count else None, "max": _float(hi) if count else None,
+        "mean": _float(total / count) if count else None,
+        "abs_mean": _float(abs_total / count) if count else None,
+        "sample_index": index.tolist(), "sample": floats[4 * k:].tolist(),
     }
 
 

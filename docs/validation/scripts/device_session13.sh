@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The next H200 plan for issue 18 (after session 12). Carry .fg, .whl and .device_out:
+#   run(carry=[".fg", ".whl", ".device_out"], command="... PART=1 OUT=$OUT bash docs/validation/scripts/device_session13.sh")
+# Session 12 found a process's first large-output record costs ~230 ms, ~175 ms of it CUDA
+# loading kernels on first use (72 ms with CUDA_MODULE_LOADING=EAGER), and clamp, whose runs
+# carry 0.18-0.49 s of results capture, the one operator whose pytest ratio of medians
+# (1.16) is above 1.1. capture.py now records a large output with fewer distinct kernels
+# (after the session's device calls, so not yet measured). So:
+#   PART=1  describe_cost.py: session 12's capture.py (.device_out/capture_0d1f879.py, made by
+#           `git show 0d1f879:zl/results/capture.py`) against this one, fresh processes; then
+#           two more repetitions of clamp, softmax and sum, the order rotated (~400 s).
+#   PART=2  (no GPU, here) the pooled table over session 12's repetitions 3-7 and these, with
+#           OUT the folder they were gathered into -> $OUT/pooled.md.
+set -uo pipefail
+source "$(dirname "$0")/../../../zl/sh/entry.sh" "$@"   # --help, and no arguments
+cd "$(dirname "$0")/../../.." || exit 2
+# shellcheck source=docs/validation/scripts/call_clock.sh
+source docs/validation/scripts/call_clock.sh
+# shellcheck source=docs/validation/scripts/cost_reps.sh
+source docs/validation/scripts/cost_reps.sh
+OLD=.device_out/capture_0d1f879.py
+case "$PART" in
+1)
+  [[ -f $OLD ]] || { echo "$OLD missing: git show 0d1f879:zl/results/capture.py > $OLD, and carry .device_out" >&2; exit 2; }
+  tied timeout 90 python3 $S/describe_cost.py --impl "session12=$OLD" --impl "session13=zl/results/capture.py" \
+    --repeat 3 --out "$OUT/describe_cost"
+  cost_rep issue18_rep8 "clamp:clamp,softmax:softmax,sum:sum" 60
+  cost_rep issue18_rep9 "sum:sum,clamp:clamp,softmax:softmax" 60
+  ;;
+2)
+  works=()
+  for w in rep3 rep4a rep4b rep5 rep6 rep7 rep8 rep9; do [[ -f "$OUT/issue18_$w/wall.json" ]] && works+=("$OUT/issue18_$w"); done
+  (( ${#works[@]} )) || { echo "no issue18_rep*/wall.json under $OUT" >&2; exit 2; }
+  python3 $S/issue18_pooled.py --out "$OUT/pooled.md" "${works[@]}"
+  ;;
+*)
+  echo "PART must be 1 or 2 (got $PART)" >&2; exit 2
+  ;;
+esac
+echo "===== part $PART done in $(( $(date +%s) - T0 )) s"
