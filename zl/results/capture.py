@@ -149,8 +149,8 @@ def _describe_large(tensor: Any, t: Any) -> Dict[str, Any]:
     CUDA_MODULE_LOADING=EAGER, so most of it is CUDA loading each kernel on first use
     (docs/validation/timing.md, session 12). So this uses few distinct kernels: every chunk
     is widened to float64 once (exact for every float16/bfloat16/float32 value), finiteness
-    comes from one abs and two comparisons, the per-chunk results are only stacked on the
-    device and added up here, and the sample is gathered from the widened chunks. Nothing is
+    comes from one abs and two comparisons, each chunk's results are stacked into a row on
+    the device and the rows added up here, and the sample is gathered from the widened chunks. Nothing is
     read back before the end: two device-to-host copies for the whole tensor.
     """
     import torch
@@ -158,7 +158,7 @@ def _describe_large(tensor: Any, t: Any) -> Dict[str, Any]:
     n = flat.numel()
     dev, f64, inf = flat.device, torch.float64, float("inf")
     index = _sample_index(n)
-    counts, sums, bounds, samples = [], [], [], []    # 0-dim (or sample) tensors per chunk
+    counts, stats, samples, sums = [], [], [], []    # one row (tensor) per chunk, see below
     for start in range(0, n, CHUNK):
         x = flat[start:start + CHUNK].to(f64)
         # the sample positions inside this chunk, picked on the host (a boolean index on the
@@ -166,10 +166,11 @@ def _describe_large(tensor: Any, t: Any) -> Dict[str, Any]:
         mine = index[(index >= start) & (index < start + x.numel())] - start
         a = x.abs()
         ok = a < inf                                  # NaN compares false: finite elements
-        counts += [ok.sum(), (a == inf).sum()]
-        sums += [torch.where(ok, x, 0.0).sum(), torch.where(ok, a, 0.0).sum()]
+        counts.append(torch.stack([ok.sum(), (a == inf).sum()]))          # finite, inf
         # one reduction kernel (aminmax) for both bounds; the fill keeps non-finite out
-        bounds += [torch.aminmax(torch.where(ok, x, inf)).min, torch.aminmax(torch.where(ok, x, -inf)).max]
+        stats.append(torch.stack([torch.where(ok, x, 0.0).sum(), torch.where(ok, a, 0.0).sum(),
+                                  torch.aminmax(torch.where(ok, x, inf)).min,
+                                  torch.aminmax(torch.where(ok, x, -inf)).max]))  # total, |total|, lo, hi
         samples.append(x.index_select(0, torch.from_numpy(mine).to(dev)))
     words = _words(t)
     for start in range(0, words.numel(), CHUNK):
@@ -177,14 +178,16 @@ def _describe_large(tensor: Any, t: Any) -> Dict[str, Any]:
         pos = torch.arange(start, start + w.numel(), dtype=torch.int64, device=dev)
         # odd weights: multiplying a nonzero word difference (< 2^32) by an odd number is
         # never 0 modulo 2^64, so one changed word always changes the sum
-        counts += [(w * (pos * _W1 + 1 | 1)).sum(), (w * (pos * _W2 + 3 | 1)).sum()]
-    ints = torch.stack(counts).cpu().tolist()
-    floats = torch.cat([torch.stack(sums + bounds)] + samples).cpu().numpy()
-    k = len(sums) // 2                                # chunks of elements
-    count, inf_n = sum(ints[0:2 * k:2]), sum(ints[1:2 * k:2])
-    h1, h2 = sum(ints[2 * k::2]), sum(ints[2 * k + 1::2])
-    total, abs_total = sum(floats[0:2 * k:2].tolist()), sum(floats[1:2 * k:2].tolist())
-    lo, hi = floats[2 * k:4 * k:2].min(), floats[2 * k + 1:4 * k:2].max()
+        sums.append(torch.stack([(w * (pos * _W1 + 1 | 1)).sum(), (w * (pos * _W2 + 3 | 1)).sum()]))
+    k = len(counts)
+    ints = torch.stack(counts + sums).cpu().tolist()
+    floats = torch.cat([torch.stack(stats).reshape(-1)] + samples).cpu().numpy()
+    # added up here in chunk order, as the device did before (same float64 results)
+    count, inf_n = (sum(col) for col in zip(*ints[:k]))
+    h1, h2 = (sum(col) for col in zip(*ints[k:]))
+    rows = floats[:4 * k].reshape(k, 4)
+    total, abs_total = sum(rows[:, 0].tolist()), sum(rows[:, 1].tolist())
+    lo, hi = rows[:, 2].min(), rows[:, 3].max()
     digest = f"wsum64:{h1 & (2 ** 64 - 1):016x}{h2 & (2 ** 64 - 1):016x}-{words.numel()}"
     return {
         "dtype": str(tensor.dtype).replace("torch.", ""), "shape": list(tensor.shape),
