@@ -315,6 +315,11 @@ def _ratio(a, b):
     return a / b if a and b else None
 
 
+def _us(ms):
+    """A time in ms as microseconds for the tables, "-" when missing."""
+    return fmt(None if ms is None else ms * 1e3)
+
+
 def summary_main(args) -> int:
     work, out = Path(args.work), Path(args.out)
     md = ["# Issue 18: graph-timer cost and cold L2", ""]
@@ -398,12 +403,9 @@ def summary_main(args) -> int:
         for c in data["cases"]:
             gap = _ratio(c["graph_cold_ms"], c["graph_warm_ms"])
             sw, sc = c.get("cupti_span_warm_ms"), c.get("cupti_span_cold_ms")
-
-            def us(v):
-                return "-" if v is None else f"{v * 1e3:.2f}"
             md.append(f"| {c['op']} | {c['shape']} | {len(c.get('kernels', []))} | "
-                      f"{us(c['cupti_warm_ms'])} ({us(sw)}) | {us(c['cupti_cold_ms'])} ({us(sc)}) | "
-                      f"{us(c['graph_warm_ms'])} | {us(c['graph_cold_ms'])} | "
+                      f"{_us(c['cupti_warm_ms'])} ({_us(sw)}) | {_us(c['cupti_cold_ms'])} ({_us(sc)}) | "
+                      f"{_us(c['graph_warm_ms'])} | {_us(c['graph_cold_ms'])} | "
                       f"{fmt(_ratio(c['graph_warm_ms'], c['cupti_warm_ms']), '.3f')} "
                       f"({fmt(_ratio(c['graph_warm_ms'], sw), '.3f')}) | "
                       f"{fmt(_ratio(c['graph_cold_ms'], c['cupti_cold_ms']), '.3f')} "
@@ -429,20 +431,17 @@ def summary_main(args) -> int:
                 def ratio(mode, key="span_ms"):
                     m = g.get(mode, {})
                     return fmt(_ratio(c[f"graph_{mode}_ms"], m.get(key)), ".3f")
+                warm, cold = g.get("warm", {}), g.get("cold", {})
                 # the period (call start to next call start) holds the gap between calls, as
                 # the graph timer's reading does; the cold period also holds the flush, so only warm
-                period = g.get("warm", {}).get("period_ms")
-                warm, cold = g.get("warm", {}), g.get("cold", {})
-
-                def us(v):
-                    return fmt(v * 1e3 if v is not None else None)
-                # the same replay timed by CUDA events (traced, and untraced in parentheses): an
+                period = warm.get("period_ms")
+                # the same replay timed by CUDA events (untraced, and traced in parentheses): an
                 # excess over CUPTI present here is in the replay itself, not in the timer
-                events = (f"{us(warm.get('event_ms'))} ({us(warm.get('event_traced_ms'))})"
+                events = (f"{_us(warm.get('event_ms'))} ({_us(warm.get('event_traced_ms'))})"
                           if "event_ms" in warm else "-")
                 md.append(f"| {c['op']} | {cell('warm')} | {cell('cold')} | {ratio('warm')} | {ratio('cold')} | "
-                          f"{us(period)} | {ratio('warm', 'period_ms')} | {events} | "
-                          f"{ratio('warm', 'event_ms')} | {us(cold.get('event_net_ms'))} | "
+                          f"{_us(period)} | {ratio('warm', 'period_ms')} | {events} | "
+                          f"{ratio('warm', 'event_ms')} | {_us(cold.get('event_net_ms'))} | "
                           f"{ratio('cold', 'event_net_ms')} |")
     out.mkdir(parents=True, exist_ok=True)
     atomic.write_text(out / "issue18.md", "\n".join(md) + "\n")
