@@ -11,3 +11,11 @@ cost_rep() {
   WORK=$1 OPS="$2" RUNS=upstream,after1 STAGES=wall,summary \
     WALL_DEADLINE_S=$(( $(left) - $3 )) RUN_TIMEOUT_S=90 tied timeout $(( $(left) - 10 )) bash $S/device_issue18.sh
 }
+# `pool_reps NAME...`: issue18_pooled.py over those of $OUT/issue18_NAME/ that came back (a
+# wall.json), into $OUT/pooled.md; 2 when none did, else the pooling's own exit status.
+pool_reps() {
+  local works=() w
+  for w in "$@"; do [[ -f "$OUT/issue18_$w/wall.json" ]] && works+=("$OUT/issue18_$w"); done
+  (( ${#works[@]} )) || { echo "no issue18_rep*/wall.json under $OUT" >&2; return 2; }
+  python3 $S/issue18_pooled.py --out "$OUT/pooled.md" "${works[@]}"
+}

@@ -38,10 +38,7 @@ case "$PART" in
   ;;
 3) rep 3; rep 4 ;;
 4)
-  works=()
-  for r in 1 2 3 4 5 6; do [[ -f "$OUT/issue18_rep$r/wall.json" ]] && works+=("$OUT/issue18_rep$r"); done
-  (( ${#works[@]} )) || { echo "no issue18_rep*/wall.json under $OUT" >&2; exit 2; }
-  python3 $S/issue18_pooled.py --out "$OUT/pooled.md" "${works[@]}"
+  pool_reps rep1 rep2 rep3 rep4 rep5 rep6 || exit $?
   ;;
 *)
   echo "PART must be 1, 2, 3 or 4 (got $PART)" >&2; exit 2

@@ -70,10 +70,7 @@ case "$PART" in
   rep issue18_rep7 "clamp:clamp,softmax:softmax,sum:sum"
   ;;
 3)
-  works=()
-  for w in rep3 rep4a rep4b rep5 rep6 rep7; do [[ -f "$OUT/issue18_$w/wall.json" ]] && works+=("$OUT/issue18_$w"); done
-  (( ${#works[@]} )) || { echo "no issue18_rep*/wall.json under $OUT" >&2; exit 2; }
-  python3 $S/issue18_pooled.py --out "$OUT/pooled.md" "${works[@]}"
+  pool_reps rep3 rep4a rep4b rep5 rep6 rep7 || exit $?
   ;;
 *)
   echo "PART must be 1 to 6 (got $PART)" >&2; exit 2

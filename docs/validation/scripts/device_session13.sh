@@ -28,10 +28,7 @@ case "$PART" in
   cost_rep issue18_rep9 "sum:sum,clamp:clamp,softmax:softmax" 60
   ;;
 2)
-  works=()
-  for w in rep3 rep4a rep4b rep5 rep6 rep7 rep8 rep9; do [[ -f "$OUT/issue18_$w/wall.json" ]] && works+=("$OUT/issue18_$w"); done
-  (( ${#works[@]} )) || { echo "no issue18_rep*/wall.json under $OUT" >&2; exit 2; }
-  python3 $S/issue18_pooled.py --out "$OUT/pooled.md" "${works[@]}"
+  pool_reps rep3 rep4a rep4b rep5 rep6 rep7 rep8 rep9 || exit $?
   ;;
 *)
   echo "PART must be 1 or 2 (got $PART)" >&2; exit 2
