@@ -2,8 +2,11 @@
 measured in fresh processes (here on the CPU, with a small tensor above a lowered HOST_CAP)."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,3 +56,26 @@ def test_bad_arguments_and_a_failing_process_have_their_exit_codes(tmp_path):
     failed = _run("--impl", f"a={broken}", "--out", out, "--device", "cpu", "--numel", "10")
     assert failed.returncode == 3 and "planted" in failed.stderr
     assert not (tmp_path / "out" / "describe_cost.json").exists()
+
+
+def test_a_killed_driver_takes_its_measuring_process_along(tmp_path):
+    slow = tmp_path / "slow_capture.py"
+    slow.write_text("import time\ntime.sleep(60)\n")          # the child is still importing it
+    driver = subprocess.Popen([sys.executable, str(SCRIPT), "--impl", f"a={slow}", "--out",
+                               str(tmp_path / "out"), "--device", "cpu", "--numel", "10"], cwd=str(ROOT))
+    try:
+        deadline = time.monotonic() + 60
+        child = None
+        while time.monotonic() < deadline and child is None:
+            found = subprocess.run(["pgrep", "-f", str(slow)], capture_output=True, text=True).stdout.split()
+            child = next((int(p) for p in found if int(p) != driver.pid), None)
+            time.sleep(0.2)
+        assert child is not None, "the measuring process never started"
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait(10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and os.path.exists(f"/proc/{child}"):
+            time.sleep(0.1)
+        assert not os.path.exists(f"/proc/{child}")
+    finally:
+        driver.kill()

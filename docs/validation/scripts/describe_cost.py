@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +31,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from zl import atomic  # noqa: E402
+from zl.supervise import set_parent_death_signal  # noqa: E402
 
 # One measuring process: load the implementation, make two outputs, time describe() on each.
 _CHILD = r"""
@@ -71,8 +73,10 @@ def parse_impls(values):
 
 
 def measure_once(path: str, args) -> dict:
+    # the measuring process dies with this one, even when this one is killed outright
     proc = subprocess.run([sys.executable, "-c", _CHILD, path, str(args.numel), args.dtype, args.device],
-                          capture_output=True, text=True, cwd=str(ROOT), timeout=args.timeout)
+                          capture_output=True, text=True, cwd=str(ROOT), timeout=args.timeout,
+                          preexec_fn=lambda: set_parent_death_signal(signal.SIGKILL))
     if proc.returncode != 0:
         raise RuntimeError(f"measuring {path} failed (rc={proc.returncode}): {proc.stderr[-800:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -141,8 +145,9 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     atomic.write_text(out / "describe_cost.json", json.dumps(doc, indent=1) + "\n")
-    atomic.write_text(out / "describe_cost.md", report(doc))
-    print(report(doc), end="")
+    text = report(doc)
+    atomic.write_text(out / "describe_cost.md", text)
+    print(text, end="")
     return 0
 
 
