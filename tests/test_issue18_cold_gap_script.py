@@ -76,3 +76,13 @@ def test_missing_record_and_bad_cases_exit_2(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 2 and "--cases" in r.stderr and "gelu:4x4" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_run_without_a_cuda_device_says_so_and_exits_1(tmp_path):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    r = subprocess.run([sys.executable, str(SCRIPT), "run", "--work", str(tmp_path), "--cases", "relu:8x8"],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "needs a CUDA device" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "cold_gap.json").exists()

@@ -13,7 +13,8 @@
 #           OUT the folder they were gathered into -> $OUT/pooled.md.
 #   PART=3  issue18_cold_gap.py: the cold reading against eager CUPTI per kernel, with three
 #           flush-only graphs that tell the kernel boundary's cost from kernel time (sum and
-#           relu also at 8192x8192); then repetition 10 of clamp and softmax (~250 s).
+#           relu also at 8192x8192); then repetition REP (default 10) of clamp and softmax
+#           (~250 s).
 set -uo pipefail
 source "$(dirname "$0")/../../../zl/sh/entry.sh" "$@"   # --help, and no arguments
 cd "$(dirname "$0")/../../.." || exit 2
@@ -31,14 +32,16 @@ case "$PART" in
   cost_rep issue18_rep9 "sum:sum,clamp:clamp,softmax:softmax" 60
   ;;
 2)
-  pool_reps rep3 rep4a rep4b rep5 rep6 rep7 rep8 rep9 rep10 || exit $?
+  pool_reps rep3 rep4a rep4b rep5 rep6 rep7 rep8 rep9 rep10 rep11 || exit $?
   ;;
 3)
   mkdir -p "$OUT/cold_gap"
+  # the cold stage imports flag_gems in this process (device_issue18.sh sets the same path)
+  PYTHONPATH="/tmp/site:$PWD/.fg/src${PYTHONPATH:+:$PYTHONPATH}" \
   tied timeout 200 python3 $S/issue18_cold_gap.py run --work "$OUT/cold_gap" > "$OUT/cold_gap/run.out" 2>&1
   echo "cold_gap rc=$?"
   python3 $S/issue18_cold_gap.py summary --work "$OUT/cold_gap" --out "$OUT/cold_gap"
-  cost_rep issue18_rep10 "softmax:softmax,clamp:clamp" 60
+  cost_rep "issue18_rep${REP:-10}" "softmax:softmax,clamp:clamp" 60
   ;;
 *)
   echo "PART must be 1, 2 or 3 (got $PART)" >&2; exit 2

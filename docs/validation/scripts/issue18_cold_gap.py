@@ -14,7 +14,8 @@ Why: session 12 put cold sum 8-12 % above eager CUPTI and placed the excess in t
 replay. A graph's calls are serial, so A - B holds the call's kernels plus one kernel
 boundary more than B; B2 and B3 add a boundary to B, and their own extra kernel time is read
 from CUPTI, so the boundary's cost is measured rather than assumed.
-Exit status: 0 done, 2 bad arguments or no cold_gap.json.
+Exit status: 0 done (a failed case is a result), 1 nothing measured (no CUDA device, or every
+case failed), 2 bad arguments or no cold_gap.json.
 """
 
 from __future__ import annotations
@@ -170,6 +171,10 @@ def run_main(args) -> int:
     import torch
     from zl.timing import l2
 
+    if not torch.cuda.is_available():
+        print("issue18_cold_gap: run needs a CUDA device (torch.cuda.is_available() is False)",
+              file=sys.stderr)
+        return 1
     cache = torch.empty(l2.flush_bytes(torch.cuda) // 4, dtype=torch.int32, device="cuda")
     out = {"device": torch.cuda.get_device_name(0), "flush_bytes": cache.numel() * 4,
            "calls": CALLS, "replays": REPLAYS, "cases": []}
@@ -182,6 +187,9 @@ def run_main(args) -> int:
         out["cases"].append(case)
         print(json.dumps(case), flush=True)
         atomic.write_text(path, json.dumps(out, indent=1))
+    if all("error" in c for c in out["cases"]):
+        print(f"issue18_cold_gap: every case failed (first: {out['cases'][0]['error']})", file=sys.stderr)
+        return 1
     return 0
 
 
