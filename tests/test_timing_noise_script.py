@@ -330,12 +330,36 @@ def test_issue18_pooled_takes_medians_over_calls_and_filters_ops(tmp_path):
     # clamp: upstream 17.0 (6.00), after1 19.0 (6.80); after2 (a replay) never pooled; each
     # call's own ratios (pytest 7/6 and 6.6/6) and their medians
     assert ("| clamp | 2 | 17.0 (6.00) | 19.0 (6.80) | 1.13 | 1.12 | 1.25, 1.00 | 1.17, 1.10 | "
-            "1.13 (1.12) |") in md
+            "1.13 (1.12) | - |") in md
     # sbo only from the second call
-    assert "| sbo | 1 | 16.0 (7.00) | 16.0 (6.00) | 0.86 | 1.00 | 1.00 | 0.86 | 0.86 (1.00) |" in md
+    assert "| sbo | 1 | 16.0 (7.00) | 16.0 (6.00) | 0.86 | 1.00 | 1.00 | 0.86 | 0.86 (1.00) | - |" in md
     bad = subprocess.run([sys.executable, str(ROOT / "docs/validation/scripts/issue18_pooled.py"),
                           "--out", str(out), str(tmp_path / "nowhere")], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "no such file" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_issue18_pooled_gives_the_median_ratio_an_interval_from_three_pairs(tmp_path):
+    """Per-pair pytest ratios 0.9 ... 1.3: the interval holds the median and stays inside the
+    ratios' range; a tight set gets a narrow interval."""
+    def calls(op, ratios):
+        for i, r in enumerate(ratios):
+            d = tmp_path / f"{op}{i}"
+            d.mkdir()
+            (d / "wall.json").write_text(json.dumps([
+                {"op": op, "kind": "upstream", "rc": 0, "wall_s": 10.0, "pytest_s": 5.0},
+                {"op": op, "kind": "after1", "rc": 0, "wall_s": 10.0, "pytest_s": 5.0 * r}]))
+            yield str(d)
+    wide, tight = [0.9, 1.0, 1.05, 1.1, 1.2, 1.3], [1.04, 1.05, 1.05, 1.06]
+    out = tmp_path / "pooled.md"
+    proc = subprocess.run([sys.executable, str(ROOT / "docs/validation/scripts/issue18_pooled.py"),
+                           "--out", str(out), *calls("a", wide), *calls("b", tight)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    cells = {row.split("|")[1].strip(): row.split("|")[-2].strip()
+             for row in out.read_text().splitlines()[2:]}
+    (alo, ahi), (blo, bhi) = (map(float, cells[k].split("-")) for k in ("a", "b"))
+    assert 0.9 <= alo <= 1.075 <= ahi <= 1.3 and ahi - alo >= 0.1
+    assert 1.04 <= blo <= 1.05 <= bhi <= 1.06
 
 
 def test_issue18_mid_runs_get_their_warmup_and_replay_mid1(tmp_path, monkeypatch):
@@ -366,7 +390,7 @@ def test_issue18_summary_sets_the_three_warmups_a_a_side_by_side(tmp_path):
 
 @pytest.mark.parametrize("session, part, reps, parts", [
     ("11", "4", ("rep1", "rep3"), "1, 2, 3 or 4"), ("12", "3", ("rep3", "rep4b"), "1 to 6"),
-    ("13", "2", ("rep7", "rep9"), "1 or 2")])
+    ("13", "2", ("rep7", "rep9"), "1, 2 or 3")])
 def test_device_session_plans_pool_their_repetitions_and_refuse_a_bad_part(tmp_path, session, part, reps,
                                                                              parts):
     """The pooling part needs no GPU: issue18_pooled.py over whatever repetitions came back."""

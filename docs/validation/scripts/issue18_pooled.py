@@ -8,7 +8,10 @@ upstream's.
 WORK is an `issue18.py wall` work folder (its wall.json); `:op,op` keeps only those operators
 from it (a call made before a fix that changes them is left out for the others). One run pair
 per call moved the wall ratio of the same operator by up to 0.3 between two calls of session 10
-(index_select 1.01 and 1.22), so a single pair cannot show a 1.1x target either way.
+(index_select 1.01 and 1.22), so a single pair cannot show a 1.1x target either way. From 3
+pairs on, the median per-pair pytest ratio also gets a 95 % bootstrap interval (scipy,
+percentile, fixed seed): with per-pair ratios spread 0.90-1.19 (clamp, session 13), whether
+a median of 1.09 or 1.11 is above 1.1 is not settled by the median alone.
 Exit status: 0 written; 2 bad arguments or a work folder without wall.json.
 """
 
@@ -46,14 +49,25 @@ def load(specs: list[str]) -> list[dict]:
     return runs
 
 
+def median_interval(ratios: list[float]) -> str:
+    """'lo-hi': a 95 % percentile-bootstrap interval of the median; '-' under 3 values."""
+    if len(ratios) < 3:
+        return "-"
+    from scipy.stats import bootstrap
+    ci = bootstrap((np.asarray(ratios),), np.median, confidence_level=0.95, n_resamples=9999,
+                   method="percentile", random_state=0).confidence_interval
+    return f"{ci.low:.2f}-{ci.high:.2f}"
+
+
 def table(runs: list[dict]) -> str:
     # Two statistics: the ratio of the medians, and the median of each call's own ratio. The
     # second keeps each pair's shared conditions together: in session 12 one call ran every
     # run of clamp 1.4 s slower (both sides), which moved the first statistic by 0.07.
     lines = ["| op | calls | upstream wall s (pytest s), median | after1 wall (pytest), median "
              "| after1/upstream pytest | after1/upstream wall | per-call wall ratios "
-             "| per-call pytest ratios | median per-call ratio, pytest (wall) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| per-call pytest ratios | median per-call ratio, pytest (wall) "
+             "| 95 % interval, median per-call pytest ratio |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for op in dict.fromkeys(r["op"] for r in runs):
         med, per_call, pairs = {}, [], []
         for kind in KINDS:
@@ -76,7 +90,8 @@ def table(runs: list[dict]) -> str:
         paired = (f"{np.median([p['pytest_s'] for p in pairs]):.2f} "
                   f"({np.median([p['wall_s'] for p in pairs]):.2f})") if pairs else "-"
         lines.append(f"| {op} | {len(per_call)} | {cell(up)} | {cell(a1)} | {ratio('pytest_s')} | "
-                     f"{ratio('wall_s')} | {', '.join(per_call) or '-'} | {per_pytest} | {paired} |")
+                     f"{ratio('wall_s')} | {', '.join(per_call) or '-'} | {per_pytest} | {paired} | "
+                     f"{median_interval([p['pytest_s'] for p in pairs])} |")
     return "\n".join(lines) + "\n"
 
 
