@@ -8,6 +8,10 @@ zl.results.compare RUN_A RUN_B` and the A/B reports compare them.
 
 Switch: `--zl-results` / ZL_ENABLE_RESULTS (default on; needs OUT_DIR). A bad value is a
 pytest usage error. The code lives in zl/results/; this module only wires the hooks.
+
+`--zl-results-prewarm` / ZL_RESULTS_PREWARM (default on, torch.cuda backends only): the
+capture's CUDA kernels are loaded in a background thread started before the benchmark's
+conftest imports flag_gems, and joined when collection ends (zl/results/prewarm.py says why).
 """
 
 from __future__ import annotations
@@ -27,18 +31,32 @@ TAG = "[results-plugin]"
 FLAG = "--zl-results"
 ENV = "ZL_ENABLE_RESULTS"
 NAME = "zl_results"
+PREWARM_FLAG = "--zl-results-prewarm"
+PREWARM_ENV = "ZL_RESULTS_PREWARM"
+_KEY = []   # the early_config.stash key of the prewarm (a pytest.StashKey, made once)
 
 
 class ResultsSession:
     """The session's recorder, registered only while output capture is on."""
 
-    def __init__(self, recorder):
+    def __init__(self, recorder, prewarm=None):
         self.recorder = recorder
+        self.prewarm = prewarm
+
+    def _join_prewarm(self):
+        # the wait is on the run's critical path: it counts as the results check's cost
+        if self.prewarm is not None:
+            self.recorder.seconds += self.prewarm.join()
+
+    def pytest_collection_finish(self, session):
+        self._join_prewarm()
 
     def pytest_runtest_setup(self, item):
+        self._join_prewarm()   # a backstop: no test starts while the thread runs
         self.recorder.install()
 
     def close(self):
+        self._join_prewarm()
         rec = self.recorder
         rec.uninstall()
         if rec.files:
@@ -50,20 +68,58 @@ class ResultsSession:
 def pytest_addoption(parser):
     options.add(parser, FLAG, ENV, "record each shape's outputs (torch and gems) under "
                 "<OUT_DIR>/results/ for the A/B results check (1/0)", "1")
+    options.add(parser, PREWARM_FLAG, PREWARM_ENV, "load the results capture's CUDA kernels in a "
+                "background thread during start-up, joined before the first test (1/0)", "1")
+
+
+def _stash_key():
+    import pytest
+    if not _KEY:
+        _KEY.append(pytest.StashKey())
+    return _KEY[0]
+
+
+def _wanted(early_config) -> bool:
+    """Both switches on, OUT_DIR set and a torch.cuda backend; a bad switch value is left
+    for pytest_configure to name."""
+    try:
+        if not (parse_switch(options.early_value(early_config, FLAG), True, name=ENV)
+                and parse_switch(options.early_value(early_config, PREWARM_FLAG), True, name=PREWARM_ENV)):
+            return False
+        from zl.backends import get_backend
+        ns = early_config.known_args_namespace
+        backend = get_backend(getattr(ns, "zl_backend", None))
+    except Exception:  # SwitchError, an unknown backend: reported by the configure hooks
+        return False
+    return bool(os.environ.get("OUT_DIR", "").strip()) and backend.torch_namespace == "cuda"
+
+
+def pytest_load_initial_conftests(early_config, parser, args):
+    """Start the prewarm before the benchmark's conftest imports flag_gems."""
+    key = _stash_key()
+    if key in early_config.stash or not _wanted(early_config):
+        return
+    from zl.results.prewarm import Prewarm
+    prewarm = Prewarm(lambda m: log(TAG, m))
+    early_config.stash[key] = prewarm
+    prewarm.start()
 
 
 def pytest_configure(config):
     import pytest
     try:
         on = parse_switch(options.value(config, FLAG), True, name=ENV)
+        parse_switch(options.value(config, PREWARM_FLAG), True, name=PREWARM_ENV)
     except SwitchError as exc:
         raise pytest.UsageError(str(exc))
     out = os.environ.get("OUT_DIR", "").strip()
+    stash = getattr(config, "stash", None)
+    prewarm = stash.get(_stash_key(), None) if stash is not None else None
     if not on or not out:
         return
     from zl.results.recorder import ResultsRecorder
     registry.register(config, NAME, ResultsSession(
-        ResultsRecorder(os.path.abspath(out), lambda m: log(TAG, m))))
+        ResultsRecorder(os.path.abspath(out), lambda m: log(TAG, m)), prewarm))
 
 
 def pytest_unconfigure(config):

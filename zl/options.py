@@ -65,3 +65,16 @@ def value(config: Any, flag: str) -> str:
         return str(given)
     env, default = _ENV_OF[dest]
     return os.environ.get(env, default)
+
+
+def early_value(early_config: Any, flag: str) -> str:
+    """value() in pytest_load_initial_conftests, before the full parse: the command line as
+    far as pytest has read it (known_args_namespace), else the variable, else the default."""
+    dest = _dest(flag)
+    if dest not in _ENV_OF:
+        raise LookupError(f"zl_bench option {flag} was never declared (zl.options.add)")
+    given = getattr(getattr(early_config, "known_args_namespace", None), dest, None)
+    if given is not None:
+        return str(given)
+    env, default = _ENV_OF[dest]
+    return os.environ.get(env, default)
