@@ -15,6 +15,10 @@
 #           flush-only graphs that tell the kernel boundary's cost from kernel time (sum and
 #           relu also at 8192x8192); then repetition REP (default 10) of clamp and softmax
 #           (~250 s).
+#   PART=4  after the capture's kernels moved to a start-up prewarm (ZL_RESULTS_PREWARM):
+#           issue18_cold_gap.py again (B3 as a one-element add), then repetitions 12 and 13 of
+#           softmax, clamp and sum (~330 s).
+#   PART=5  (no GPU, here) the pooled table over repetitions 12-13 alone -> $OUT/pooled_prewarm.md.
 set -uo pipefail
 source "$(dirname "$0")/../../../zl/sh/entry.sh" "$@"   # --help, and no arguments
 cd "$(dirname "$0")/../../.." || exit 2
@@ -43,8 +47,22 @@ case "$PART" in
   python3 $S/issue18_cold_gap.py summary --work "$OUT/cold_gap" --out "$OUT/cold_gap"
   cost_rep "issue18_rep${REP:-10}" "softmax:softmax,clamp:clamp" 60
   ;;
+4)
+  mkdir -p "$OUT/cold_gap"
+  PYTHONPATH="/tmp/site:$PWD/.fg/src${PYTHONPATH:+:$PYTHONPATH}" \
+  tied timeout 150 python3 $S/issue18_cold_gap.py run --work "$OUT/cold_gap" > "$OUT/cold_gap/run.out" 2>&1
+  echo "cold_gap rc=$?"
+  python3 $S/issue18_cold_gap.py summary --work "$OUT/cold_gap" --out "$OUT/cold_gap"
+  cost_rep issue18_rep12 "softmax:softmax,clamp:clamp,sum:sum" 60
+  cost_rep issue18_rep13 "clamp:clamp,sum:sum,softmax:softmax" 60
+  grep -h "prewarmed in the background\|recorded under" "$OUT"/issue18_rep1[23]/*/after1/zl/run.log
+  ;;
+5)
+  pool_reps rep12 rep13 || exit $?
+  mv "$OUT/pooled.md" "$OUT/pooled_prewarm.md"
+  ;;
 *)
-  echo "PART must be 1, 2 or 3 (got $PART)" >&2; exit 2
+  echo "PART must be 1 to 5 (got $PART)" >&2; exit 2
   ;;
 esac
 echo "===== part $PART done in $(( $(date +%s) - T0 )) s"

@@ -6,7 +6,7 @@
         2x-L2 buffer) before each eager launch, per kernel (the issue's reference); the graph
         timer cold (ZL_L2=cold, median); and one graph of n (flush, call) pairs against three
         flush-only graphs: B (n flushes, the timer's own subtraction), B2 (each flush split
-        into two half-size writes) and B3 (each flush followed by a one-element fill), each
+        into two half-size writes) and B3 (each flush followed by a one-element add), each
         replayed untraced (CUDA events, median) and once under CUPTI. W/cold_gap.json.
     issue18_cold_gap.py summary --work W --out OUT
         OUT/cold_gap.md from W/cold_gap.json (no GPU).
@@ -91,13 +91,15 @@ def measure(op: str, shape, cache) -> dict:
          "softmax": lambda t: torch.nn.functional.softmax(t, dim=-1)}[op]
     half = cache.numel() // 2
     lo, hi = cache[:half], cache[half:]
-    tiny = torch.zeros(1, dtype=torch.float32, device="cuda")  # its fill kernel is named apart from the int flush
+    # a one-element add: under use_gems() zero_ on any dtype is FlagGems' one fill kernel, so a
+    # one-element fill shared the flush's name (session 13's first run read it as the flush)
+    tiny = torch.zeros(1, dtype=torch.float32, device="cuda")
     with flag_gems.use_gems():
         def fn():
             return f(x)
 
         for _ in range(5):
-            fn(), cache.zero_(), tiny.zero_()
+            fn(), cache.zero_(), tiny.add_(1.0)
         torch.cuda.synchronize()
 
         def names_of(body):
@@ -106,7 +108,9 @@ def measure(op: str, shape, cache) -> dict:
                 torch.cuda.synchronize()
             return {e.name for e in _kernels(p)}
 
-        op_names, tiny_names = names_of(fn), names_of(tiny.zero_)
+        op_names, tiny_names = names_of(fn), names_of(lambda: tiny.add_(1.0))
+        if tiny_names & names_of(cache.zero_):
+            raise RuntimeError(f"the one-element kernel {sorted(tiny_names)} shares a name with the flush")
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(CALLS):
                 cache.zero_()
@@ -130,7 +134,7 @@ def measure(op: str, shape, cache) -> dict:
 
         graphs = {"A": graph_of(lambda: (cache.zero_(), fn())), "B": graph_of(cache.zero_),
                   "B2": graph_of(lambda: (lo.zero_(), hi.zero_())),
-                  "B3": graph_of(lambda: (cache.zero_(), tiny.zero_()))}
+                  "B3": graph_of(lambda: (cache.zero_(), tiny.add_(1.0)))}
         begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         times = {k: [] for k in graphs}
         for _ in range(REPLAYS):
@@ -208,7 +212,7 @@ def summary_main(args) -> int:
           f"{data['calls']} calls per graph, median of {data['replays']} untraced replays; "
           "microseconds per call.", "",
           "| op | shape | eager CUPTI per kernel | eager CUPTI sum | in-graph span | graph timer cold | "
-          "A-B | A-B2 | A-B3 | B2 extra kernel | B3 fill kernel | boundary (B2) | boundary (B3) | "
+          "A-B | A-B2 | A-B3 | B2 extra kernel | B3 add kernel | boundary (B2) | boundary (B3) | "
           "timer / eager | A-B / eager | A-B2 / eager | A-B3 / eager | timer / span |",
           "|" + "---|" * 18]
     for c in data["cases"]:
@@ -225,7 +229,7 @@ def summary_main(args) -> int:
                   f"{_f(d['net/eager'], '.3f')} | {_f(d['net_split/eager'], '.3f')} | "
                   f"{_f(d['net_tiny/eager'], '.3f')} | {_f(d['timer/span'], '.3f')} |")
     md += ["", "A: n (flush, call) pairs; B: n flushes (the graph timer's subtraction); B2: each "
-           "flush as two half-size writes; B3: each flush then a one-element fill. The extra kernel "
+           "flush as two half-size writes; B3: each flush then a one-element add. The extra kernel "
            "columns are CUPTI busy time; a boundary is the events difference less that time."]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
