@@ -390,7 +390,7 @@ def test_issue18_summary_sets_the_three_warmups_a_a_side_by_side(tmp_path):
 
 @pytest.mark.parametrize("session, part, reps, parts", [
     ("11", "4", ("rep1", "rep3"), "1, 2, 3 or 4"), ("12", "3", ("rep3", "rep4b"), "1 to 6"),
-    ("13", "2", ("rep7", "rep9"), "1 to 5")])
+    ("13", "2", ("rep7", "rep9"), "1 to 6")])
 def test_device_session_plans_pool_their_repetitions_and_refuse_a_bad_part(tmp_path, session, part, reps,
                                                                              parts):
     """The pooling part needs no GPU: issue18_pooled.py over whatever repetitions came back."""

@@ -18,7 +18,9 @@
 #   PART=4  after the capture's kernels moved to a start-up prewarm (ZL_RESULTS_PREWARM):
 #           issue18_cold_gap.py again (B3 as a one-element add), then repetitions 12 and 13 of
 #           softmax, clamp and sum (~330 s).
-#   PART=5  (no GPU, here) the pooled table over repetitions 12-13 alone -> $OUT/pooled_prewarm.md.
+#   PART=5  (no GPU, here) the pooled table over repetitions 12-16 (those present) -> $OUT/pooled_prewarm.md.
+#   PART=6  with the prewarm: repetition 14 of all six operators (rotated), 15 of softmax, clamp
+#           and sum, 16 of clamp and softmax, as the call's time allows (~450 s).
 set -uo pipefail
 source "$(dirname "$0")/../../../zl/sh/entry.sh" "$@"   # --help, and no arguments
 cd "$(dirname "$0")/../../.." || exit 2
@@ -58,11 +60,16 @@ case "$PART" in
   grep -h "prewarmed in the background\|recorded under" "$OUT"/issue18_rep1[23]/*/after1/zl/run.log
   ;;
 5)
-  pool_reps rep12 rep13 || exit $?
+  pool_reps rep12 rep13 rep14 rep15 rep16 || exit $?
   mv "$OUT/pooled.md" "$OUT/pooled_prewarm.md"
   ;;
+6)
+  cost_rep issue18_rep14 "$(rotated 3)" 60
+  cost_rep issue18_rep15 "sum:sum,softmax:softmax,clamp:clamp" 40
+  cost_rep issue18_rep16 "clamp:clamp,softmax:softmax" 40
+  ;;
 *)
-  echo "PART must be 1 to 5 (got $PART)" >&2; exit 2
+  echo "PART must be 1 to 6 (got $PART)" >&2; exit 2
   ;;
 esac
 echo "===== part $PART done in $(( $(date +%s) - T0 )) s"
