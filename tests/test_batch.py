@@ -483,3 +483,18 @@ def test_cases_get_a_private_tuner_cache_unless_told_otherwise(tmp_path):
                   tmp_path / f"b{want}", ZL_RUN_PYTEST=str(script), ZL_SEEN=str(seen), **extra)
         assert r.returncode == 0, r.stdout + r.stderr
         assert set(seen.read_text().split()) == {want}
+
+
+def test_a_case_spawned_after_an_abort_is_killed_at_once():
+    """The Ctrl-C race: a worker's Popen returned, the abort took its snapshot of the groups,
+    then the worker registered its case. The late case must die with the batch."""
+    from zl.batch.executor import GroupGuard
+    guard = GroupGuard(0.5)
+    try:
+        guard.abort_all()
+        t0 = time.time()
+        proc = guard.spawn([sys.executable, "-c", "import time; time.sleep(60)"])
+        assert proc.wait(timeout=10) != 0 and time.time() - t0 < 5
+        guard.release(proc)
+    finally:
+        guard.close()

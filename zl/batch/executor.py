@@ -45,6 +45,7 @@ class GroupGuard:
         self.grace = grace
         self.lock = threading.Lock()
         self.groups: Dict[int, subprocess.Popen] = {}
+        self.aborted = False
         self.reaper = subprocess.Popen(
             [sys.executable, str(Path(__file__).with_name("reaper.py")), str(grace)],
             stdin=subprocess.PIPE, text=True, start_new_session=True)
@@ -62,6 +63,12 @@ class GroupGuard:
         with self.lock:
             self.groups[proc.pid] = proc
             self._tell(f"+{proc.pid}")
+            late = self.aborted
+        if late:
+            # an abort ran between Popen and the registration above: on a loaded 2-core CI
+            # machine a case that started just as Ctrl-C arrived was missed, and run_batch.py
+            # waited on it forever
+            kill_group(proc.pid, proc, self.grace)
         return proc
 
     def release(self, proc: subprocess.Popen) -> bool:
@@ -75,7 +82,9 @@ class GroupGuard:
         return left
 
     def abort_all(self) -> None:
+        """Kill every case group alive now, and any spawned from now on."""
         with self.lock:
+            self.aborted = True
             procs = list(self.groups.values())
         for p in procs:
             kill_group(p.pid, p, self.grace)
