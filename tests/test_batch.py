@@ -277,7 +277,10 @@ def test_ctrl_c_kills_running_cases_and_marks_them(tmp_path):
                              "--devices", "0", "--batch-dir", str(bd), "--kill-grace", "0.5"],
                             env=base_env(home, ZL_RUN_PYTEST=str(STUB), ZL_STUB_STATE=str(tmp_path),
                                          ZL_STUB_PLAN="relu=hang"),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            # a suite started as a background job inherits SIGINT ignored, and
+                            # Python keeps an ignored SIGINT: Ctrl-C is what is tested here
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     pidfile = tmp_path / "relu.pids"
     deadline = time.time() + 30
     while not pidfile.exists() and time.time() < deadline:
