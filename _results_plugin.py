@@ -23,7 +23,10 @@ _ROOT = os.path.dirname(os.path.abspath(__file__))
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
+import pytest  # noqa: E402
+
 from zl import options, registry  # noqa: E402
+from zl.backends import UnknownBackendError, get_backend  # noqa: E402
 from zl.switches import SwitchError, parse_switch  # noqa: E402
 from zl.term import log  # noqa: E402
 
@@ -33,7 +36,7 @@ ENV = "ZL_ENABLE_RESULTS"
 NAME = "zl_results"
 PREWARM_FLAG = "--zl-results-prewarm"
 PREWARM_ENV = "ZL_RESULTS_PREWARM"
-_KEY = []   # the early_config.stash key of the prewarm (a pytest.StashKey, made once)
+_PREWARM = pytest.StashKey[object]()   # early_config.stash: the session's Prewarm
 
 
 class ResultsSession:
@@ -72,13 +75,6 @@ def pytest_addoption(parser):
                 "background thread during start-up, joined before the first test (1/0)", "1")
 
 
-def _stash_key():
-    import pytest
-    if not _KEY:
-        _KEY.append(pytest.StashKey())
-    return _KEY[0]
-
-
 def _wanted(early_config) -> bool:
     """Both switches on, OUT_DIR set and a torch.cuda backend; a bad switch value is left
     for pytest_configure to name."""
@@ -86,38 +82,34 @@ def _wanted(early_config) -> bool:
         if not (parse_switch(options.early_value(early_config, FLAG), True, name=ENV)
                 and parse_switch(options.early_value(early_config, PREWARM_FLAG), True, name=PREWARM_ENV)):
             return False
-        from zl.backends import get_backend
-        ns = early_config.known_args_namespace
-        backend = get_backend(getattr(ns, "zl_backend", None))
-    except Exception:  # SwitchError, an unknown backend: reported by the configure hooks
+        backend = get_backend(getattr(early_config.known_args_namespace, "zl_backend", None))
+    except (SwitchError, UnknownBackendError):  # named by the configure hooks
         return False
     return bool(os.environ.get("OUT_DIR", "").strip()) and backend.torch_namespace == "cuda"
 
 
 def pytest_load_initial_conftests(early_config, parser, args):
     """Start the prewarm before the benchmark's conftest imports flag_gems."""
-    key = _stash_key()
-    if key in early_config.stash or not _wanted(early_config):
+    if _PREWARM in early_config.stash or not _wanted(early_config):
         return
     from zl.results.prewarm import Prewarm
     prewarm = Prewarm(lambda m: log(TAG, m))
-    early_config.stash[key] = prewarm
+    early_config.stash[_PREWARM] = prewarm
     prewarm.start()
 
 
 def pytest_configure(config):
-    import pytest
     try:
         on = parse_switch(options.value(config, FLAG), True, name=ENV)
         parse_switch(options.value(config, PREWARM_FLAG), True, name=PREWARM_ENV)
     except SwitchError as exc:
         raise pytest.UsageError(str(exc))
     out = os.environ.get("OUT_DIR", "").strip()
-    stash = getattr(config, "stash", None)
-    prewarm = stash.get(_stash_key(), None) if stash is not None else None
     if not on or not out:
         return
     from zl.results.recorder import ResultsRecorder
+    stash = getattr(config, "stash", None)   # none on in-process test configs
+    prewarm = stash.get(_PREWARM, None) if stash is not None else None
     registry.register(config, NAME, ResultsSession(
         ResultsRecorder(os.path.abspath(out), lambda m: log(TAG, m)), prewarm))
 

@@ -57,24 +57,27 @@ def value(config: Any, flag: str) -> str:
     A flag nobody declared is a programming error (LookupError), never a silent default:
     the variable would otherwise be ignored without a word.
     """
-    dest = _dest(flag)
-    if dest not in _ENV_OF:
-        raise LookupError(f"zl_bench option {flag} was never declared (zl.options.add)")
-    given: Optional[str] = config.getoption(dest, default=None) if config is not None else None
-    if given is not None:
-        return str(given)
-    env, default = _ENV_OF[dest]
-    return os.environ.get(env, default)
+    given = config.getoption(_declared(flag), default=None) if config is not None else None
+    return _or_env(flag, given)
 
 
 def early_value(early_config: Any, flag: str) -> str:
     """value() in pytest_load_initial_conftests, before the full parse: the command line as
     far as pytest has read it (known_args_namespace), else the variable, else the default."""
+    given = getattr(getattr(early_config, "known_args_namespace", None), _declared(flag), None)
+    return _or_env(flag, given)
+
+
+def _declared(flag: str) -> str:
+    """The flag's dest; LookupError for a flag nobody declared."""
     dest = _dest(flag)
     if dest not in _ENV_OF:
         raise LookupError(f"zl_bench option {flag} was never declared (zl.options.add)")
-    given = getattr(getattr(early_config, "known_args_namespace", None), dest, None)
+    return dest
+
+
+def _or_env(flag: str, given: Optional[str]) -> str:
     if given is not None:
         return str(given)
-    env, default = _ENV_OF[dest]
+    env, default = _ENV_OF[_dest(flag)]
     return os.environ.get(env, default)
