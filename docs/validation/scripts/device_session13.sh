@@ -29,6 +29,15 @@ source docs/validation/scripts/call_clock.sh
 # shellcheck source=docs/validation/scripts/cost_reps.sh
 source docs/validation/scripts/cost_reps.sh
 OLD=.device_out/capture_0d1f879.py
+# `cold_gap LIMIT_S`: issue18_cold_gap.py run and summary into $OUT/cold_gap. The run imports
+# flag_gems in this process (device_issue18.sh sets the same path).
+cold_gap() {
+  mkdir -p "$OUT/cold_gap"
+  PYTHONPATH="/tmp/site:$PWD/.fg/src${PYTHONPATH:+:$PYTHONPATH}" \
+  tied timeout "$1" python3 $S/issue18_cold_gap.py run --work "$OUT/cold_gap" > "$OUT/cold_gap/run.out" 2>&1
+  echo "cold_gap rc=$?"
+  python3 $S/issue18_cold_gap.py summary --work "$OUT/cold_gap" --out "$OUT/cold_gap"
+}
 case "$PART" in
 1)
   [[ -f $OLD ]] || { echo "$OLD missing: git show 0d1f879:zl/results/capture.py > $OLD, and carry .device_out" >&2; exit 2; }
@@ -41,20 +50,11 @@ case "$PART" in
   pool_reps rep3 rep4a rep4b rep5 rep6 rep7 rep8 rep9 rep10 rep11 || exit $?
   ;;
 3)
-  mkdir -p "$OUT/cold_gap"
-  # the cold stage imports flag_gems in this process (device_issue18.sh sets the same path)
-  PYTHONPATH="/tmp/site:$PWD/.fg/src${PYTHONPATH:+:$PYTHONPATH}" \
-  tied timeout 200 python3 $S/issue18_cold_gap.py run --work "$OUT/cold_gap" > "$OUT/cold_gap/run.out" 2>&1
-  echo "cold_gap rc=$?"
-  python3 $S/issue18_cold_gap.py summary --work "$OUT/cold_gap" --out "$OUT/cold_gap"
+  cold_gap 200
   cost_rep "issue18_rep${REP:-10}" "softmax:softmax,clamp:clamp" 60
   ;;
 4)
-  mkdir -p "$OUT/cold_gap"
-  PYTHONPATH="/tmp/site:$PWD/.fg/src${PYTHONPATH:+:$PYTHONPATH}" \
-  tied timeout 150 python3 $S/issue18_cold_gap.py run --work "$OUT/cold_gap" > "$OUT/cold_gap/run.out" 2>&1
-  echo "cold_gap rc=$?"
-  python3 $S/issue18_cold_gap.py summary --work "$OUT/cold_gap" --out "$OUT/cold_gap"
+  cold_gap 150
   cost_rep issue18_rep12 "softmax:softmax,clamp:clamp,sum:sum" 60
   cost_rep issue18_rep13 "clamp:clamp,sum:sum,softmax:softmax" 60
   grep -h "prewarmed in the background\|recorded under" "$OUT"/issue18_rep1[23]/*/after1/zl/run.log
