@@ -213,10 +213,14 @@ def cupti_ms(fn, cache, cold: bool, names=None, n: int = 50, spans=None):
     return total / n / 1e3, seen
 
 
+def device_events(prof):
+    """The profile's device-side events (kernels, on torch.cuda)."""
+    return [e for e in prof.events() if "CUDA" in str(getattr(e, "device_type", ""))]
+
+
 def kernel_intervals(prof, names):
     """(start, end) in us of every device-side event of a kernel in `names`."""
-    return [(e.time_range.start, e.time_range.end) for e in prof.events()
-            if e.name in names and "CUDA" in str(getattr(e, "device_type", ""))]
+    return [(e.time_range.start, e.time_range.end) for e in device_events(prof) if e.name in names]
 
 
 def profile_main(args) -> int:

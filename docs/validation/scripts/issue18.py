@@ -47,6 +47,7 @@ from zl import atomic, markers  # noqa: E402
 from zl.runlog.costs import COSTS, COUNTS, zl_costs  # noqa: E402  (issue 18: where the graph path spends its time)
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import issue18_profile  # noqa: E402
+from issue18_graphs import capture_calls, graph_timer_ms, replay_ms  # noqa: E402
 
 # before2 replays before: the A/A of the old warmup, to set beside after1/after2 in one call;
 # mid1/mid2 the same pair at --mid-warmup-ms (session 10: softmax's A/A read 0.32 % at 25 ms
@@ -219,38 +220,23 @@ def cupti_graph_ms(fn, cache, cold: bool, names, n: int = 50) -> dict:
             fn()
     torch.cuda.current_stream().wait_stream(stream)
 
-    def capture(body):
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for _ in range(n):
-                body()
-        return g
-
-    graph = capture(lambda: (cache.zero_() if cold else None, fn()))
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-
-    def replay_ms(g) -> float:
-        begin.record()
-        g.replay()
-        end.record()
-        end.synchronize()
-        return begin.elapsed_time(end)
-
+    graph = capture_calls(lambda: (cache.zero_() if cold else None, fn()), n)
+    events = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     graph.replay()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        traced = replay_ms(graph)
+        traced = replay_ms(graph, *events)
         torch.cuda.synchronize()
-    untraced = float(np.median([replay_ms(graph) for _ in range(5)]))
+    untraced = float(np.median([replay_ms(graph, *events) for _ in range(5)]))
     intervals = kernel_intervals(prof, names)
     busy = sum(e - s for s, e in intervals)
     out = {"kernel_ms": busy / n / 1e3, "span_ms": call_span_us(intervals, n) / 1e3,
            "period_ms": call_period_us(intervals, n) / 1e3,
            "event_traced_ms": traced / n, "event_ms": untraced / n}
     if cold:
-        flushes = capture(cache.zero_)
+        flushes = capture_calls(cache.zero_, n)
         flushes.replay()
-        out["event_net_ms"] = out["event_ms"] - float(np.median([replay_ms(flushes) for _ in range(5)])) / n
+        out["event_net_ms"] = out["event_ms"] - float(np.median([replay_ms(flushes, *events) for _ in range(5)])) / n
     return out
 
 
@@ -268,26 +254,14 @@ def _graph_cupti(fn, cache, names):
 
 def cold_main(args) -> int:
     import torch
-    import triton.testing as tt
 
     import flag_gems
-    from zl.backends import get_backend
     from zl.timing import l2
-    from zl.timing.graph import GraphTimer
 
     nbytes = l2.flush_bytes(torch.cuda)
     cache = torch.empty(nbytes // 4, dtype=torch.int32, device="cuda")
     ops = {"relu": torch.relu, "sum": torch.sum,
            "softmax": lambda x: torch.nn.functional.softmax(x, dim=-1)}
-
-    def graph_ms(fn, mode):
-        timer = GraphTimer(get_backend("cuda"), l2=mode)
-        timer.install()
-        try:
-            timer.op = "issue18_cold"
-            return tt.do_bench(fn, warmup=1000, rep=100, return_mode="median")
-        finally:
-            timer.uninstall()
 
     out = {"flush_bytes": nbytes, "device": torch.cuda.get_device_name(0), "cases": []}
     for name, shape in COLD_CASES:
@@ -303,7 +277,8 @@ def cold_main(args) -> int:
                     "cupti_warm_ms": warm_k, "cupti_cold_ms": cold_k,
                     "cupti_span_warm_ms": spans[0], "cupti_span_cold_ms": spans[1],
                     "graph_cupti": _graph_cupti(fn, cache, names),
-                    "graph_warm_ms": graph_ms(fn, "warm"), "graph_cold_ms": graph_ms(fn, "cold")}
+                    "graph_warm_ms": graph_timer_ms(fn, "warm", "issue18_cold"),
+                    "graph_cold_ms": graph_timer_ms(fn, "cold", "issue18_cold")}
         out["cases"].append(case)
         say(f"{name} {shape}: " + " ".join(f"{k}={v * 1e3:.2f}us" for k, v in case.items()
                                               if k.endswith("_ms")))

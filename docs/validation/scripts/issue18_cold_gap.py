@@ -27,11 +27,15 @@ from pathlib import Path
 from statistics import median
 
 ROOT = Path(__file__).resolve().parents[3]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for p in (ROOT, ROOT / "benchmarks"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
 
 from zl import atomic  # noqa: E402
 from zl.runlog.stats import call_span_us  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from issue18_graphs import capture_calls, graph_timer_ms, replay_ms  # noqa: E402
+from timer_noise import device_events  # noqa: E402
 
 DEFAULT_CASES = "relu:4096x4096,sum:4096x4096,softmax:4096x4096,sum:8192x8192,relu:8192x8192"
 OPS = ("relu", "sum", "softmax")
@@ -73,18 +77,14 @@ def derive(m: dict) -> dict:
 
 
 def _kernels(prof):
-    return [e for e in prof.events() if "CUDA" in str(getattr(e, "device_type", ""))
-            and e.time_range.end > e.time_range.start]
+    return [e for e in device_events(prof) if e.time_range.end > e.time_range.start]
 
 
 def measure(op: str, shape, cache) -> dict:
     import torch
-    import triton.testing as tt
     from torch.profiler import ProfilerActivity, profile
 
     import flag_gems
-    from zl.backends import get_backend
-    from zl.timing.graph import GraphTimer
 
     x = torch.randn(shape, dtype=torch.float16, device="cuda")
     f = {"relu": torch.relu, "sum": torch.sum,
@@ -124,10 +124,7 @@ def measure(op: str, shape, cache) -> dict:
         def graph_of(body):
             body()
             torch.cuda.synchronize()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                for _ in range(CALLS):
-                    body()
+            g = capture_calls(body, CALLS)
             g.replay()
             torch.cuda.synchronize()
             return g
@@ -135,15 +132,11 @@ def measure(op: str, shape, cache) -> dict:
         graphs = {"A": graph_of(lambda: (cache.zero_(), fn())), "B": graph_of(cache.zero_),
                   "B2": graph_of(lambda: (lo.zero_(), hi.zero_())),
                   "B3": graph_of(lambda: (cache.zero_(), tiny.add_(1.0)))}
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        events = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         times = {k: [] for k in graphs}
         for _ in range(REPLAYS):
             for k, g in graphs.items():
-                begin.record()
-                g.replay()
-                end.record()
-                end.synchronize()
-                times[k].append(begin.elapsed_time(end) * 1e3 / CALLS)
+                times[k].append(replay_ms(g, *events) * 1e3 / CALLS)
         busy, span = {}, None
         for k, g in graphs.items():
             with profile(activities=[ProfilerActivity.CUDA]) as p:
@@ -160,13 +153,7 @@ def measure(op: str, shape, cache) -> dict:
                                       for e in ks if e.name in tiny_names) / CALLS
                 ks = [e for e in ks if e.name not in tiny_names]
             busy[k] = sum(e.time_range.end - e.time_range.start for e in ks) / CALLS
-        timer = GraphTimer(get_backend("cuda"), l2="cold")
-        timer.install()
-        try:
-            timer.op = "issue18_cold_gap"
-            timer_us = tt.do_bench(fn, warmup=1000, rep=100, return_mode="median") * 1e3
-        finally:
-            timer.uninstall()
+        timer_us = graph_timer_ms(fn, "cold", "issue18_cold_gap") * 1e3
     return {"op": op, "shape": list(shape), "eager_kernels": eager, "span": span,
             "events": {k: median(v) for k, v in times.items()}, "busy": busy, "timer": timer_us}
 
