@@ -69,7 +69,7 @@ def table(runs: list[dict]) -> str:
              "| 95 % interval, median per-call pytest ratio |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for op in dict.fromkeys(r["op"] for r in runs):
-        med, per_call, pairs = {}, [], []
+        med, pairs = {}, []
         for kind in KINDS:
             mine = [r for r in runs if r["op"] == op and r["kind"] == kind]
             med[kind] = {k: float(np.median([r[k] for r in mine])) if mine else None
@@ -78,7 +78,6 @@ def table(runs: list[dict]) -> str:
             pair = {r["kind"]: r for r in runs if r["op"] == op and r["call"] == call}
             if len(pair) == 2:
                 pairs.append({k: pair["after1"][k] / pair["upstream"][k] for k in ("wall_s", "pytest_s")})
-                per_call.append(f"{pairs[-1]['wall_s']:.2f}")
         up, a1 = med["upstream"], med["after1"]
 
         def ratio(key):
@@ -86,11 +85,12 @@ def table(runs: list[dict]) -> str:
 
         def cell(m):
             return f"{m['wall_s']:.1f} ({m['pytest_s']:.2f})" if m["wall_s"] is not None else "-"
-        per_pytest = ", ".join(f"{p['pytest_s']:.2f}" for p in pairs) or "-"
+        def listed(key):
+            return ", ".join(f"{p[key]:.2f}" for p in pairs) or "-"
         paired = (f"{np.median([p['pytest_s'] for p in pairs]):.2f} "
                   f"({np.median([p['wall_s'] for p in pairs]):.2f})") if pairs else "-"
-        lines.append(f"| {op} | {len(per_call)} | {cell(up)} | {cell(a1)} | {ratio('pytest_s')} | "
-                     f"{ratio('wall_s')} | {', '.join(per_call) or '-'} | {per_pytest} | {paired} | "
+        lines.append(f"| {op} | {len(pairs)} | {cell(up)} | {cell(a1)} | {ratio('pytest_s')} | "
+                     f"{ratio('wall_s')} | {listed('wall_s')} | {listed('pytest_s')} | {paired} | "
                      f"{median_interval([p['pytest_s'] for p in pairs])} |")
     return "\n".join(lines) + "\n"
 
