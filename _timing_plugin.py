@@ -22,10 +22,13 @@ Options (group zl_bench; each default is its environment variable): --zl-cudagra
 (ZL_GRAPH_WARMUP_MS: the warmup before each capture stops when calls settle, within
 min(caller's warmup, this) ms; default 25, `caller` = the caller's whole budget), --zl-l2
 (ZL_L2: warm, or cold = L2 flushed before every timed call inside the graph, the flush's own
-time subtracted; fallback rows are flushed by do_bench itself). A bad timer word, warmup,
-L2 mode or an unknown ZL_BACKEND is a pytest usage error (exit 4). run_identity.json gets
-timer (cuda_graph|direct), graph_capture (attempted|disabled|refused|unsupported),
-direct_repeat, graph_warmup_ms, l2. Fallback markers carry host_share=<pct>|unknown: the
+time subtracted; fallback rows are flushed by do_bench itself), --zl-cold-clock
+(ZL_COLD_CLOCK, cold only: events, the default, or kernels = CUPTI's per-kernel durations,
+without each kernel's in-graph start). A bad timer word, warmup, L2 mode, cold clock (or
+kernels where it cannot be read: warm L2, direct timer, no CUPTI) or an unknown ZL_BACKEND is
+a pytest usage error (exit 4). run_identity.json gets timer (cuda_graph|direct),
+graph_capture (attempted|disabled|refused|unsupported), direct_repeat, graph_warmup_ms, l2
+and, when cold, cold_clock. Fallback markers carry host_share=<pct>|unknown: the
 measured host-dispatch share of the direct reading.
 The code lives in `zl/timing/`; this module only connects it to pytest.
 """

@@ -49,7 +49,7 @@ from zl.switches import SwitchError, parse_switch
 CALIBER_FIELDS = (
     "backend", "device", "timer", "bench_level", "shape_mode",
     "tuner_cache", "direct_repeat", "use_flagtune", "seed", "shape_source",
-    "graph_warmup_ms", "l2", "device_share",
+    "graph_warmup_ms", "l2", "cold_clock", "device_share",
 )
 # Fields whose value names the operator itself (`softmax=yaml`): equal within one A/B pair,
 # different across the rows of a screen or a batch by construction.
@@ -92,6 +92,8 @@ def caliber_of(run_dir: Path) -> Optional[Dict[str, Optional[str]]]:
     if data is None:
         return None
     cal = {k: _field_text(k, data.get(k)) for k in CALIBER_FIELDS}
+    if cal["l2"] == "cold" and cal["cold_clock"] is None:
+        cal["cold_clock"] = "events"  # the only cold clock before ZL_COLD_CLOCK existed
     cal["autotune_mode"] = str(data.get("autotune_mode") or "")
     # The autotune plugin writes `replay_fallback` for a whole-run fallback (scope `all`)
     # and for some keys tuned live (scope `keys`); only the former is record vs record.

@@ -6,6 +6,7 @@
 - `device`   Triton's active device interface (torch.cuda, torch_musa, ...) and its graph type.
 - `capture`  one graph capture: warmup, scratch RNG, upstream do_bench_cudagraph's steps ported
              to any device interface.
+- `kernel_clock` the cold graph read by CUPTI's per-kernel timestamps (ZL_COLD_CLOCK=kernels).
 - `graph`    the do_bench replacement that captures per shape and falls back honestly.
 - `backward` backward benchmarks run (and are captured) on a side stream.
 - `session`  the objects the plugins register with pytest, and what they patch and undo.

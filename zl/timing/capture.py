@@ -2,7 +2,8 @@
 
 `graph_bench_port` is upstream `triton.testing.do_bench_cudagraph` done through the active
 device interface (upstream hard-codes torch.cuda); `graph_bench_cold` is the same with the
-L2 flushed before every call and the flushes' own time subtracted (ZL_L2=cold). The warmup
+L2 flushed before every call and the flushes' own time subtracted (ZL_L2=cold), or read off
+CUPTI's kernel timestamps (ZL_COLD_CLOCK=kernels, `kernel_clock`). The warmup
 before a capture (`warmup_before_capture`) stops once the calls settle: do_bench_cudagraph's
 own single warmup call is too short to settle the MoE kernels and made the first capture
 unstable run-to-run.
@@ -16,7 +17,7 @@ import time
 
 from zl.term import log
 
-from . import GRAPH_LOG_TAG
+from . import GRAPH_LOG_TAG, kernel_clock
 
 # Replays timed per call, as upstream do_bench_cudagraph does.
 N_REPLAYS = 10
@@ -258,19 +259,26 @@ def graph_bench_port(di, graph_cls, step, fn, rep, grad_to_none, quantiles, retu
 
 
 def graph_bench_cold(di, graph_cls, step, fn, rep, grad_to_none, quantiles, return_mode,
-                     flush, stream=None):
+                     flush, stream=None, clock="events", tracer=None):
     """graph_bench_port with the L2 flushed before every call inside the graph (ZL_L2=cold).
 
     As tritonbench's cudagraph timer with cache clearing does: one graph holds n
     (flush, call) pairs, a second graph the same n flushes alone; each replay pair's
     difference, over n, is one sample, so the flush's own time is subtracted and a drift
     between replays hits both graphs of a pair alike. `flush()` writes a buffer larger
-    than L2 on the current stream.
+    than L2 on the current stream. `clock="kernels"` reads the (flush, call) graph with
+    CUPTI's per-kernel timestamps instead (`_cold_kernel_samples`); `tracer` stands in for
+    `kernel_clock.trace` in tests.
     """
     with di.stream(_capture_stream(di, stream)):
         flush()
         estimate = _estimate_ms(di, lambda: (flush(), fn()), grad_to_none)
         n_repeat = 1000 if estimate == 0 else max(1, int(rep / estimate))
+        if clock == "kernels":
+            times = _cold_kernel_samples(di, graph_cls, step, fn, grad_to_none, flush, stream,
+                                         min(n_repeat, kernel_clock.MAX_TRACED_CALLS),
+                                         tracer or kernel_clock.trace)
+            return summarize(times, quantiles, return_mode)
         graph, flushes = graph_cls(), graph_cls()
         with capturing(di, graph, stream):
             for _ in range(n_repeat):
@@ -287,6 +295,25 @@ def graph_bench_cold(di, graph_cls, step, fn, rep, grad_to_none, quantiles, retu
             with_fn, alone = _replay_ms(di, graph), _replay_ms(di, flushes)
             times.append((with_fn - alone) / n_repeat)
     return summarize(times, quantiles, return_mode)
+
+
+def _cold_kernel_samples(di, graph_cls, step, fn, grad_to_none, flush, stream, calls, tracer):
+    """ms per call, one sample per call: its own kernels' CUPTI durations in one traced replay
+    of `calls` (flush, call) pairs. The flush is traced eagerly first, on this stream and under
+    the caller's dispatch state, for its kernel count and names (kernel_clock's docstring)."""
+    flush_names = [k[0] for k in tracer(di, flush)]
+    graph = graph_cls()
+    with capturing(di, graph, stream):
+        for _ in range(calls):
+            flush()
+            reset_grads(grad_to_none)
+            fn()
+    di.synchronize()
+    step["phase"] = "replay"
+    graph.replay()  # the first replay uploads the graph; it is not the one read
+    di.synchronize()
+    kernels = tracer(di, graph.replay)
+    return [us / 1e3 for us in kernel_clock.call_samples_us(kernels, calls, flush_names)]
 
 
 def _replay_ms(di, graph) -> float:

@@ -10,7 +10,8 @@ For each call it
    (`capture.warmup_before_capture`);
 4. captures and replays under a scratch RNG state (`capture.scratch_rng`); with ZL_L2=cold
    every call in the graph follows an L2 flush whose own time is subtracted
-   (`capture.graph_bench_cold`);
+   (`capture.graph_bench_cold`), read by events or, with ZL_COLD_CLOCK=kernels, by CUPTI's
+   per-kernel timestamps (`kernel_clock`);
 5. on failure asks the backend, by its vendor wording, how bad it was: recoverable -> plain
    do_bench (ZL_DIRECT_REPEAT times, median) plus a BENCHMARK_DIRECT_NO_CUDAGRAPH marker
    that carries the measured host-dispatch share of the row (`direct.measure_host_share`);
@@ -37,6 +38,7 @@ from zl.patching import PatchStack
 from zl.term import log, style
 
 from . import GRAPH_LOG_TAG, capture, device
+from .kernel_clock import KernelClockError
 from .callers import caller_of_caller, tuner_module
 from .backward import BackwardStreams
 from .direct import measure_host_share, run_direct
@@ -68,8 +70,9 @@ def op_from_item(item) -> str:
 
 def classify(backend, exc: BaseException) -> str:
     """The backend's verdict on a capture error; an unknown verdict fails closed (fatal)."""
-    if isinstance(exc, device.NoGraphSupport):
-        return "recoverable"  # our own probe: nothing ran on the device
+    if isinstance(exc, (device.NoGraphSupport, KernelClockError)):
+        # our own probe, or a trace that could not be read: the device is not at fault
+        return "recoverable"
     verdict = backend.classify_capture_error(exc)
     if verdict not in VERDICTS:
         _log(f"backend {backend.name} returned verdict {verdict!r}; treating it as fatal")
@@ -82,11 +85,13 @@ class GraphTimer:
     do_bench it replaced, the running operator and the backward side streams."""
 
     def __init__(self, backend, repeat: int = 1, warmup_cap_ms: Optional[float] = 25.0,
-                 l2: str = "warm", flush: Optional[FlushBuffer] = None) -> None:
+                 l2: str = "warm", flush: Optional[FlushBuffer] = None,
+                 cold_clock: str = "events") -> None:
         self.backend = backend
         self.repeat = max(1, int(repeat))
         self.warmup_cap_ms = warmup_cap_ms  # None: the caller's whole warmup budget
         self.l2 = l2
+        self.cold_clock = cold_clock  # `events` or `kernels`; read only when l2 is cold
         self.flush = flush or FlushBuffer()
         self.op: Optional[str] = None  # set per pytest item by the session's hooks
         self.upstream = None  # the do_bench replaced; None while not installed
@@ -201,7 +206,7 @@ class GraphTimer:
             if cold:
                 return capture.graph_bench_cold(di, graph_cls, step, fn, rep, grad_to_none,
                                                 quantiles, return_mode, self.flush.flush,
-                                                stream=forward_stream)
+                                                stream=forward_stream, clock=self.cold_clock)
             return capture.graph_bench_port(di, graph_cls, step, fn, rep, grad_to_none,
                                             quantiles, return_mode, stream=forward_stream)
 

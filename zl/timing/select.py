@@ -22,10 +22,12 @@ ENV_GRAPH = "ZL_ENABLE_CUDAGRAPH"
 ENV_REPEAT = "ZL_DIRECT_REPEAT"
 ENV_WARMUP = "ZL_GRAPH_WARMUP_MS"
 ENV_L2 = "ZL_L2"
+ENV_COLD_CLOCK = "ZL_COLD_CLOCK"
 OPT_GRAPH = "--zl-cudagraph"
 OPT_REPEAT = "--zl-direct-repeat"
 OPT_WARMUP = "--zl-graph-warmup-ms"
 OPT_L2 = "--zl-l2"
+OPT_COLD_CLOCK = "--zl-cold-clock"
 
 # The warmup before each capture stops once event-timed calls settle, and never runs longer
 # than this (or the caller's own budget, if smaller). FlagGems passes --warmup (1000 ms by
@@ -35,6 +37,9 @@ DEFAULT_WARMUP_MS = "25"
 # ZL_GRAPH_WARMUP_MS=caller: the behaviour before issue 18 (the caller's whole budget).
 WARMUP_CALLER = "caller"
 L2_MODES = ("warm", "cold")
+# events: the replay timed by events, each kernel's in-graph start included (as warm reads);
+# kernels: CUPTI's per-kernel durations, the starts left out (zl/timing/kernel_clock.py).
+COLD_CLOCKS = ("events", "kernels")
 
 AUTO_WORDS = ("", "auto")
 # `direct` names the timer the off position selects; it has always been accepted as off.
@@ -56,6 +61,10 @@ class L2ModeError(ValueError):
     """ZL_L2 (or --zl-l2) names no L2 mode (warm or cold)."""
 
 
+class ColdClockError(ValueError):
+    """ZL_COLD_CLOCK (or --zl-cold-clock) names no clock, or one this run cannot use."""
+
+
 def add_options(parser: Any) -> None:
     """Declare both settings in the zl_bench option group."""
     options.add(parser, OPT_GRAPH, ENV_GRAPH,
@@ -71,6 +80,10 @@ def add_options(parser: Any) -> None:
     options.add(parser, OPT_L2, ENV_L2,
                 "warm = back-to-back calls (L2 keeps the inputs); cold = L2 flushed before "
                 "every timed call inside the graph, the flush's own time subtracted", "warm")
+    options.add(parser, OPT_COLD_CLOCK, ENV_COLD_CLOCK,
+                "ZL_L2=cold only: events = the graph replay timed by events (each kernel's "
+                "in-graph start included, as the warm reading); kernels = CUPTI's per-kernel "
+                "durations through torch.profiler (torch.cuda)", "events")
 
 
 def read_setting(config: Any, flag: str, env: str) -> Tuple[str, str]:
@@ -131,6 +144,28 @@ def parse_l2(raw: Optional[str], name: str = ENV_L2) -> str:
     text = (raw or "").strip().lower() or "warm"
     if text not in L2_MODES:
         raise L2ModeError(f"{name}={raw!r} is not an L2 mode; use warm (default) or cold")
+    return text
+
+
+def parse_cold_clock(raw: Optional[str], name: str = ENV_COLD_CLOCK, l2: str = "warm",
+                     backend_name: str = "cuda", timer: str = TIMER_GRAPH) -> str:
+    """ZL_COLD_CLOCK text -> 'events' | 'kernels' (empty = events). A ColdClockError for a word
+    that names no clock, and for `kernels` where it would measure nothing: a warm L2, the
+    direct timer, or no CUPTI (a silent events reading would be a different caliber)."""
+    text = (raw or "").strip().lower() or "events"
+    if text not in COLD_CLOCKS:
+        raise ColdClockError(f"{name}={raw!r} is not a cold clock; use events (default) or kernels")
+    if text == "kernels":
+        if l2 != "cold":
+            raise ColdClockError(f"{name}=kernels reads the cold graph only; set {ENV_L2}=cold "
+                                 f"(the L2 mode is {l2})")
+        if timer != TIMER_GRAPH:
+            raise ColdClockError(f"{name}=kernels needs the graph timer; this run's timer is "
+                                 f"{timer}")
+        from .kernel_clock import unavailable_reason
+        why = unavailable_reason(backend_name)
+        if why:
+            raise ColdClockError(f"{name}=kernels cannot be used: {why}")
     return text
 
 

@@ -55,13 +55,15 @@ class TimingSession:
     """The timer chosen for this session (timer, graph_capture, direct_repeat) and its patches."""
 
     def __init__(self, backend, timer: str, graph_capture: str, repeat: int,
-                 warmup_cap_ms: Optional[float] = 25.0, l2: str = "warm") -> None:
+                 warmup_cap_ms: Optional[float] = 25.0, l2: str = "warm",
+                 cold_clock: str = "events") -> None:
         self.backend = backend
         self.timer = timer
         self.graph_capture = graph_capture
         self.repeat = repeat
         self.warmup_cap_ms = warmup_cap_ms
         self.l2 = l2
+        self.cold_clock = cold_clock
         self.graph: Optional[GraphTimer] = None
         self.patches = PatchStack()
 
@@ -74,7 +76,7 @@ class TimingSession:
 
     def _install_graph(self, pluginmanager: Any) -> None:
         self.graph = GraphTimer(self.backend, self.repeat, warmup_cap_ms=self.warmup_cap_ms,
-                                l2=self.l2)
+                                l2=self.l2, cold_clock=self.cold_clock)
         self.graph.install()
         self.patches.push(self.graph.uninstall)
         hooks = GraphHooks(self.graph)
@@ -89,7 +91,8 @@ class TimingSession:
             f"timer=cuda_graph backend={self.backend.name} via {device.interface_label()} "
             f"(capture per shape, fallback to do_bench with {markers.DIRECT_NO_CUDAGRAPH}; "
             f"direct_repeat={self.repeat}; graph_warmup_ms="
-            f"{select.warmup_label(self.warmup_cap_ms)}; l2={self.l2})")
+            f"{select.warmup_label(self.warmup_cap_ms)}; l2={self.l2}"
+            + (f", cold_clock={self.cold_clock})" if self.l2 == "cold" else ")"))
 
     def _install_direct(self) -> None:
         import triton.testing as tt
@@ -112,8 +115,8 @@ class TimingSession:
 
 
 def _choose(config: Any):
-    """-> (backend, timer, graph_capture, repeat, warmup cap, l2); a bad value is a
-    pytest.UsageError."""
+    """-> (backend, timer, graph_capture, repeat, warmup cap, l2, cold clock); a bad value is
+    a pytest.UsageError."""
     try:
         backend = get_backend()
         raw, graph_name = select.read_setting(config, select.OPT_GRAPH, select.ENV_GRAPH)
@@ -131,16 +134,23 @@ def _choose(config: Any):
     timer, capture, refusal = select.choose_timer(backend, request, name=graph_name)
     if refusal:
         log(TIMING_LOG_TAG, refusal)
-    return backend, timer, capture, repeat, warmup_cap, l2
+    try:
+        clock = select.parse_cold_clock(
+            *select.read_setting(config, select.OPT_COLD_CLOCK, select.ENV_COLD_CLOCK),
+            l2=l2, backend_name=backend.name, timer=timer)
+    except select.ColdClockError as exc:
+        raise pytest.UsageError(f"{TIMING_LOG_TAG} {exc}") from None
+    return backend, timer, capture, repeat, warmup_cap, l2, clock
 
 
 def start(config: Any) -> TimingSession:
     """Pick the timer, register the session (so unconfigure undoes even a half install),
     patch do_bench accordingly, write the identity fields."""
-    backend, timer, capture, repeat, warmup_cap, l2 = _choose(config)
-    session = TimingSession(backend, timer, capture, repeat, warmup_cap, l2)
+    backend, timer, capture, repeat, warmup_cap, l2, clock = _choose(config)
+    session = TimingSession(backend, timer, capture, repeat, warmup_cap, l2, clock)
     config.pluginmanager.register(session, PLUGIN_NAME)
     session.install(config.pluginmanager)
     update_identity(timer=timer, graph_capture=capture, direct_repeat=repeat,
-                    graph_warmup_ms=select.warmup_label(warmup_cap), l2=l2)
+                    graph_warmup_ms=select.warmup_label(warmup_cap), l2=l2,
+                    cold_clock=clock if l2 == "cold" else None)
     return session

@@ -7,7 +7,9 @@
         timer cold (ZL_L2=cold, median); and one graph of n (flush, call) pairs against three
         flush-only graphs: B (n flushes, the timer's own subtraction), B2 (each flush split
         into two half-size writes) and B3 (each flush followed by a one-element add), each
-        replayed untraced (CUDA events, median) and once under CUPTI. W/cold_gap.json.
+        replayed untraced (CUDA events, median) and once under CUPTI; then the graph timer
+        cold on each clock (ZL_COLD_CLOCK events and kernels), TIMER_ROUNDS times alternated,
+        with the host seconds each do_bench took. W/cold_gap.json.
     issue18_cold_gap.py summary --work W --out OUT
         OUT/cold_gap.md from W/cold_gap.json (no GPU).
 Why: session 12 put cold sum 8-12 % above eager CUPTI and placed the excess in the graph
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from statistics import median
 
@@ -37,10 +40,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from issue18_graphs import capture_calls, graph_timer_ms, replay_ms  # noqa: E402
 from timer_noise import device_events  # noqa: E402
 
-DEFAULT_CASES = "relu:4096x4096,sum:4096x4096,softmax:4096x4096,sum:8192x8192,relu:8192x8192"
+DEFAULT_CASES = ("relu:4096x4096,sum:4096x4096,softmax:4096x4096,sum:8192x8192,relu:8192x8192,"
+                 "relu:2048x4096,softmax:2048x4096")
 OPS = ("relu", "sum", "softmax")
 CALLS = 50      # calls per graph, as issue18.py's in-graph CUPTI replay
 REPLAYS = 7     # untraced replays per graph, interleaved
+TIMER_ROUNDS = 3  # graph timer readings per clock, the clocks alternated
+CLOCKS = ("events", "kernels")
 
 
 def parse_cases(text: str):
@@ -153,9 +159,15 @@ def measure(op: str, shape, cache) -> dict:
                                       for e in ks if e.name in tiny_names) / CALLS
                 ks = [e for e in ks if e.name not in tiny_names]
             busy[k] = sum(e.time_range.end - e.time_range.start for e in ks) / CALLS
-        timer_us = graph_timer_ms(fn, "cold", "issue18_cold_gap") * 1e3
+        clocks = {c: {"us": [], "host_s": []} for c in CLOCKS}
+        for _ in range(TIMER_ROUNDS):
+            for c in CLOCKS:
+                t0 = time.perf_counter()
+                clocks[c]["us"].append(graph_timer_ms(fn, "cold", "issue18_cold_gap", clock=c) * 1e3)
+                clocks[c]["host_s"].append(time.perf_counter() - t0)
     return {"op": op, "shape": list(shape), "eager_kernels": eager, "span": span,
-            "events": {k: median(v) for k, v in times.items()}, "busy": busy, "timer": timer_us}
+            "events": {k: median(v) for k, v in times.items()}, "busy": busy,
+            "timer": median(clocks["events"]["us"]), "clocks": clocks}
 
 
 def run_main(args) -> int:
@@ -218,11 +230,36 @@ def summary_main(args) -> int:
     md += ["", "A: n (flush, call) pairs; B: n flushes (the graph timer's subtraction); B2: each "
            "flush as two half-size writes; B3: each flush then a one-element add. The extra kernel "
            "columns are CUPTI busy time; a boundary is the events difference less that time."]
+    md += clock_table(data["cases"])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     atomic.write_text(out / "cold_gap.md", "\n".join(md) + "\n")
     print("\n".join(md))
     return 0
+
+
+def clock_table(cases) -> list:
+    """Markdown lines: the graph timer cold on each clock against eager CUPTI (cases measured
+    before ZL_COLD_CLOCK existed have no `clocks` and are left out)."""
+    rows = [c for c in cases if "clocks" in c]
+    if not rows:
+        return []
+    md = ["", "The graph timer cold on each clock (ZL_COLD_CLOCK), readings in us (each the median "
+          "of its samples), against eager CUPTI; host seconds per do_bench call:", "",
+          "| op | shape | eager CUPTI sum | events readings | kernels readings | events / eager | "
+          "kernels / eager | host s, events | host s, kernels |", "|" + "---|" * 9]
+    for c in rows:
+        eager = sum(c["eager_kernels"].values())
+        ev, ke = c["clocks"]["events"], c["clocks"]["kernels"]
+
+        def ratios(values):
+            return ", ".join(f"{v / eager:.3f}" for v in values) if eager else "-"
+
+        md.append(f"| {c['op']} | {'x'.join(map(str, c['shape']))} | {eager:.2f} | "
+                  f"{', '.join(f'{v:.2f}' for v in ev['us'])} | "
+                  f"{', '.join(f'{v:.2f}' for v in ke['us'])} | {ratios(ev['us'])} | "
+                  f"{ratios(ke['us'])} | {median(ev['host_s']):.2f} | {median(ke['host_s']):.2f} |")
+    return md
 
 
 def main(argv=None) -> int:

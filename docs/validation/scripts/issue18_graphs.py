@@ -26,14 +26,14 @@ def replay_ms(graph, begin, end) -> float:
     return begin.elapsed_time(end)
 
 
-def graph_timer_ms(fn, l2: str, op: str) -> float:
-    """The graph timer (ZL_L2=`l2`) on `fn` through do_bench, median in ms; `op` names it in
-    the timer's log lines."""
+def graph_timer_ms(fn, l2: str, op: str, clock: str = "events") -> float:
+    """The graph timer (ZL_L2=`l2`, ZL_COLD_CLOCK=`clock`) on `fn` through do_bench, median
+    in ms; `op` names it in the timer's log lines."""
     import triton.testing as tt
     from zl.backends import get_backend
     from zl.timing.graph import GraphTimer
 
-    timer = GraphTimer(get_backend("cuda"), l2=l2)
+    timer = GraphTimer(get_backend("cuda"), l2=l2, cold_clock=clock)
     timer.install()
     try:
         timer.op = op

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The H200 plan for issue 18's last open measurement (after session 13): cold sum read 8-9 %
+# above eager CUPTI because a graph reading holds each kernel's in-graph start. Session 14 adds
+# the kernel clock (ZL_COLD_CLOCK=kernels: CUPTI's per-kernel durations of the cold graph).
+# Carry .fg and .whl:
+#   run(carry=[".fg", ".whl"], command="... PART=1 OUT=$OUT bash docs/validation/scripts/device_session14.sh")
+#   PART=1  kernel_clock_payload.py (the traces the CPU tests split, torch-native kernels);
+#           issue18_cold_gap.py with both clocks, seven cases (two single kernels of 10-12 us
+#           added); then real FlagGems nodes (sum, softmax; 64x64 and 4096x4096) under
+#           run_pytest.sh with ZL_L2=cold on each clock, alone, for rows, identity and cost
+#           (~450 s).
+#   PART=2  the cold runs again in the other order, and warm runs of the same nodes: what the
+#           kernel clock costs a run next to the events clock and the default (~200 s).
+set -uo pipefail
+source "$(dirname "$0")/../../../zl/sh/entry.sh" "$@"   # --help, and no arguments
+cd "$(dirname "$0")/../../.." || exit 2
+# shellcheck source=docs/validation/scripts/call_clock.sh
+source docs/validation/scripts/call_clock.sh
+export FLAGGEMS_DIR="${FLAGGEMS_DIR:-$PWD/.fg}"
+FG_PATH="/tmp/site:$FLAGGEMS_DIR/src${PYTHONPATH:+:$PYTHONPATH}"
+bundle_runs() {
+  tar -czf "$OUT/clock_runs.tgz" -C "$OUT" --exclude='*.ttgir' --exclude='*.llir' --exclude='*.ptx' \
+    --exclude='*.cubin' --exclude='*.json.ir' --exclude='ttgir' clock_runs 2>/dev/null
+}
+# `node_run OP L2 CLOCK`: one run_pytest.sh run of OP's node into $OUT/clock_runs/OP_L2_CLOCK,
+# alone on the GPU, with its wall seconds in wall.txt.
+node_run() {
+  local d="$OUT/clock_runs/${1}_${2}_${3}" t0 rc
+  mkdir -p "$d"; t0=$(date +%s%N)
+  PYTHONPATH="$FG_PATH" OP=$1 OP_FILE=$1 DTYPES=float16 BENCH_LEVEL=core OUT_DIR="$d/zl" \
+    SHAPE_FILE=$S/issue18_shapes.yaml ZL_L2=$2 ZL_COLD_CLOCK=$3 \
+    TRITON_CACHE_DIR="$d/triton_cache" FLAGGEMS_CACHE_DIR="$d/flaggems_cache" \
+    tied timeout 120 bash run_pytest.sh > "$d/output.log" 2>&1
+  rc=$?
+  echo "rc=$rc wall_ms=$(( ($(date +%s%N) - t0) / 1000000 ))" > "$d/wall.txt"
+  echo "$1 l2=$2 clock=$3: $(cat "$d/wall.txt"); $(grep -c '^SUCCESS' "$d/output.log") SUCCESS rows"
+  rm -rf "$d/triton_cache" "$d/flaggems_cache"
+  bundle_runs
+}
+case "$PART" in
+1)
+  mkdir -p "$OUT/payload" "$OUT/cold_gap"
+  tied timeout 90 python3 $S/kernel_clock_payload.py --out "$OUT/payload/kernel_clock_h200.json"
+  echo "payload rc=$?"
+  PYTHONPATH="$FG_PATH" tied timeout 300 python3 $S/issue18_cold_gap.py run --work "$OUT/cold_gap" \
+    > "$OUT/cold_gap/run.out" 2>&1
+  echo "cold_gap rc=$?"
+  python3 $S/issue18_cold_gap.py summary --work "$OUT/cold_gap" --out "$OUT/cold_gap" | tail -12
+  for op in sum softmax; do
+    for clock in events kernels; do
+      (( $(left) > 40 )) && node_run $op cold $clock
+    done
+  done
+  ;;
+2)
+  for op in softmax sum; do
+    for spec in "cold kernels" "cold events" "warm events"; do
+      # shellcheck disable=SC2086
+      (( $(left) > 40 )) && node_run $op $spec
+    done
+  done
+  ;;
+*)
+  echo "PART must be 1 or 2 (got $PART)" >&2; exit 2
+  ;;
+esac
+echo "===== part $PART done in $(( $(date +%s) - T0 )) s"

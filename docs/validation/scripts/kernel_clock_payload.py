@@ -1,0 +1,80 @@
+#!/usr/bin/env python
+"""Record what the cold graph's kernel clock (ZL_COLD_CLOCK=kernels) reads on a real GPU.
+
+    kernel_clock_payload.py --out FILE.json
+
+Runs `zl.timing.capture.graph_bench_cold(clock="kernels")` on three torch-native calls of a
+4096x4096 float16 tensor (relu: one kernel; x.float().sum(): a cast and a reduction; softmax:
+one kernel), with a tracer that keeps what `kernel_clock.trace` returned: the eager flush's
+kernels and the traced replay's. The file feeds tests/test_timing_kernel_clock.py, so the
+CPU suite splits traces CUPTI really produced (no FlagGems code: torch's own kernels).
+Exit status: 0 written, 1 no CUDA device, 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from zl import atomic  # noqa: E402
+
+# do_bench's `rep` in ms: a few calls per graph keep the payload small (the timer itself
+# traces up to kernel_clock.MAX_TRACED_CALLS).
+REP_MS = 0.25
+
+
+def record(fn, flush):
+    import torch
+    from zl.timing import capture, kernel_clock
+
+    traces = []
+
+    def tracer(di, body):
+        kernels = kernel_clock.trace(di, body)
+        traces.append(kernels)
+        return kernels
+
+    fn()
+    torch.cuda.synchronize()
+    samples = capture.graph_bench_cold(torch.cuda, torch.cuda.CUDAGraph, {}, fn, REP_MS, None,
+                                       None, "all", flush, clock="kernels", tracer=tracer)
+    flush_kernels, replay = traces
+    return {"flush": flush_kernels, "kernels": replay, "calls": len(samples),
+            "samples_ms": samples}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 2)[1])
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    import torch
+    from zl.timing import l2
+
+    if not torch.cuda.is_available():
+        print("kernel_clock_payload: needs a CUDA device", file=sys.stderr)
+        return 1
+    buf = l2.FlushBuffer()
+    buf.ensure(torch.cuda)
+    x = torch.randn(4096, 4096, dtype=torch.float16, device="cuda")
+    calls = {"relu": lambda: torch.relu(x), "float_sum": lambda: x.float().sum(),
+             "softmax": lambda: torch.softmax(x, dim=-1)}
+    out = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+           "shape": [4096, 4096], "dtype": "float16", "flush_bytes": buf.nbytes, "cases": {}}
+    for name, fn in calls.items():
+        out["cases"][name] = record(fn, buf.flush)
+        case = out["cases"][name]
+        print(f"{name}: {case['calls']} calls, {len(case['kernels'])} kernels traced, "
+              f"median {sorted(case['samples_ms'])[len(case['samples_ms']) // 2] * 1e3:.2f} us",
+              flush=True)
+    atomic.write_text(Path(args.out), json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
