@@ -51,7 +51,7 @@ def configured(monkeypatch, tmp_path):
     monkeypatch.setattr(triton.testing, "do_bench", bench)
     monkeypatch.setenv("OUT_DIR", str(tmp_path))
     for key in ("ZL_ENABLE_CUDAGRAPH", "ZL_DIRECT_REPEAT", "ZL_BACKEND", "ZL_GRAPH_WARMUP_MS",
-                "ZL_L2"):
+                "ZL_L2", "ZL_COLD_CLOCK"):
         monkeypatch.delenv(key, raising=False)
     state = types.SimpleNamespace(config=make_config(), bench=bench, calls=calls,
                                   identity=lambda: json.loads(
@@ -114,6 +114,30 @@ def test_warmup_and_l2_reach_the_graph_timer_and_the_identity(configured, capsys
     assert "graph_warmup_ms=caller; l2=cold" in capsys.readouterr().err
 
 
+def test_cold_clock_reaches_the_graph_timer_and_the_identity(configured, capsys, monkeypatch):
+    from zl.timing import kernel_clock
+    monkeypatch.setattr(kernel_clock, "unavailable_reason", lambda backend_name: "")
+    timing = configured.configure(options={"zl_cold_clock": "kernels"}, ZL_BACKEND="cuda",
+                                  ZL_L2="cold", ZL_COLD_CLOCK="events")
+    assert timing.graph.cold_clock == "kernels"
+    assert configured.identity()["cold_clock"] == "kernels"
+    assert "l2=cold, cold_clock=kernels)" in capsys.readouterr().err
+
+
+def test_a_warm_run_records_no_cold_clock(configured):
+    configured.configure(ZL_BACKEND="cuda", ZL_COLD_CLOCK="events")
+    assert "cold_clock" not in configured.identity()
+
+
+def test_the_kernel_clock_with_the_direct_timer_is_a_usage_error(configured, monkeypatch):
+    from zl.timing import kernel_clock
+    monkeypatch.setattr(kernel_clock, "unavailable_reason", lambda backend_name: "")
+    with pytest.raises(pytest.UsageError, match="needs the graph timer; this run's timer is direct"):
+        configured.configure(ZL_BACKEND="cuda", ZL_L2="cold", ZL_COLD_CLOCK="kernels",
+                             ZL_ENABLE_CUDAGRAPH="0")
+    assert configured.config.pluginmanager.get_plugin(session.PLUGIN_NAME) is None
+
+
 def test_warmup_cap_from_the_variable(configured):
     timing = configured.configure(ZL_BACKEND="cuda", ZL_GRAPH_WARMUP_MS="40")
     assert timing.graph.warmup_cap_ms == 40.0
@@ -141,7 +165,8 @@ def test_garbage_repeat_is_logged_and_recorded_as_one(configured, capsys):
 
 
 @pytest.mark.parametrize("env", [{"ZL_ENABLE_CUDAGRAPH": "maybe"}, {"ZL_BACKEND": "tpu"},
-                                 {"ZL_GRAPH_WARMUP_MS": "-5"}, {"ZL_L2": "tepid"}])
+                                 {"ZL_GRAPH_WARMUP_MS": "-5"}, {"ZL_L2": "tepid"},
+                                 {"ZL_L2": "cold", "ZL_COLD_CLOCK": "cupti"}])
 def test_bad_values_are_usage_errors(configured, env):
     with pytest.raises(pytest.UsageError):
         configured.configure(**env)
@@ -277,6 +302,11 @@ def test_subprocess_direct_timer_repeats_and_records(tmp_path):
 @pytest.mark.parametrize("env,message", [
     ({"ZL_ENABLE_CUDAGRAPH": "sometimes"}, "ZL_ENABLE_CUDAGRAPH='sometimes' is not a timer choice"),
     ({"ZL_L2": "tepid"}, "ZL_L2='tepid' is not an L2 mode"),
+    ({"ZL_L2": "cold", "ZL_COLD_CLOCK": "wall"}, "ZL_COLD_CLOCK='wall' is not a cold clock"),
+    ({"ZL_COLD_CLOCK": "kernels"}, "ZL_COLD_CLOCK=kernels reads the cold graph only"),
+    # this CPU torch has no CUPTI: the kernel clock is refused, not silently replaced
+    ({"ZL_L2": "cold", "ZL_COLD_CLOCK": "kernels"}, "ZL_COLD_CLOCK=kernels cannot be used: "
+                                                    "torch.profiler cannot trace CUDA kernels"),
 ])
 def test_subprocess_bad_value_is_a_usage_error_without_traceback(tmp_path, env, message):
     proc, ident = run_pytest(tmp_path, ZL_BACKEND="cuda", **env)

@@ -19,6 +19,7 @@ fill kernel, which a call may also launch, so names alone cannot separate them).
 
 from __future__ import annotations
 
+import warnings
 from typing import Callable, List, Sequence, Tuple
 
 Kernel = Tuple[str, float, float]  # (name, start us, end us)
@@ -27,6 +28,9 @@ Kernel = Tuple[str, float, float]  # (name, start us, end us)
 # its cost grows with the calls; 200 samples put the median's standard error far below the
 # 0.3 us the clock exists to remove.
 MAX_TRACED_CALLS = 200
+
+
+PROFILER_CYCLE_WARNING = r".*Profiler clears events at the end of each cycle"
 
 
 class KernelClockError(RuntimeError):
@@ -63,10 +67,14 @@ def trace(di, body: Callable[[], object]) -> List[Kernel]:
     """Run `body` once under torch.profiler's CUDA activity; its device kernels."""
     from torch.profiler import ProfilerActivity, profile
     try:
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            body()
-            di.synchronize()
-        return device_kernels(prof.events())
+        with warnings.catch_warnings():
+            # torch.profiler warns on every trace that a new one starts empty, which is what
+            # the clock wants; left alone it lands in every cold run's pytest summary.
+            warnings.filterwarnings("ignore", message=PROFILER_CYCLE_WARNING)
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                body()
+                di.synchronize()
+            return device_kernels(prof.events())
     except KernelClockError:
         raise
     except Exception as exc:  # CUPTI taken by another profiler, or the trace failed

@@ -9,8 +9,9 @@
 #           added); then real FlagGems nodes (sum, softmax; 64x64 and 4096x4096) under
 #           run_pytest.sh with ZL_L2=cold on each clock, alone, for rows, identity and cost
 #           (~450 s).
-#   PART=2  the cold runs again in the other order, and warm runs of the same nodes: what the
-#           kernel clock costs a run next to the events clock and the default (~200 s).
+#   PART=2  PART=1's payload and cold_gap again (call 1 bundled only its run folders), then the
+#           cold runs in the other order and warm runs of the same nodes: what the kernel clock
+#           costs a run next to the events clock and the default (~400 s).
 set -uo pipefail
 source "$(dirname "$0")/../../../zl/sh/entry.sh" "$@"   # --help, and no arguments
 cd "$(dirname "$0")/../../.." || exit 2
@@ -18,9 +19,24 @@ cd "$(dirname "$0")/../../.." || exit 2
 source docs/validation/scripts/call_clock.sh
 export FLAGGEMS_DIR="${FLAGGEMS_DIR:-$PWD/.fg}"
 FG_PATH="/tmp/site:$FLAGGEMS_DIR/src${PYTHONPATH:+:$PYTHONPATH}"
+# Only a few files under $OUT come back one by one: everything travels in one tarball,
+# rewritten after every stage (compiled IR left out: never committed).
 bundle_runs() {
-  tar -czf "$OUT/clock_runs.tgz" -C "$OUT" --exclude='*.ttgir' --exclude='*.llir' --exclude='*.ptx' \
-    --exclude='*.cubin' --exclude='*.json.ir' --exclude='ttgir' clock_runs 2>/dev/null
+  local parts=() p
+  for p in payload cold_gap clock_runs; do [[ -e "$OUT/$p" ]] && parts+=("$p"); done
+  tar -czf "$OUT/session14.tgz" -C "$OUT" --exclude='*.ttgir' --exclude='*.llir' --exclude='*.ptx' \
+    --exclude='*.cubin' --exclude='*.json.ir' --exclude='ttgir' "${parts[@]}" 2>/dev/null
+}
+payload_and_gap() {
+  mkdir -p "$OUT/payload" "$OUT/cold_gap"
+  tied timeout 90 python3 $S/kernel_clock_payload.py --out "$OUT/payload/kernel_clock_h200.json"
+  echo "payload rc=$?"
+  bundle_runs
+  PYTHONPATH="$FG_PATH" tied timeout "$1" python3 $S/issue18_cold_gap.py run --work "$OUT/cold_gap" \
+    > "$OUT/cold_gap/run.out" 2>&1
+  echo "cold_gap rc=$?"
+  python3 $S/issue18_cold_gap.py summary --work "$OUT/cold_gap" --out "$OUT/cold_gap" | tail -12
+  bundle_runs
 }
 # `node_run OP L2 CLOCK`: one run_pytest.sh run of OP's node into $OUT/clock_runs/OP_L2_CLOCK,
 # alone on the GPU, with its wall seconds in wall.txt.
@@ -39,13 +55,7 @@ node_run() {
 }
 case "$PART" in
 1)
-  mkdir -p "$OUT/payload" "$OUT/cold_gap"
-  tied timeout 90 python3 $S/kernel_clock_payload.py --out "$OUT/payload/kernel_clock_h200.json"
-  echo "payload rc=$?"
-  PYTHONPATH="$FG_PATH" tied timeout 300 python3 $S/issue18_cold_gap.py run --work "$OUT/cold_gap" \
-    > "$OUT/cold_gap/run.out" 2>&1
-  echo "cold_gap rc=$?"
-  python3 $S/issue18_cold_gap.py summary --work "$OUT/cold_gap" --out "$OUT/cold_gap" | tail -12
+  payload_and_gap 300
   for op in sum softmax; do
     for clock in events kernels; do
       (( $(left) > 40 )) && node_run $op cold $clock
@@ -53,6 +63,7 @@ case "$PART" in
   done
   ;;
 2)
+  payload_and_gap 200
   for op in softmax sum; do
     for spec in "cold kernels" "cold events" "warm events"; do
       # shellcheck disable=SC2086
