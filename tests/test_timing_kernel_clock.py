@@ -232,16 +232,25 @@ def test_the_graph_timer_falls_back_with_the_marker_when_the_trace_fails(monkeyp
 
 # --- the setting and the caliber ---------------------------------------------------------------
 
-@pytest.mark.parametrize("raw,clock", [(None, "events"), ("", "events"), (" Events ", "events")])
-def test_parse_cold_clock_defaults_to_events(raw, clock):
-    assert select.parse_cold_clock(raw, l2="warm") == clock
+@pytest.mark.parametrize("raw", [None, "", " Auto "])
+def test_auto_reads_kernels_only_where_cupti_can_read_a_cold_graph(raw, monkeypatch):
+    monkeypatch.setattr(kernel_clock, "unavailable_reason", lambda backend_name: "")
+    assert select.parse_cold_clock(raw, l2="cold") == ("kernels", None)
+    assert select.parse_cold_clock(raw, l2="warm") == ("events", None)
+    assert select.parse_cold_clock(raw, l2="cold", timer="direct") == ("events", None)
+    monkeypatch.setattr(kernel_clock, "unavailable_reason", lambda backend_name: "no CUPTI here")
+    assert select.parse_cold_clock(raw, l2="cold") == ("events", "cold_clock=events: no CUPTI here")
 
 
 def test_parse_cold_clock_accepts_kernels_only_where_it_can_be_read(monkeypatch):
     monkeypatch.setattr(kernel_clock, "unavailable_reason", lambda backend_name: "")
-    assert select.parse_cold_clock("KERNELS", l2="cold") == "kernels"
-    with pytest.raises(select.ColdClockError, match="--zl-cold-clock=kernels reads the cold graph"):
+    assert select.parse_cold_clock("KERNELS", l2="cold") == ("kernels", None)
+    assert select.parse_cold_clock("events", l2="cold") == ("events", None)
+    with pytest.raises(select.ColdClockError,
+                       match="--zl-cold-clock=kernels cannot be used: the L2 mode is warm"):
         select.parse_cold_clock("kernels", "--zl-cold-clock", l2="warm")
+    with pytest.raises(select.ColdClockError, match="needs the graph timer; this run's timer is direct"):
+        select.parse_cold_clock("kernels", l2="cold", timer="direct")
     monkeypatch.setattr(kernel_clock, "unavailable_reason", lambda backend_name: "no CUPTI")
     with pytest.raises(select.ColdClockError, match="cannot be used: no CUPTI"):
         select.parse_cold_clock("kernels", l2="cold")

@@ -124,6 +124,20 @@ def test_cold_clock_reaches_the_graph_timer_and_the_identity(configured, capsys,
     assert "l2=cold, cold_clock=kernels)" in capsys.readouterr().err
 
 
+def test_auto_without_cupti_says_it_reads_events(configured, capsys, monkeypatch):
+    from zl.timing import kernel_clock
+    monkeypatch.setattr(kernel_clock, "unavailable_reason", lambda backend_name: "no CUPTI here")
+    timing = configured.configure(ZL_BACKEND="cuda", ZL_L2="cold")
+    assert timing.graph.cold_clock == "events"
+    assert configured.identity()["cold_clock"] == "events"
+    assert "[timing-plugin] cold_clock=events: no CUPTI here" in capsys.readouterr().err
+
+
+def test_a_cold_direct_run_records_no_cold_clock(configured):
+    configured.configure(ZL_BACKEND="cuda", ZL_L2="cold", ZL_ENABLE_CUDAGRAPH="0")
+    assert configured.identity()["l2"] == "cold" and "cold_clock" not in configured.identity()
+
+
 def test_a_warm_run_records_no_cold_clock(configured):
     configured.configure(ZL_BACKEND="cuda", ZL_COLD_CLOCK="events")
     assert "cold_clock" not in configured.identity()
@@ -303,7 +317,7 @@ def test_subprocess_direct_timer_repeats_and_records(tmp_path):
     ({"ZL_ENABLE_CUDAGRAPH": "sometimes"}, "ZL_ENABLE_CUDAGRAPH='sometimes' is not a timer choice"),
     ({"ZL_L2": "tepid"}, "ZL_L2='tepid' is not an L2 mode"),
     ({"ZL_L2": "cold", "ZL_COLD_CLOCK": "wall"}, "ZL_COLD_CLOCK='wall' is not a cold clock"),
-    ({"ZL_COLD_CLOCK": "kernels"}, "ZL_COLD_CLOCK=kernels reads the cold graph only"),
+    ({"ZL_COLD_CLOCK": "kernels"}, "ZL_COLD_CLOCK=kernels cannot be used: the L2 mode is warm"),
     # this CPU torch has no CUPTI: the kernel clock is refused, not silently replaced
     ({"ZL_L2": "cold", "ZL_COLD_CLOCK": "kernels"}, "ZL_COLD_CLOCK=kernels cannot be used: "
                                                     "torch.profiler cannot trace CUDA kernels"),

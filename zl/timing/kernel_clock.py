@@ -1,14 +1,16 @@
-"""The kernel clock of the cold graph (ZL_COLD_CLOCK=kernels): CUPTI's per-kernel device
-timestamps instead of events around the replay.
+"""The kernel clock of the cold graph (ZL_COLD_CLOCK=kernels, and `auto` wherever CUPTI can
+read the graph): CUPTI's per-kernel device timestamps instead of events around the replay.
 
-Why a second clock: events around a replay time everything the graph does, and in a graph each
-kernel starts 0.3-0.6 us after the work it depends on ends (H200, session 13). The default
-clock (`events`) keeps those starts, as a model's graph pays them and as the warm reading
-does; CUPTI's kernel durations, the reference issue 18 validates against, leave them out. A
-call of two kernels (sum 4096x4096: 12.3 us and 1.2 us) therefore read 8-9 % above CUPTI on
-the events clock. The kernel clock replays the (flush, call) graph once under torch.profiler
-(CUPTI on torch.cuda) and sums, per call, the durations of the kernels that are not the
-flush's: the same device timestamps as the reference, one sample per call.
+Why: events around a replay time everything the graph does, and in a graph each kernel starts
+0.3-0.6 us after the work it depends on ends (H200, session 13). The events clock keeps those
+starts, as a model's graph pays them and as the warm reading does; CUPTI's kernel durations,
+the reference issue 18 validates against, leave them out. On the events clock a call of two
+kernels (sum 4096x4096: 12.3 us and 1.2 us) read 8-17 % above eager CUPTI, a single 11 us
+kernel 4-5 %, and softmax 4096x4096 read 23.0 or 23.9 us depending on which fill kernel did
+the flush (session 14). The kernel clock replays the (flush, call) graph once under
+torch.profiler (CUPTI on torch.cuda) and sums, per call, the durations of the kernels that are
+not the flush's: the same device timestamps as the reference, one sample per call; on the
+H200 it read 0.980-1.017 of eager CUPTI on seven cases (session 14).
 
 The flush's kernels are told apart by position: a captured graph of (flush, call) pairs runs
 its kernels in capture order, so every call contributes one chunk of `m` flush kernels

@@ -40,6 +40,8 @@ L2_MODES = ("warm", "cold")
 # events: the replay timed by events, each kernel's in-graph start included (as warm reads);
 # kernels: CUPTI's per-kernel durations, the starts left out (zl/timing/kernel_clock.py).
 COLD_CLOCKS = ("events", "kernels")
+# auto: kernels where CUPTI can read the cold graph, else events (said in the log).
+COLD_CLOCK_WORDS = ("auto",) + COLD_CLOCKS
 
 AUTO_WORDS = ("", "auto")
 # `direct` names the timer the off position selects; it has always been accepted as off.
@@ -81,9 +83,10 @@ def add_options(parser: Any) -> None:
                 "warm = back-to-back calls (L2 keeps the inputs); cold = L2 flushed before "
                 "every timed call inside the graph, the flush's own time subtracted", "warm")
     options.add(parser, OPT_COLD_CLOCK, ENV_COLD_CLOCK,
-                "ZL_L2=cold only: events = the graph replay timed by events (each kernel's "
-                "in-graph start included, as the warm reading); kernels = CUPTI's per-kernel "
-                "durations through torch.profiler (torch.cuda)", "events")
+                "ZL_L2=cold only: kernels = CUPTI's per-kernel durations through "
+                "torch.profiler (torch.cuda); events = the graph replay timed by events (each "
+                "kernel's in-graph start included, as the warm reading); auto = kernels where "
+                "CUPTI can read the graph, else events", "auto")
 
 
 def read_setting(config: Any, flag: str, env: str) -> Tuple[str, str]:
@@ -148,25 +151,35 @@ def parse_l2(raw: Optional[str], name: str = ENV_L2) -> str:
 
 
 def parse_cold_clock(raw: Optional[str], name: str = ENV_COLD_CLOCK, l2: str = "warm",
-                     backend_name: str = "cuda", timer: str = TIMER_GRAPH) -> str:
-    """ZL_COLD_CLOCK text -> 'events' | 'kernels' (empty = events). A ColdClockError for a word
-    that names no clock, and for `kernels` where it would measure nothing: a warm L2, the
-    direct timer, or no CUPTI (a silent events reading would be a different caliber)."""
-    text = (raw or "").strip().lower() or "events"
-    if text not in COLD_CLOCKS:
-        raise ColdClockError(f"{name}={raw!r} is not a cold clock; use events (default) or kernels")
-    if text == "kernels":
-        if l2 != "cold":
-            raise ColdClockError(f"{name}=kernels reads the cold graph only; set {ENV_L2}=cold "
-                                 f"(the L2 mode is {l2})")
-        if timer != TIMER_GRAPH:
-            raise ColdClockError(f"{name}=kernels needs the graph timer; this run's timer is "
-                                 f"{timer}")
-        from .kernel_clock import unavailable_reason
+                     backend_name: str = "cuda", timer: str = TIMER_GRAPH) -> Tuple[str, Optional[str]]:
+    """ZL_COLD_CLOCK text -> ('events' | 'kernels', a note for the log or None).
+
+    `auto` (default): kernels where the kernel clock can be read (a cold graph on torch.cuda
+    with CUPTI), else events, and the note says why. `kernels` where it would measure nothing
+    (a warm L2, the direct timer, no CUPTI) is a ColdClockError, as is a word that names no
+    clock: a silent events reading would be a different caliber."""
+    text = (raw or "").strip().lower() or "auto"
+    if text not in COLD_CLOCK_WORDS:
+        raise ColdClockError(f"{name}={raw!r} is not a cold clock; use auto (default), events "
+                             "or kernels")
+    if text == "events":
+        return text, None
+    from .kernel_clock import unavailable_reason
+    if l2 != "cold":
+        why = f"the L2 mode is {l2}; only a cold graph has a kernel clock"
+    elif timer != TIMER_GRAPH:
+        why = f"the kernel clock needs the graph timer; this run's timer is {timer}"
+    else:
         why = unavailable_reason(backend_name)
-        if why:
-            raise ColdClockError(f"{name}=kernels cannot be used: {why}")
-    return text
+    if text == "auto":
+        if not why:
+            return "kernels", None
+        # said only where a cold graph runs: elsewhere no clock reads anything
+        return "events", (f"cold_clock=events: {why}" if l2 == "cold" and timer == TIMER_GRAPH
+                          else None)
+    if why:
+        raise ColdClockError(f"{name}=kernels cannot be used: {why}")
+    return text, None
 
 
 def choose_timer(backend, request: str, name: str = ENV_GRAPH) -> Tuple[str, str, Optional[str]]:

@@ -135,11 +135,13 @@ def _choose(config: Any):
     if refusal:
         log(TIMING_LOG_TAG, refusal)
     try:
-        clock = select.parse_cold_clock(
+        clock, note = select.parse_cold_clock(
             *select.read_setting(config, select.OPT_COLD_CLOCK, select.ENV_COLD_CLOCK),
             l2=l2, backend_name=backend.name, timer=timer)
     except select.ColdClockError as exc:
         raise pytest.UsageError(f"{TIMING_LOG_TAG} {exc}") from None
+    if note:
+        log(TIMING_LOG_TAG, note)
     return backend, timer, capture, repeat, warmup_cap, l2, clock
 
 
@@ -152,5 +154,5 @@ def start(config: Any) -> TimingSession:
     session.install(config.pluginmanager)
     update_identity(timer=timer, graph_capture=capture, direct_repeat=repeat,
                     graph_warmup_ms=select.warmup_label(warmup_cap), l2=l2,
-                    cold_clock=clock if l2 == "cold" else None)
+                    cold_clock=clock if l2 == "cold" and timer == select.TIMER_GRAPH else None)
     return session
