@@ -9,6 +9,9 @@
 #           added); then real FlagGems nodes (sum, softmax; 64x64 and 4096x4096) under
 #           run_pytest.sh with ZL_L2=cold on each clock, alone, for rows, identity and cost
 #           (~450 s).
+#   PART=3  with ZL_COLD_CLOCK=auto the default: the payload again (now with each trace's host
+#           seconds and a timer traced inside another profiler), then cold runs of the six
+#           cost-table operators on the default clock, and clamp warm (~400 s).
 #   PART=2  PART=1's payload and cold_gap again (call 1 bundled only its run folders), then the
 #           cold runs in the other order and warm runs of the same nodes: what the kernel clock
 #           costs a run next to the events clock and the default (~400 s).
@@ -38,18 +41,20 @@ payload_and_gap() {
   python3 $S/issue18_cold_gap.py summary --work "$OUT/cold_gap" --out "$OUT/cold_gap" | tail -12
   bundle_runs
 }
-# `node_run OP L2 CLOCK`: one run_pytest.sh run of OP's node into $OUT/clock_runs/OP_L2_CLOCK,
-# alone on the GPU, with its wall seconds in wall.txt.
+# `node_run OP[:FILE] L2 CLOCK`: one run_pytest.sh run of OP's node (in test_FILE.py, default
+# test_OP.py) into $OUT/clock_runs/OP_L2_CLOCK, alone on the GPU, its wall seconds in wall.txt.
 node_run() {
-  local d="$OUT/clock_runs/${1}_${2}_${3}" t0 rc
+  local op=${1%%:*} file=${1#*:} d t0 rc
+  d="$OUT/clock_runs/${op}_${2}_${3}"
   mkdir -p "$d"; t0=$(date +%s%N)
-  PYTHONPATH="$FG_PATH" OP=$1 OP_FILE=$1 DTYPES=float16 BENCH_LEVEL=core OUT_DIR="$d/zl" \
+  PYTHONPATH="$FG_PATH" OP=$op OP_FILE=$file DTYPES=float16 BENCH_LEVEL=core OUT_DIR="$d/zl" \
     SHAPE_FILE=$S/issue18_shapes.yaml ZL_L2=$2 ZL_COLD_CLOCK=$3 \
     TRITON_CACHE_DIR="$d/triton_cache" FLAGGEMS_CACHE_DIR="$d/flaggems_cache" \
     tied timeout 120 bash run_pytest.sh > "$d/output.log" 2>&1
   rc=$?
   echo "rc=$rc wall_ms=$(( ($(date +%s%N) - t0) / 1000000 ))" > "$d/wall.txt"
-  echo "$1 l2=$2 clock=$3: $(cat "$d/wall.txt"); $(grep -c '^SUCCESS' "$d/output.log") SUCCESS rows"
+  echo "$op l2=$2 clock=$3: $(cat "$d/wall.txt"); $(grep -c '^SUCCESS' "$d/output.log") SUCCESS rows;" \
+    "$(grep -c 'BENCHMARK_DIRECT_NO_CUDAGRAPH op=' "$d/output.log") fallback markers"
   rm -rf "$d/triton_cache" "$d/flaggems_cache"
   bundle_runs
 }
@@ -71,8 +76,21 @@ case "$PART" in
     done
   done
   ;;
+3)
+  mkdir -p "$OUT/payload"
+  tied timeout 90 python3 $S/kernel_clock_payload.py --out "$OUT/payload/kernel_clock_h200.json"
+  echo "payload rc=$?"
+  bundle_runs
+  # the default clock (auto) on the six operators of the cost table, and warm beside the cold
+  # clamp: the third memory-bound operator of the warm-vs-cold comparison
+  for spec in "clamp cold auto" "clamp warm auto" "softmax_backward_out:softmax cold auto" \
+              "index_select cold auto" "sum cold auto" "softmax cold auto" "mm cold auto"; do
+    # shellcheck disable=SC2086
+    (( $(left) > 60 )) && node_run $spec
+  done
+  ;;
 *)
-  echo "PART must be 1 or 2 (got $PART)" >&2; exit 2
+  echo "PART must be 1 to 3 (got $PART)" >&2; exit 2
   ;;
 esac
 echo "===== part $PART done in $(( $(date +%s) - T0 )) s"

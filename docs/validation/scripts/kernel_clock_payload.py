@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -27,6 +28,7 @@ from zl import atomic  # noqa: E402
 # do_bench's `rep` in ms: a few calls per graph keep the payload small (the timer itself
 # traces up to kernel_clock.MAX_TRACED_CALLS).
 REP_MS = 0.25
+TRACE_S = []  # host seconds of every kernel_clock.trace call, in order (the first starts CUPTI)
 
 
 def record(fn, flush):
@@ -36,8 +38,10 @@ def record(fn, flush):
     traces = []
 
     def tracer(di, body):
+        t0 = time.perf_counter()
         kernels = kernel_clock.trace(di, body)
         traces.append(kernels)
+        TRACE_S.append(round(time.perf_counter() - t0, 4))
         return kernels
 
     fn()
@@ -47,6 +51,32 @@ def record(fn, flush):
     flush_kernels, replay = traces
     return {"flush": flush_kernels, "kernels": replay, "calls": len(samples),
             "samples_ms": samples}
+
+
+def nested(fn) -> str:
+    """What the graph timer's kernel clock does while another torch.profiler traces the
+    process (a user profiling a cold run): its reading, or the marker line it printed."""
+    import contextlib
+    import io
+
+    import triton.testing as tt
+    from torch.profiler import ProfilerActivity, profile
+    from zl.backends import get_backend
+    from zl.timing.graph import GraphTimer
+
+    timer = GraphTimer(get_backend("cuda"), l2="cold", cold_clock="kernels")
+    timer.install()
+    out = io.StringIO()
+    try:
+        timer.op = "relu"
+        with profile(activities=[ProfilerActivity.CUDA]), contextlib.redirect_stdout(out):
+            ms = tt.do_bench(fn, warmup=25, rep=5, return_mode="median")
+    except Exception as exc:
+        return f"raised {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+    finally:
+        timer.uninstall()
+    printed = " ".join(out.getvalue().split())[:300]
+    return f"read {ms * 1e3:.2f} us; printed: {printed or '(nothing)'}"
 
 
 def main(argv=None) -> int:
@@ -72,6 +102,9 @@ def main(argv=None) -> int:
         print(f"{name}: {case['calls']} calls, {len(case['kernels'])} kernels traced, "
               f"median {sorted(case['samples_ms'])[len(case['samples_ms']) // 2] * 1e3:.2f} us",
               flush=True)
+    out["trace_s"] = TRACE_S
+    out["inside_another_profiler"] = nested(calls["relu"])
+    print(f"trace seconds: {TRACE_S}; inside another profiler: {out['inside_another_profiler']}")
     atomic.write_text(Path(args.out), json.dumps(out, indent=1))
     return 0
 
