@@ -86,3 +86,16 @@ def test_run_without_a_cuda_device_says_so_and_exits_1(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 1 and "needs a CUDA device" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "cold_gap.json").exists()
+
+
+def test_the_clock_table_sets_each_clocks_readings_against_eager_cupti():
+    clocks = {"events": {"us": [15.15, 15.19], "host_s": [0.5, 0.4]},
+              "kernels": {"us": [13.63, 13.70], "host_s": [0.1, 0.12]}}
+    md = gap.clock_table([CASE, dict(CASE, clocks=clocks)])
+    assert len([line for line in md if line.startswith("| sum |")]) == 1  # the old record left out
+    cells = [c.strip() for c in md[-1].strip("|").split("|")]
+    assert cells[3:5] == ["15.15, 15.19", "13.63, 13.70"]
+    assert cells[5] == f"{15.15 / 13.54:.3f}, {15.19 / 13.54:.3f}"
+    assert cells[6] == f"{13.63 / 13.54:.3f}, {13.70 / 13.54:.3f}"
+    assert cells[7:] == ["0.45", "0.11"]
+    assert gap.clock_table([CASE]) == []

@@ -139,6 +139,17 @@ def test_a_profiler_that_cannot_start_is_a_kernel_clock_error(fake_profile):
         kernel_clock.trace(make_interface(), lambda: None)
 
 
+def test_a_trace_inside_another_profiler_is_refused_and_leaves_it_running():
+    from torch.profiler import ProfilerActivity, profile
+    ran = []
+    with profile(activities=[ProfilerActivity.CPU]) as outer:
+        with pytest.raises(kernel_clock.KernelClockError, match="another torch.profiler session"):
+            kernel_clock.trace(make_interface(), lambda: ran.append(1))
+        assert kernel_clock.profiler_busy()
+    assert ran == [] and not kernel_clock.profiler_busy()
+    assert outer.events() is not None  # the user's session ended normally and kept its trace
+
+
 def test_the_kernel_clock_needs_cuda_and_cupti(monkeypatch):
     assert "backend musa has no kernel clock" in kernel_clock.unavailable_reason("musa")
     import torch.profiler as tp

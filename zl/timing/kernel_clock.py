@@ -65,9 +65,21 @@ def device_kernels(events) -> List[Kernel]:
     return out
 
 
+def profiler_busy() -> bool:
+    """True while some torch.profiler / autograd profiler session is active in this process."""
+    import torch
+    return bool(torch._C._autograd._profiler_enabled())
+
+
 def trace(di, body: Callable[[], object]) -> List[Kernel]:
     """Run `body` once under torch.profiler's CUDA activity; its device kernels."""
     from torch.profiler import ProfilerActivity, profile
+    if profiler_busy():
+        # Starting a trace inside another one ends the outer session: on the H200 the user's
+        # own profiler then failed on exit ("Can't disable Kineto profiler when it's not
+        # running"). The row falls back with the marker instead.
+        raise KernelClockError("another torch.profiler session is tracing this process; the "
+                               "kernel clock would end it")
     try:
         with warnings.catch_warnings():
             # torch.profiler warns on every trace that a new one starts empty, which is what

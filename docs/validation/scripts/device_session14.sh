@@ -12,6 +12,9 @@
 #   PART=3  with ZL_COLD_CLOCK=auto the default: the payload again (now with each trace's host
 #           seconds and a timer traced inside another profiler), then cold runs of the six
 #           cost-table operators on the default clock, and clamp warm (~400 s).
+#   PART=4  after the kernel clock refuses to trace inside another profiler: the payload again
+#           (its nested check), then two cold runs each of softmax, sum and clamp on the
+#           default clock, back to back: the kernel clock's A/A in real runs (~250 s).
 #   PART=2  PART=1's payload and cold_gap again (call 1 bundled only its run folders), then the
 #           cold runs in the other order and warm runs of the same nodes: what the kernel clock
 #           costs a run next to the events clock and the default (~400 s).
@@ -41,11 +44,12 @@ payload_and_gap() {
   python3 $S/issue18_cold_gap.py summary --work "$OUT/cold_gap" --out "$OUT/cold_gap" | tail -12
   bundle_runs
 }
-# `node_run OP[:FILE] L2 CLOCK`: one run_pytest.sh run of OP's node (in test_FILE.py, default
-# test_OP.py) into $OUT/clock_runs/OP_L2_CLOCK, alone on the GPU, its wall seconds in wall.txt.
+# `node_run OP[:FILE] L2 CLOCK [TAG]`: one run_pytest.sh run of OP's node (in test_FILE.py,
+# default test_OP.py) into $OUT/clock_runs/OP_L2_CLOCK[TAG], alone on the GPU, its wall
+# seconds in wall.txt.
 node_run() {
   local op=${1%%:*} file=${1#*:} d t0 rc
-  d="$OUT/clock_runs/${op}_${2}_${3}"
+  d="$OUT/clock_runs/${op}_${2}_${3}${4:-}"
   mkdir -p "$d"; t0=$(date +%s%N)
   PYTHONPATH="$FG_PATH" OP=$op OP_FILE=$file DTYPES=float16 BENCH_LEVEL=core OUT_DIR="$d/zl" \
     SHAPE_FILE=$S/issue18_shapes.yaml ZL_L2=$2 ZL_COLD_CLOCK=$3 \
@@ -89,8 +93,19 @@ case "$PART" in
     (( $(left) > 60 )) && node_run $spec
   done
   ;;
+4)
+  mkdir -p "$OUT/payload"
+  tied timeout 90 python3 $S/kernel_clock_payload.py --out "$OUT/payload/kernel_clock_h200.json"
+  echo "payload rc=$?"
+  bundle_runs
+  for op in softmax sum clamp; do
+    for tag in a b; do
+      (( $(left) > 60 )) && node_run $op cold auto "_$tag"
+    done
+  done
+  ;;
 *)
-  echo "PART must be 1 to 3 (got $PART)" >&2; exit 2
+  echo "PART must be 1 to 4 (got $PART)" >&2; exit 2
   ;;
 esac
 echo "===== part $PART done in $(( $(date +%s) - T0 )) s"

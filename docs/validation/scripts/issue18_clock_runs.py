@@ -29,7 +29,9 @@ from zl import atomic  # noqa: E402
 WALL = re.compile(r"rc=(\S+) wall_ms=(\d+)")
 PYTEST_S = re.compile(r"passed.* in ([0-9.]+)s")
 GRAPH_S = re.compile(r"capture and replays ([0-9.]+) s")
-ROW = re.compile(r"^SUCCESS\s+([0-9.]+)\s+([0-9.]+)\s+[0-9.]+\s+\[torch\.Size\(\[([0-9, ]+)\]\)\]", re.M)
+# upstream's row: status, torch and gems latency (ms), speedup, [more metrics], the size
+# detail; the shape shown is the detail's first torch.Size
+ROW = re.compile(r"^SUCCESS\s+([0-9.]+)\s+([0-9.]+)\s.*?torch\.Size\(\[([0-9, ]+)\]\)", re.M)
 
 
 def read_run(folder: Path) -> dict:

@@ -1,0 +1,48 @@
+"""docs/validation/scripts/issue18_clock_runs.py: the table of real runs per cold clock (no GPU)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "docs" / "validation" / "scripts" / "issue18_clock_runs.py"
+HEADER = "Status  Torch Latency (ms)  Gems Latency (ms)  Gems Speedup  Size Detail\n"
+
+
+def run_folder(call: Path, name: str, wall_ms: int, pytest_s: float, graph_s: float, rows, ident):
+    d = call / "clock_runs" / name
+    d.mkdir(parents=True)
+    (d / "wall.txt").write_text(f"rc=0 wall_ms={wall_ms}\n")
+    body = "".join(f"SUCCESS {t} {g} 1.1 [torch.Size([{s}]), torch.Size([6])]\n" for t, g, s in rows)
+    (d / "output.log").write_text(
+        HEADER + body + f"==== 1 passed, 1 warning in {pytest_s}s ====\n"
+        f"[cudagraph-plugin] graph timer spent 9 s over 4 do_bench call(s): warmup 1 s (9 timed "
+        f"call(s)), capture and replays {graph_s} s, 0 fallback row(s) 0.000 s\n")
+    (d / "run_identity.json").write_text(json.dumps(ident))
+
+
+def test_runs_are_tabulated_and_the_kernel_clock_set_against_events_in_the_same_call(tmp_path):
+    call = tmp_path / "call1"
+    run_folder(call, "sum_cold_events", 20000, 8.0, 5.0, [("0.016", "0.014704", "4096, 4096")],
+               {"l2": "cold", "cold_clock": "events"})
+    run_folder(call, "sum_cold_kernels", 25000, 10.0, 7.3, [("0.016", "0.014816", "4096, 4096")],
+               {"l2": "cold", "cold_clock": "kernels"})
+    run_folder(call, "sum_warm_events", 18000, 4.0, 1.2, [("0.006", "0.008284", "64, 64")],
+               {"l2": "warm"})
+    out = tmp_path / "t.md"
+    r = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), str(call)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    md = out.read_text()
+    assert ("| call1 | sum | cold | kernels | 0 | 25.00 | 10.00 | 7.300 | cold / kernels | "
+            "4096,4096: 14.82 |") in md
+    assert "| call1 | sum | warm | events | 0 | 18.00 | 4.00 | 1.200 | warm / None | 64,64: 8.28 |" in md
+    assert "| sum | call1: 1.25 (1.25) | 1.25 | 1.25 |" in md
+
+
+def test_no_run_folder_exits_2(tmp_path):
+    r = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "t.md"), str(tmp_path)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "no clock_runs/" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "t.md").exists()

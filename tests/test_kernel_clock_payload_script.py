@@ -1,0 +1,26 @@
+"""docs/validation/scripts/kernel_clock_payload.py without a GPU: it says so and writes nothing.
+(Its output on the H200 is tests/fixtures/kernel_clock/h200_torch_kernels.json, which
+tests/test_timing_kernel_clock.py splits.)"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "docs" / "validation" / "scripts" / "kernel_clock_payload.py"
+
+
+def test_without_a_cuda_device_it_exits_1_and_writes_nothing(tmp_path):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    out = tmp_path / "p.json"
+    r = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out)], capture_output=True, text=True)
+    assert r.returncode == 1 and "needs a CUDA device" in r.stderr and "Traceback" not in r.stderr
+    assert not out.exists()
+
+
+def test_missing_out_is_a_usage_error():
+    r = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True)
+    assert r.returncode == 2 and "--out" in r.stderr
