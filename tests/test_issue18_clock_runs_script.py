@@ -46,3 +46,19 @@ def test_no_run_folder_exits_2(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 2 and "no clock_runs/" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "t.md").exists()
+
+
+def test_tagged_repeats_give_the_aa_table(tmp_path):
+    call = tmp_path / "call4"
+    for tag, lat in (("a", ("0.001600", "0.023712")), ("b", ("0.001632", "0.023760"))):
+        run_folder(call, f"softmax_cold_auto_{tag}", 18000, 7.0, 4.6,
+                   [("0.0017", lat[0], "64, 64"), ("0.056", lat[1], "4096, 4096")],
+                   {"l2": "cold", "cold_clock": "kernels"})
+    out = tmp_path / "t.md"
+    r = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), str(call)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    md = out.read_text()
+    assert ("| call4 | softmax | cold | auto | 64,64: 1.600, 1.632 (2.00), 4096,4096: 23.712, "
+            "23.760 (0.20) | 1.10 |") in md
+    assert "| call4 | softmax | cold | auto_b | 0 | 18.00 |" in md

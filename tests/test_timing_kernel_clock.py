@@ -11,6 +11,7 @@ import json
 import types
 import warnings
 from pathlib import Path
+from statistics import median
 
 import pytest
 import triton.testing
@@ -46,6 +47,22 @@ def test_the_recorded_traces_split_into_the_timers_own_samples(name, chunk):
     for i, s in enumerate(samples):
         own = case["kernels"][i * chunk + 1:(i + 1) * chunk]
         assert s == pytest.approx(sum(e - b for _, b, e in own)) and 0 < s
+
+
+def test_group_means_keep_a_resolution_finer_than_the_32_ns_tick():
+    # CUPTI durations on the H200 are multiples of 32 ns, to the 1 ns the trace rounds to
+    for case in CASES.values():
+        for _, start, end in case["kernels"]:
+            ns = round((end - start) * 1e3)
+            assert min(ns % 32, 32 - ns % 32) <= 1
+    ticks = [1.600] * 7 + [1.632] * 3           # a call's time in 32 ns steps
+    assert median(ticks) == 1.600                # a median of calls moves in whole ticks
+    means = kernel_clock.group_means(ticks, 2)
+    assert means == pytest.approx([1.6, (1.6 * 2 + 1.632 * 3) / 5])
+    assert kernel_clock.group_means([1.0, 2.0, 3.0], 10) == [1.0, 2.0, 3.0]
+    assert kernel_clock.group_means(list(range(20)), 10)[0] == 0.5
+    with pytest.raises(kernel_clock.KernelClockError):
+        kernel_clock.group_means([], 10)
 
 
 def test_a_memset_node_counts_as_one_of_the_calls_kernels():
@@ -166,7 +183,7 @@ def traced_interface(call_us=(3.0, 5.0)):
     """A fake device whose graph remembers what was captured; the tracer reports one flush
     kernel per flush and `call_us` kernels per call, in capture order."""
     di = make_interface()
-    state = types.SimpleNamespace(capturing=None, traced=[])
+    state = types.SimpleNamespace(capturing=None, traced=[], calls_in_trace=[])
 
     class Graph:
         def __init__(self):
@@ -190,6 +207,8 @@ def traced_interface(call_us=(3.0, 5.0)):
     def tracer(d, body):
         ran = body()
         state.traced.append("flush" if ran is None else "replay")
+        if ran:
+            state.calls_in_trace.append(ran.count("call"))
         kernels, t = [], 0.0
         for op in ran or ["flush"]:
             for j, us in enumerate([27.0] if op == "flush" else call_us):
@@ -205,12 +224,13 @@ def test_the_kernel_clock_returns_the_calls_own_kernel_time(monkeypatch):
     di, state, fn, flush, tracer = traced_interface(call_us=(3.0, 5.0))
     times = capture.graph_bench_cold(di, di.MUSAGraph, {}, fn, 1000.0, None, None, "all", flush,
                                      clock="kernels", tracer=tracer)
-    # capped at MAX_TRACED_CALLS, one sample per call, 8 us each (the flush and the 0.5 us
-    # starts between kernels left out)
-    assert len(times) == kernel_clock.MAX_TRACED_CALLS
+    # capped at MAX_TRACED_CALLS calls in N_REPLAYS samples, 8 us each (the flush and the
+    # 0.5 us starts between kernels left out)
+    assert len(times) == capture.N_REPLAYS
     assert times == pytest.approx([0.008] * len(times))
     # the flush traced eagerly, one capture, an untraced replay (upload), then the traced one
     assert state.traced == ["flush", "replay"]
+    assert state.calls_in_trace == [kernel_clock.MAX_TRACED_CALLS]
     assert di.log.count("capture_begin") == 1 and di.log.count("replay") == 2
     assert capture.graph_bench_cold(di, di.MUSAGraph, {}, fn, 1000.0, None, None, "median",
                                     flush, clock="kernels", tracer=tracer) == pytest.approx(0.008)

@@ -298,8 +298,8 @@ def graph_bench_cold(di, graph_cls, step, fn, rep, grad_to_none, quantiles, retu
 
 
 def _cold_kernel_samples(di, graph_cls, step, fn, grad_to_none, flush, stream, calls, tracer):
-    """ms per call, one sample per call: its own kernels' CUPTI durations in one traced replay
-    of `calls` (flush, call) pairs. The flush is traced eagerly first, on this stream and under
+    """ms per call, N_REPLAYS samples as upstream's: each the mean, over a group of calls, of a
+    call's own kernels' CUPTI durations in one traced replay of `calls` (flush, call) pairs. The flush is traced eagerly first, on this stream and under
     the caller's dispatch state, for its kernel count and names (kernel_clock's docstring)."""
     flush_names = [k[0] for k in tracer(di, flush)]
     graph = graph_cls()
@@ -313,7 +313,8 @@ def _cold_kernel_samples(di, graph_cls, step, fn, grad_to_none, flush, stream, c
     graph.replay()  # the first replay uploads the graph; it is not the one read
     di.synchronize()
     kernels = tracer(di, graph.replay)
-    return [us / 1e3 for us in kernel_clock.call_samples_us(kernels, calls, flush_names)]
+    per_call = kernel_clock.call_samples_us(kernels, calls, flush_names)
+    return [us / 1e3 for us in kernel_clock.group_means(per_call, N_REPLAYS)]
 
 
 def _replay_ms(di, graph) -> float:

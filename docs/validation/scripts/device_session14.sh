@@ -15,6 +15,9 @@
 #   PART=4  after the kernel clock refuses to trace inside another profiler: the payload again
 #           (its nested check), then two cold runs each of softmax, sum and clamp on the
 #           default clock, back to back: the kernel clock's A/A in real runs (~250 s).
+#   PART=5  with the kernel clock's samples as group means (32 ns CUPTI tick): the payload and
+#           cold_gap again, then A/A pairs of softmax and sum cold on the default clock and on
+#           the events clock (~450 s).
 #   PART=2  PART=1's payload and cold_gap again (call 1 bundled only its run folders), then the
 #           cold runs in the other order and warm runs of the same nodes: what the kernel clock
 #           costs a run next to the events clock and the default (~400 s).
@@ -104,8 +107,16 @@ case "$PART" in
     done
   done
   ;;
+5)
+  payload_and_gap 200
+  for spec in "softmax cold auto _a" "softmax cold auto _b" "sum cold auto _a" "sum cold auto _b" \
+              "softmax cold events _a" "softmax cold events _b" "sum cold events _a" "sum cold events _b"; do
+    # shellcheck disable=SC2086
+    (( $(left) > 45 )) && node_run $spec
+  done
+  ;;
 *)
-  echo "PART must be 1 to 4 (got $PART)" >&2; exit 2
+  echo "PART must be 1 to 5 (got $PART)" >&2; exit 2
   ;;
 esac
 echo "===== part $PART done in $(( $(date +%s) - T0 )) s"

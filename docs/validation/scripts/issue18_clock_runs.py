@@ -34,14 +34,18 @@ GRAPH_S = re.compile(r"capture and replays ([0-9.]+) s")
 ROW = re.compile(r"^SUCCESS\s+([0-9.]+)\s+([0-9.]+)\s.*?torch\.Size\(\[([0-9, ]+)\]\)", re.M)
 
 
+NAME = re.compile(r"^(?P<op>.+)_(?P<l2>warm|cold)_(?P<clock>auto|events|kernels)(?:_(?P<tag>[A-Za-z0-9]+))?$")
+
+
 def read_run(folder: Path) -> dict:
-    op, l2, clock = folder.name.rsplit("_", 2)
+    op, l2, clock, tag = NAME.match(folder.name).group("op", "l2", "clock", "tag")
     wall = WALL.search((folder / "wall.txt").read_text()) if (folder / "wall.txt").is_file() else None
     log = (folder / "output.log").read_text(errors="replace") if (folder / "output.log").is_file() else ""
     ident_path = folder / "run_identity.json"
     ident = json.loads(ident_path.read_text()) if ident_path.is_file() else {}
     pytest_s, graph_s = PYTEST_S.findall(log), GRAPH_S.findall(log)
-    return {"op": op, "l2": l2, "clock": clock, "rc": wall.group(1) if wall else None,
+    return {"op": op, "l2": l2, "clock": clock + (f"_{tag}" if tag else ""), "base_clock": clock,
+            "tag": tag, "rc": wall.group(1) if wall else None,
             "wall_s": int(wall.group(2)) / 1e3 if wall else None,
             "pytest_s": float(pytest_s[-1]) if pytest_s else None,
             "graph_s": float(graph_s[-1]) if graph_s else None,
@@ -69,12 +73,38 @@ def table(calls) -> list:
             if (l2, clock) == ("cold", "kernels") and ev and ev["wall_s"] and ev["pytest_s"]:
                 ratios.setdefault(op, []).append((call, r["wall_s"] / ev["wall_s"],
                                                   r["pytest_s"] / ev["pytest_s"]))
+    md += aa_table(calls)
     md += ["", "Cold kernels clock over cold events clock, same call and operator:", "",
            "| op | per call: wall (pytest) | median wall | median pytest |", "|---|---|---|---|"]
     for op, rows in sorted(ratios.items()):
         per = ", ".join(f"{c}: {w:.2f} ({p:.2f})" for c, w, p in rows)
         md.append(f"| {op} | {per} | {median(w for _, w, _ in rows):.2f} | "
                   f"{median(p for _, _, p in rows):.2f} |")
+    return md
+
+
+def aa_table(calls) -> list:
+    """Runs of one operator, L2 and clock repeated in a call (tags a, b): per shape, the gems
+    latency's |b - a| / a."""
+    md = []
+    for call, runs in calls:
+        groups = {}
+        for r in runs:
+            if r["tag"]:
+                groups.setdefault((r["op"], r["l2"], r["base_clock"]), []).append(r)
+        for (op, l2, clock), rs in sorted(groups.items()):
+            if len(rs) < 2:
+                continue
+            a, b = sorted(rs, key=lambda r: r["tag"])[:2]
+            deltas = [(s, abs(ub - ua) / ua * 100) for (s, ua), (_, ub) in zip(a["gems_us"], b["gems_us"])]
+            if not md:
+                md = ["", "A/A: the same node run twice in one call, gems latency per shape:", "",
+                      "| call | op | l2 | clock | shape: a, b us (abs delta %) | median abs delta % |",
+                      "|---|---|---|---|---|---|"]
+            per = ", ".join(f"{s}: {ua:.3f}, {ub:.3f} ({d:.2f})" for (s, ua), (_, ub), (_, d)
+                            in zip(a["gems_us"], b["gems_us"], deltas))
+            md.append(f"| {call} | {op} | {l2} | {clock} | {per} | "
+                      f"{median(d for _, d in deltas):.2f} |" if deltas else f"| {call} | {op} | {l2} | {clock} | - | - |")
     return md
 
 
