@@ -67,14 +67,16 @@ def table(calls) -> list:
             md.append(f"| {call} | {r['op']} | {r['l2']} | {r['clock']} | {r['rc']} | {_f(r['wall_s'])} | "
                       f"{_f(r['pytest_s'])} | {_f(r['graph_s'], '.3f')} | {r['ident'][0]} / {r['ident'][1]} | "
                       f"{shapes} |")
-        by = {(r["op"], r["l2"], r["clock"]): r for r in runs}
-        for (op, l2, clock), r in by.items():
-            ev = by.get((op, "cold", "events"))
+        # by the clock the identity recorded (auto resolves to one), repeats paired by tag
+        by = {(r["op"], r["l2"], r["ident"][1], r["tag"]): r for r in runs}
+        for (op, l2, clock, tag), r in by.items():
+            ev = by.get((op, "cold", "events", tag))
             if (l2, clock) == ("cold", "kernels") and ev and ev["wall_s"] and ev["pytest_s"]:
-                ratios.setdefault(op, []).append((call, r["wall_s"] / ev["wall_s"],
-                                                  r["pytest_s"] / ev["pytest_s"]))
+                ratios.setdefault(op, []).append((call + (f"{tag}" if tag else ""),
+                                                  r["wall_s"] / ev["wall_s"], r["pytest_s"] / ev["pytest_s"]))
     md += aa_table(calls)
-    md += ["", "Cold kernels clock over cold events clock, same call and operator:", "",
+    md += ["", "Cold kernels clock over cold events clock (by the identity's cold_clock), same call, "
+           "operator and repeat:", "",
            "| op | per call: wall (pytest) | median wall | median pytest |", "|---|---|---|---|"]
     for op, rows in sorted(ratios.items()):
         per = ", ".join(f"{c}: {w:.2f} ({p:.2f})" for c, w, p in rows)
