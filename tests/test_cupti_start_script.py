@@ -1,0 +1,32 @@
+"""docs/validation/scripts/cupti_start.py without a GPU: it says so and writes nothing; its
+loop counter (the GIL probe) counts for the time asked or until told to stop."""
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "docs" / "validation" / "scripts" / "cupti_start.py"
+_spec = importlib.util.spec_from_file_location("cupti_start", SCRIPT)
+probe = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(probe)
+
+
+def test_count_for_stops_at_the_time_or_when_told():
+    n, t = probe.count_for(0.05)
+    assert n > 0 and 0.05 <= t < 1.0
+    calls = []
+    n, t = probe.count_for(0, until=lambda: calls.append(1) or len(calls) >= 3)
+    assert n == 3000 and len(calls) == 3
+
+
+def test_without_a_cuda_device_it_exits_1_and_writes_nothing(tmp_path):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    out = tmp_path / "c.json"
+    r = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out)], capture_output=True, text=True)
+    assert r.returncode == 1 and "needs a CUDA device" in r.stderr and "Traceback" not in r.stderr
+    assert not out.exists()
