@@ -2,11 +2,9 @@
 loop counter (the GIL probe) counts for the time asked or until told to stop."""
 
 import importlib.util
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
+from harness.runner import assert_needs_cuda
 
 SCRIPT = Path(__file__).resolve().parents[1] / "docs" / "validation" / "scripts" / "cupti_start.py"
 _spec = importlib.util.spec_from_file_location("cupti_start", SCRIPT)
@@ -23,10 +21,4 @@ def test_count_for_stops_at_the_time_or_when_told():
 
 
 def test_without_a_cuda_device_it_exits_1_and_writes_nothing(tmp_path):
-    torch = pytest.importorskip("torch")
-    if torch.cuda.is_available():
-        pytest.skip("this machine has a CUDA device")
-    out = tmp_path / "c.json"
-    r = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out)], capture_output=True, text=True)
-    assert r.returncode == 1 and "needs a CUDA device" in r.stderr and "Traceback" not in r.stderr
-    assert not out.exists()
+    assert_needs_cuda(SCRIPT, tmp_path)

@@ -10,6 +10,14 @@ SCRIPT = ROOT / "docs" / "validation" / "scripts" / "issue18_clock_runs.py"
 HEADER = "Status  Torch Latency (ms)  Gems Latency (ms)  Gems Speedup  Size Detail\n"
 
 
+def table_of(tmp_path: Path, call: Path) -> str:
+    out = tmp_path / "t.md"
+    r = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), str(call)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return out.read_text()
+
+
 def run_folder(call: Path, name: str, wall_ms: int, pytest_s: float, graph_s: float, rows, ident):
     d = call / "clock_runs" / name
     d.mkdir(parents=True)
@@ -30,11 +38,7 @@ def test_runs_are_tabulated_and_the_kernel_clock_set_against_events_in_the_same_
                {"l2": "cold", "cold_clock": "kernels"})
     run_folder(call, "sum_warm_events", 18000, 4.0, 1.2, [("0.006", "0.008284", "64, 64")],
                {"l2": "warm"})
-    out = tmp_path / "t.md"
-    r = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), str(call)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    md = out.read_text()
+    md = table_of(tmp_path, call)
     assert ("| call1 | sum | cold | kernels | 0 | 25.00 | 10.00 | 7.300 | cold / kernels | "
             "4096,4096: 14.82 |") in md
     assert "| call1 | sum | warm | events | 0 | 18.00 | 4.00 | 1.200 | warm / None | 64,64: 8.28 |" in md
@@ -54,11 +58,7 @@ def test_tagged_repeats_give_the_aa_table(tmp_path):
         run_folder(call, f"softmax_cold_auto_{tag}", 18000, 7.0, 4.6,
                    [("0.0017", lat[0], "64, 64"), ("0.056", lat[1], "4096, 4096")],
                    {"l2": "cold", "cold_clock": "kernels"})
-    out = tmp_path / "t.md"
-    r = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), str(call)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    md = out.read_text()
+    md = table_of(tmp_path, call)
     assert ("| call4 | softmax | cold | auto | 64,64: 1.600, 1.632 (2.00), 4096,4096: 23.712, "
             "23.760 (0.20) | 1.10 |") in md
     assert "| call4 | softmax | cold | auto_b | 0 | 18.00 |" in md

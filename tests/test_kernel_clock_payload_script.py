@@ -6,19 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from harness.runner import assert_needs_cuda
 
 SCRIPT = Path(__file__).resolve().parents[1] / "docs" / "validation" / "scripts" / "kernel_clock_payload.py"
 
 
 def test_without_a_cuda_device_it_exits_1_and_writes_nothing(tmp_path):
-    torch = pytest.importorskip("torch")
-    if torch.cuda.is_available():
-        pytest.skip("this machine has a CUDA device")
-    out = tmp_path / "p.json"
-    r = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out)], capture_output=True, text=True)
-    assert r.returncode == 1 and "needs a CUDA device" in r.stderr and "Traceback" not in r.stderr
-    assert not out.exists()
+    assert_needs_cuda(SCRIPT, tmp_path)
 
 
 def test_missing_out_is_a_usage_error():

@@ -16,7 +16,7 @@ from statistics import median
 import pytest
 import triton.testing
 
-from harness.fake_device import make_interface
+from harness.fake_device import make_interface, recording_graph_type
 from zl import markers
 from zl.backends import get_backend
 from zl.runlog import caliber
@@ -185,34 +185,17 @@ def traced_interface(call_us=(3.0, 5.0)):
     """A fake device whose graph remembers what was captured; the tracer reports one flush
     kernel per flush and `call_us` kernels per call, in capture order."""
     di = make_interface()
-    state = types.SimpleNamespace(capturing=None, traced=[], calls_in_trace=[])
-
-    class Graph:
-        def __init__(self):
-            self.ops = []
-
-        def capture_begin(self):
-            state.capturing = self
-            di.log.append("capture_begin")
-
-        def capture_end(self):
-            state.capturing = None
-
-        def replay(self):
-            di.log.append("replay")
-            return list(self.ops)
-
-    def launch(op):
-        if state.capturing is not None:
-            state.capturing.ops.append(op)
+    Graph, launch, state = recording_graph_type(di)
+    state.traced, state.calls_in_trace = [], []
 
     def tracer(d, body):
-        ran = body()
-        state.traced.append("flush" if ran is None else "replay")
-        if ran:
+        ran = body()  # a replay returns what it ran; an eager flush runs outside any graph
+        replay = isinstance(ran, list)
+        state.traced.append("replay" if replay else "flush")
+        if replay:
             state.calls_in_trace.append(ran.count("call"))
         kernels, t = [], 0.0
-        for op in ran or ["flush"]:
+        for op in ran if replay else ["flush"]:
             for j, us in enumerate([27.0] if op == "flush" else call_us):
                 kernels.append((f"{op}{j}", t, t + us))
                 t += us + 0.5

@@ -5,7 +5,6 @@ identity fields and caliber refusal. CPU only: fake device interfaces count ever
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 import types
@@ -14,7 +13,7 @@ import pytest
 import torch  # noqa: F401  (imported here so the timed test does not pay for it)
 import triton.testing
 
-from harness.fake_device import FakeStream, make_interface
+from harness.fake_device import make_interface, recording_graph_type
 from zl import markers
 from zl.backends import get_backend
 from zl.runlog import caliber
@@ -90,27 +89,15 @@ def test_graph_timer_bounds_the_warmup_a_large_caller_budget_asks_for(monkeypatc
 def costed_interface(fn_ms, flush_ms):
     """A device whose graphs replay for the summed cost of what was captured in them."""
     di = make_interface()
-    state = types.SimpleNamespace(capturing=None, flushes=0)
+    Recording, launch, state = recording_graph_type(di)
+    state.flushes = 0
 
-    class CostGraph:
-        def __init__(self):
-            self.ms = 0.0
-
-        def capture_begin(self):
-            state.capturing = self
-            di.log.append("capture_begin")
-
-        def capture_end(self):
-            state.capturing = None
-
+    class CostGraph(Recording):
         def replay(self):
-            di.log.append("replay")
-            time.sleep(self.ms / 1e3)
+            time.sleep(sum(super().replay()) / 1e3)
 
     def work(ms):
-        if state.capturing is not None:
-            state.capturing.ms += ms
-        else:
+        if not launch(ms):
             time.sleep(ms / 1e3)
 
     di.MUSAGraph = CostGraph

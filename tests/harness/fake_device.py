@@ -97,3 +97,33 @@ class RecordingInterface:
             yield s
         finally:
             self.current = prev
+
+
+def recording_graph_type(di):
+    """A graph type for `di` whose captures record what ran: `launch(x)` appends x to the graph
+    being captured (a no-op outside a capture). Returns (graph type, launch, state); the graph's
+    `ops` list is what a replay would run, and `replay()` logs and returns it."""
+    state = types.SimpleNamespace(capturing=None)
+
+    class RecordingGraph:
+        def __init__(self):
+            self.ops = []
+
+        def capture_begin(self):
+            state.capturing = self
+            di.log.append("capture_begin")
+
+        def capture_end(self):
+            state.capturing = None
+
+        def replay(self):
+            di.log.append("replay")
+            return list(self.ops)
+
+    def launch(op) -> bool:
+        if state.capturing is not None:
+            state.capturing.ops.append(op)
+            return True
+        return False
+
+    return RecordingGraph, launch, state

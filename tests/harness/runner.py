@@ -113,3 +113,18 @@ def procs_with_env(needle: str) -> list:
         except OSError:
             continue
     return found
+
+
+def assert_needs_cuda(script: Path, tmp_path: Path, *args: str) -> None:
+    """A GPU-only validation script on a machine without CUDA: exit 1, says so, no traceback,
+    and no --out file written (skipped where a CUDA device exists)."""
+    import pytest
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    out = tmp_path / "out.json"
+    r = subprocess.run([sys.executable, str(script), "--out", str(out), *args],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "needs a CUDA device" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    assert not out.exists()
