@@ -25,9 +25,9 @@ min(caller's warmup, this) ms; default 25, `caller` = the caller's whole budget)
 time subtracted; fallback rows are flushed by do_bench itself), --zl-cold-clock
 (ZL_COLD_CLOCK, cold graph only: kernels = CUPTI's per-kernel durations, without each
 kernel's in-graph start; events = the replay timed by events; auto, the default = kernels
-where CUPTI can read the graph, else events, said in the log). A bad timer word, warmup, L2 mode, cold clock (or
-kernels where it cannot be read: warm L2, direct timer, no CUPTI) or an unknown ZL_BACKEND is
-a pytest usage error (exit 4). run_identity.json gets timer (cuda_graph|direct),
+where CUPTI can read the graph, else events, said in the log). A bad timer word, warmup, L2
+mode, cold clock (or kernels where it cannot be read: warm L2, direct timer, no CUPTI) or an
+unknown ZL_BACKEND is a pytest usage error (exit 4). run_identity.json gets timer (cuda_graph|direct),
 graph_capture (attempted|disabled|refused|unsupported), direct_repeat, graph_warmup_ms, l2
 and, when cold, cold_clock. Fallback markers carry host_share=<pct>|unknown: the
 measured host-dispatch share of the direct reading.

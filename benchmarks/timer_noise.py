@@ -57,6 +57,7 @@ from zl.flaggems import checkout_commit  # noqa: E402
 from zl.identity import IDENTITY_NAME  # noqa: E402
 from zl.runlog.parse import RunLogError, parse_run_log  # noqa: E402
 from zl.runlog.stats import call_period_us, call_span_us  # noqa: E402  (CUPTI call intervals)
+from zl.timing.kernel_clock import is_device_event  # noqa: E402
 
 # FlagGems test function -> benchmark file stem (checked against the checkout at start).
 OP_FILES = {"softmax": "softmax", "gelu_backward": "gelu", "sum": "sum",
@@ -215,7 +216,7 @@ def cupti_ms(fn, cache, cold: bool, names=None, n: int = 50, spans=None):
 
 def device_events(prof):
     """The profile's device-side events (kernels, on torch.cuda)."""
-    return [e for e in prof.events() if "CUDA" in str(getattr(e, "device_type", ""))]
+    return [e for e in prof.events() if is_device_event(e)]
 
 
 def kernel_intervals(prof, names):

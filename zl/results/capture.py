@@ -150,8 +150,9 @@ def _describe_large(tensor: Any, t: Any) -> Dict[str, Any]:
     (docs/validation/timing.md, session 12). So this uses few distinct kernels: every chunk
     is widened to float64 once (exact for every float16/bfloat16/float32 value), finiteness
     comes from one abs and two comparisons, each chunk's results are stacked into a row on
-    the device and the rows added up here, and the sample is gathered from the widened chunks. Nothing is
-    read back before the end: two device-to-host copies for the whole tensor.
+    the device and the rows added up here, and the sample is gathered from the widened
+    chunks. Nothing is read back before the end: two device-to-host copies for the whole
+    tensor.
     """
     import torch
     flat = t.reshape(-1)

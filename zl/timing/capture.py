@@ -299,8 +299,9 @@ def graph_bench_cold(di, graph_cls, step, fn, rep, grad_to_none, quantiles, retu
 
 def _cold_kernel_samples(di, graph_cls, step, fn, grad_to_none, flush, stream, calls, tracer):
     """ms per call, N_REPLAYS samples as upstream's: each the mean, over a group of calls, of a
-    call's own kernels' CUPTI durations in one traced replay of `calls` (flush, call) pairs. The flush is traced eagerly first, on this stream and under
-    the caller's dispatch state, for its kernel count and names (kernel_clock's docstring)."""
+    call's own kernels' CUPTI durations in one traced replay of `calls` (flush, call) pairs.
+    The flush is traced eagerly first, on this stream and under the caller's dispatch state,
+    for its kernel count and names (kernel_clock's docstring)."""
     flush_names = [k[0] for k in tracer(di, flush)]
     graph = graph_cls()
     with capturing(di, graph, stream):

@@ -165,18 +165,18 @@ def parse_cold_clock(raw: Optional[str], name: str = ENV_COLD_CLOCK, l2: str = "
     if text == "events":
         return text, None
     from .kernel_clock import unavailable_reason
+    # `said`: only where a cold graph runs does auto's fallback to events need a log line;
+    # elsewhere no clock reads anything
     if l2 != "cold":
-        why = f"the L2 mode is {l2}; only a cold graph has a kernel clock"
+        why, said = f"the L2 mode is {l2}; only a cold graph has a kernel clock", False
     elif timer != TIMER_GRAPH:
-        why = f"the kernel clock needs the graph timer; this run's timer is {timer}"
+        why, said = f"the kernel clock needs the graph timer; this run's timer is {timer}", False
     else:
-        why = unavailable_reason(backend_name)
+        why, said = unavailable_reason(backend_name), True
     if text == "auto":
         if not why:
             return "kernels", None
-        # said only where a cold graph runs: elsewhere no clock reads anything
-        return "events", (f"cold_clock=events: {why}" if l2 == "cold" and timer == TIMER_GRAPH
-                          else None)
+        return "events", (f"cold_clock=events: {why}" if said else None)
     if why:
         raise ColdClockError(f"{name}=kernels cannot be used: {why}")
     return text, None

@@ -44,8 +44,7 @@ def read_run(folder: Path) -> dict:
     ident_path = folder / "run_identity.json"
     ident = json.loads(ident_path.read_text()) if ident_path.is_file() else {}
     pytest_s, graph_s = PYTEST_S.findall(log), GRAPH_S.findall(log)
-    return {"op": op, "l2": l2, "clock": clock + (f"_{tag}" if tag else ""), "base_clock": clock,
-            "tag": tag, "rc": wall.group(1) if wall else None,
+    return {"op": op, "l2": l2, "clock": clock, "tag": tag, "rc": wall.group(1) if wall else None,
             "wall_s": int(wall.group(2)) / 1e3 if wall else None,
             "pytest_s": float(pytest_s[-1]) if pytest_s else None,
             "graph_s": float(graph_s[-1]) if graph_s else None,
@@ -64,7 +63,8 @@ def table(calls) -> list:
     for call, runs in calls:
         for r in runs:
             shapes = ", ".join(f"{s}: {us:.2f}" for s, us in r["gems_us"]) or "-"
-            md.append(f"| {call} | {r['op']} | {r['l2']} | {r['clock']} | {r['rc']} | {_f(r['wall_s'])} | "
+            shown = r["clock"] + (f"_{r['tag']}" if r["tag"] else "")
+            md.append(f"| {call} | {r['op']} | {r['l2']} | {shown} | {r['rc']} | {_f(r['wall_s'])} | "
                       f"{_f(r['pytest_s'])} | {_f(r['graph_s'], '.3f')} | {r['ident'][0]} / {r['ident'][1]} | "
                       f"{shapes} |")
         # by the clock the identity recorded (auto resolves to one), repeats paired by tag
@@ -93,7 +93,7 @@ def aa_table(calls) -> list:
         groups = {}
         for r in runs:
             if r["tag"]:
-                groups.setdefault((r["op"], r["l2"], r["base_clock"]), []).append(r)
+                groups.setdefault((r["op"], r["l2"], r["clock"]), []).append(r)
         for (op, l2, clock), rs in sorted(groups.items()):
             if len(rs) < 2:
                 continue
