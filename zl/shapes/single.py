@@ -13,8 +13,8 @@ a `set_shapes` override, a class-level list or a registered bespoke class's list
 whose shapes no yaml reaches, or whose own shapes are not literals, are listed in the header.
 Keys are op_name values (with `_backward` where the constructor passes is_backward=True).
 
-Exit: 0 written / checked clean; 1 --check found unknown keys or wrong arities; 2 usage
-(no benchmark/ directory, unreadable yaml).
+Exit: 0 written / checked clean; 1 --check found unknown keys, wrong arities or entries that
+are not `{shapes: [...]}`; 2 usage (no benchmark/ directory, unreadable or non-mapping yaml).
 """
 
 from __future__ import annotations
@@ -129,17 +129,38 @@ def render(chosen: Dict[str, Dict[str, Any]], omitted: Dict[str, str], commit: s
     return "\n".join(head) + "\n" + yaml.safe_dump(body, default_flow_style=None, sort_keys=True)
 
 
-def check(path: Path, chosen: Dict[str, Dict[str, Any]]) -> List[str]:
+def read(path: Path) -> Dict[str, Any]:
+    """The yaml as {key: entry}; ValueError (exit 2) when unreadable or not a mapping."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ValueError(f"cannot read {path}: {exc}") from exc
-    problems = []
-    for key, entry in sorted(data.items()):
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} is not a mapping of operator keys (top level is {type(data).__name__})")
+    return data
+
+
+def _shapes(entry: Any) -> Optional[list]:
+    shapes = entry.get("shapes") if isinstance(entry, dict) else None
+    return shapes if isinstance(shapes, list) and shapes else None
+
+
+def shape_problems(data: Dict[str, Any]) -> List[str]:
+    """Entries that are not `{shapes: [shape, ...]}` with at least one shape."""
+    return [f"{key}: entry must be a mapping with a non-empty `shapes` list, got {entry!r}"
+            for key, entry in sorted(data.items(), key=lambda kv: str(kv[0])) if _shapes(entry) is None]
+
+
+def check(path: Path, chosen: Dict[str, Dict[str, Any]]) -> List[str]:
+    data = read(path)
+    problems = shape_problems(data)
+    for key, entry in sorted(data.items(), key=lambda kv: str(kv[0])):
         if key not in chosen:
             problems.append(f"{key}: not an op_name of any Benchmark of this FlagGems (misspelled or removed)")
             continue
-        for shape in (entry or {}).get("shapes") or []:
+        for shape in _shapes(entry) or []:
             if _arity(shape) not in chosen[key]["arities"]:
                 problems.append(f"{key}: shape {shape} has arity {_arity(shape)}, {chosen[key]['class']} "
                                 f"takes {chosen[key]['arities']}")
