@@ -4,13 +4,14 @@ fake vendor binary on PATH and a fake torch namespace."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
-import subprocess
 import sys
 import types
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -31,7 +32,8 @@ from zl.backends import (  # noqa: E402
 )
 
 ALL = ("cuda", "musa", "rocm", "ascend")
-MIRROR = Path("/work/.mirror/flagos-ai+FlagGems/repo")
+# Upstream FlagGems facts the vendor names rest on, restated with where they come from.
+UPSTREAM = yaml.safe_load((ROOT / "tests" / "fixtures" / "flaggems_vendors.yaml").read_text())
 
 
 # --- resolution ---------------------------------------------------------------------------------
@@ -266,17 +268,41 @@ def test_flaggems_vendor_and_torch_namespace():
                      "rocm": ("amd", "cuda"), "ascend": ("ascend", "npu")}
 
 
-@pytest.mark.skipif(not MIRROR.is_dir(), reason="upstream FlagGems mirror not present")
 @pytest.mark.parametrize("name", ALL)
 def test_vendor_names_match_upstream_flaggems(name):
-    """Each vendor must be a real FlagGems backend, and FlagGems' device_name for it must be the
-    torch namespace used here."""
+    """Each vendor must be a real FlagGems backend package, and FlagGems' device_name for it must
+    be the torch namespace used here."""
     backend = get_backend(name)
-    path = f"src/flag_gems/runtime/backend/_{backend.flaggems_vendor}/__init__.py"
-    text = subprocess.run(["git", "-C", str(MIRROR), "show", f"HEAD:{path}"],
-                          capture_output=True, text=True, check=True).stdout
-    assert f'vendor_name="{backend.flaggems_vendor}"' in text
-    assert f'device_name="{backend.torch_namespace}"' in text
+    assert UPSTREAM["vendors"].get(backend.flaggems_vendor) == backend.torch_namespace, \
+        f"{name}: FlagGems has no vendor {backend.flaggems_vendor!r} on torch.{backend.torch_namespace}"
+
+
+def test_vendor_variables_are_the_ones_flaggems_reads_in_its_order():
+    from zl.flaggems import VENDOR_ENV_KEYS
+    assert list(VENDOR_ENV_KEYS) == UPSTREAM["vendor_env_keys"]
+
+
+def test_the_fake_tree_names_vendors_as_upstream_does():
+    """tests/fake_flaggems stands in for FlagGems in every CPU run: its vendor packages and
+    device finder must say what upstream's say."""
+    backend_dir = ROOT / "tests" / "fake_flaggems" / "src" / "flag_gems" / "runtime" / "backend"
+    finder = _load(backend_dir / "device_finder.py")
+    assert list(finder.VENDOR_ENV_KEYS) == UPSTREAM["vendor_env_keys"]
+    assert {v: UPSTREAM["vendors"].get(v) for v in finder.KNOWN_VENDORS} == finder.KNOWN_VENDORS
+    packages = sorted(backend_dir.glob("_*/__init__.py"))
+    assert packages
+    for init in packages:
+        info = _load(init).vendor_info
+        assert f"_{info.vendor_name}" == init.parent.name
+        assert UPSTREAM["vendors"].get(info.vendor_name) == info.device_name, init
+
+
+def _load(path: Path) -> types.ModuleType:
+    """A module of the fake tree by path, without importing the fake flag_gems package."""
+    spec = importlib.util.spec_from_file_location(f"zl_test_{path.parent.name}_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_capability_flags():
