@@ -110,3 +110,51 @@ def test_sigkilled_writer_temp_is_removed_by_next_write(tmp_path):
     ri.update_identity(str(tmp_path), timer="direct")
     assert not temps[0].exists() and other.exists()
     assert ri.load_identity(str(tmp_path)) == {"backend": "cuda", "timer": "direct"}
+
+
+# ------------------------------------------------------------- finished (device plugin)
+
+def _pytest_run(tmp_path, body):
+    """pytest with the device-setup plugin over one test file; the run's identity."""
+    from zl.flaggems import VENDOR_ENV_KEYS
+
+    out = tmp_path / "run"
+    (tmp_path / "test_x.py").write_text(body)
+    env = {k: v for k, v in os.environ.items() if k not in VENDOR_ENV_KEYS}
+    env.update(PYTHONPATH=str(REPO), ZL_BACKEND="cuda", OUT_DIR=str(out), NO_COLOR="1",
+               TRITON_INTERPRET="1")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-p", "_device_setup_plugin", "test_x.py"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    return proc, ri.load_identity(str(out))
+
+
+def test_a_finished_session_records_how_it_ended(tmp_path):
+    body = ("import json, os, pathlib\n"
+            "def test_seen_while_running():\n"
+            "    ident = json.loads((pathlib.Path(os.environ['OUT_DIR']) / 'run_identity.json').read_text())\n"
+            "    assert ident['finished'] == {'status': 'running'}\n"
+            "def test_fails():\n"
+            "    assert False\n")
+    proc, ident = _pytest_run(tmp_path, body)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "1 passed" in proc.stdout   # the identity said `running` during the session
+    assert ident["finished"] == {"status": "complete", "exitstatus": 1}
+    # the interpreter ran the kernels: never the same hardware as a device run
+    assert ident["device_arch"] == "triton-interpreter" and ident["device_name"]
+
+
+def test_a_killed_session_stays_running(tmp_path):
+    proc, ident = _pytest_run(tmp_path, "import os, signal\n"
+                                        "def test_dies():\n"
+                                        "    os.kill(os.getpid(), signal.SIGKILL)\n")
+    assert proc.returncode == -9
+    assert ident["finished"] == {"status": "running"}
+
+
+@pytest.mark.parametrize("code,status", [(0, "complete"), (1, "complete"), (5, "complete"),
+                                         (2, "interrupted"), (3, "error"), (4, "error")])
+def test_finished_status_of_each_pytest_exit_status(code, status):
+    from zl.device import finished_status
+
+    assert finished_status(code) == {"status": status, "exitstatus": code}

@@ -10,6 +10,15 @@ FLAGGEMS_BACKEND) is never overridden. The previous value is kept on a PatchStac
 
 Device name and arch are probed at configure and package versions at session end, so
 preparing the vendor never initialises a device context or imports flag_gems itself.
+Under Triton's interpreter the kernels run on the host whatever card is present, so
+`device_arch` is `triton-interpreter` there (a caliber field: an interpreter run never
+pairs with a device run).
+
+Identity `finished` says whether pytest ran its session to the end: `{"status": "running"}`
+from configure on, then at session finish `{"status": S, "exitstatus": N}` with pytest's
+exit status N and S = complete (0 ok, 1 tests failed, 5 nothing collected), interrupted (2)
+or error (3 internal error, 4 usage). A run killed before that (a signal, OOM) keeps
+`running`; runs from before the field have none.
 """
 
 from __future__ import annotations
@@ -17,6 +26,8 @@ from __future__ import annotations
 import os
 import sys
 from typing import Any, Dict, Iterable, List, Optional
+
+import pytest
 
 from zl import markers
 from zl.backends import get_backend
@@ -27,6 +38,9 @@ from zl.term import log as _term_log
 
 TAG = "[device-setup-plugin]"
 DEVICE_SHARE_ENV = "ZL_DEVICE_SHARE"
+INTERPRETER_ARCH = "triton-interpreter"
+# pytest.ExitCode values -> identity `finished.status`; anything else is `error`.
+_FINISHED_STATUS = {0: "complete", 1: "complete", 5: "complete", 2: "interrupted"}
 
 
 class DeviceShareError(ValueError):
@@ -106,6 +120,22 @@ def current_device_index(backend) -> Optional[str]:
         return None
 
 
+def finished_status(exitstatus: int) -> Dict[str, Any]:
+    """Identity `finished` for a session that ended with pytest exit status `exitstatus`."""
+    code = int(exitstatus)
+    return {"status": _FINISHED_STATUS.get(code, "error"), "exitstatus": code}
+
+
+def triton_interpreted() -> bool:
+    """True when Triton runs kernels in its interpreter (TRITON_INTERPRET), as Triton reads it."""
+    try:
+        from triton import knobs
+
+        return bool(knobs.runtime.interpret)
+    except Exception:
+        return os.environ.get("TRITON_INTERPRET", "0").strip() == "1"
+
+
 def _module_version(name: str) -> str:
     try:
         module = __import__(name)
@@ -151,6 +181,10 @@ class DeviceSetup:
             fields.update(device_name=ident.get("device_name", ""), device_arch=ident.get("device_arch", ""))
         except Exception as exc:
             log(f"identity probe failed ({exc})")
+        if triton_interpreted():
+            fields["device_name"] = fields.get("device_name") or "cpu"
+            fields["device_arch"] = INTERPRETER_ARCH
+        fields["finished"] = {"status": "running"}
         if not load_identity().get("device"):
             # Nothing pinned a card: record the one the framework actually uses, so a
             # run on the default card and one pinned elsewhere do not look alike.
@@ -164,9 +198,14 @@ class DeviceSetup:
             f"triton={fields.get('triton_version') or '-'} torch={fields.get('torch_version') or '-'}")
         return fields
 
+    @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session, exitstatus):
-        """Record the FlagGems package actually used, and report foreign vendor modules."""
-        self.report_packages()
+        """Record the FlagGems package actually used, report foreign vendor modules, and
+        record that the session finished (after the other plugins' session-finish work)."""
+        try:
+            self.report_packages()
+        finally:
+            update_identity(finished=finished_status(exitstatus))
 
     def report_packages(self, modules: Optional[Iterable[str]] = None) -> List[str]:
         pkg_name = next((p for p in PACKAGES if p in sys.modules), "")
