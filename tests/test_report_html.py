@@ -170,7 +170,7 @@ def test_rounds_page_without_telemetry_has_no_telemetry_chart(tmp_path, capsys, 
 def test_rounds_telemetry_in_the_root_itself(tmp_path, capsys):
     root = rf.rounds_root(tmp_path / "rounds", telemetry=False)
     (tmp_path / "rounds" / "status.tsv").unlink()
-    shutil.copy(rf.AB_H200 / "round9" / "telemetry.tsv", root / "telemetry.tsv")
+    shutil.copy(rf.SOFTMAX_ROUNDS / "telemetry.tsv", root / "telemetry.tsv")
     js = tmp_path / "r.json"
     assert run_bs("--ab-rounds", root, "--json", js) == 0
     assert json.loads(js.read_text())["telemetry"]["path"] == str(root / "telemetry.tsv")

@@ -319,8 +319,8 @@ def test_ab_rounds_report_checks_b_cells_and_replays_against_the_record(tmp_path
 
 
 def test_device_plant_plugin_skews_abs_on_the_fake_tree(tmp_path):
-    """docs/validation/scripts/_plant_skew_plugin.py (used on the H200) works as the CPU skew does."""
-    scripts = REPO_ROOT / "docs" / "validation" / "scripts"
+    """benchmarks/_plant_skew_plugin.py (used on the H200) works as the CPU skew does."""
+    scripts = REPO_ROOT / "benchmarks"
     r = run_zl(tmp_path / "w", script="ab_rlc_test.sh", timeout=400, OPS="abs", SWITCH="ZL_PLANT_SKEW",
                AB_ROOT=tmp_path / "root", ZL_EXTRA_PLUGINS="_plant_skew_plugin",
                PYTHONPATH=f"{REPO_ROOT}:{REPO_ROOT}/tests/fake_flaggems/src:{scripts}")

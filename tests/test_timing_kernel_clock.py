@@ -1,6 +1,6 @@
 """zl/timing/kernel_clock.py and the cold graph's kernel clock (ZL_COLD_CLOCK=kernels).
 
-The traces split here were recorded on the H200 by docs/validation/scripts/kernel_clock_payload.py
+The traces split here were recorded on the H200 by benchmarks/kernel_clock_traces.py
 (torch's own kernels through the timer's real path); the capture path runs on a fake device
 with a tracer that hands out what the fake graph ran.
 """

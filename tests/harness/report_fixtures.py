@@ -1,8 +1,10 @@
 """Small run directories built from committed real H200 logs, for the report pages.
 
-The logs are real (docs/validation/ab_h200, tests/fixtures/runlogs/h200); those rounds
-kept no run_identity.json, so each run gets the caliber their screen.tsv recorded
-(cuda, device 0, cuda_graph, core, upstream, isolated tuner cache, direct_repeat 1).
+The logs are real H200 run logs (tests/fixtures/runlogs/h200: a 4-round softmax A/B of
+DISABLE_LLVM_OPT with its status.tsv and telemetry.tsv, relu's first A/A round, an A/A
+screen.tsv); those runs kept no run_identity.json, so each run gets the caliber their
+screen.tsv recorded (cuda, device 0, cuda_graph, core, upstream, isolated tuner cache,
+direct_repeat 1).
 """
 from __future__ import annotations
 
@@ -14,10 +16,9 @@ from typing import Dict
 from zl.runlog.parse import read_run_log
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-AB_H200 = REPO_ROOT / "docs" / "validation" / "ab_h200"
 RUNLOGS_H200 = REPO_ROOT / "tests" / "fixtures" / "runlogs" / "h200"
-SOFTMAX_ROUNDS = AB_H200 / "round9" / "part3_softmax_runs"
-RELU_ROUNDS = AB_H200 / "round8" / "part4_relu_runs"
+SOFTMAX_ROUNDS = RUNLOGS_H200 / "softmax_rounds"
+RELU_ROUNDS = RUNLOGS_H200 / "relu_rounds"
 H200_IDENTITY = {"backend": "cuda", "device": "0", "timer": "cuda_graph", "bench_level": "core",
                  "shape_mode": "upstream", "tuner_cache": "isolated", "direct_repeat": 1,
                  "device_name": "NVIDIA H200", "device_arch": "9.0"}
@@ -34,31 +35,31 @@ def run_dir(d: Path, log: Path, mode: str, op: str, **identity) -> Path:
 
 
 def ab_pair(root: Path, **after_identity) -> Dict[str, Path]:
-    """Round 9 softmax, round 1: side A (record) and side B (replay)."""
+    """The softmax A/B's round 1: side A (record) and side B (replay)."""
     return {"before": run_dir(root / "before", SOFTMAX_ROUNDS / "r1_A.run.log", "record", "softmax"),
             "after": run_dir(root / "after", SOFTMAX_ROUNDS / "r1_B.run.log", "replay", "softmax",
                              **after_identity)}
 
 
 def rounds_root(campaign: Path, telemetry: bool = True) -> Path:
-    """Round 9 softmax laid out as ab_repeat.sh does: <campaign>/softmax/r<k>_<A|B>/ (4 rounds
+    """The softmax A/B laid out as ab_repeat.sh does: <campaign>/softmax/r<k>_<A|B>/ (4 rounds
     x 2 sides), <campaign>/status.tsv and the campaign's telemetry.tsv. Returns the
     operator's --ab-rounds root."""
     root = campaign / "softmax"
     for log in sorted(SOFTMAX_ROUNDS.glob("r*_*.run.log")):
         cell = log.name.split(".")[0]
         run_dir(root / cell, log, "record" if cell.endswith("_A") else "replay", "softmax")
-    shutil.copy(AB_H200 / "round9" / "status.tsv", campaign / "status.tsv")
+    shutil.copy(SOFTMAX_ROUNDS / "status.tsv", campaign / "status.tsv")
     if telemetry:
-        shutil.copy(AB_H200 / "round9" / "telemetry.tsv", campaign / "telemetry.tsv")
+        shutil.copy(SOFTMAX_ROUNDS / "telemetry.tsv", campaign / "telemetry.tsv")
     return root
 
 
 def screen_root(root: Path) -> Path:
-    """Round 7's real screen.tsv; softmax and relu cells from real round logs, abs without
+    """A real A/A screen.tsv; softmax and relu cells from real round logs, abs without
     run directories (its row stays, with a note)."""
     root.mkdir(parents=True, exist_ok=True)
-    shutil.copy(AB_H200 / "round7" / "screen.tsv", root / "screen.tsv")
+    shutil.copy(RUNLOGS_H200 / "screen.tsv", root / "screen.tsv")
     run_dir(root / "softmax@float16_before", SOFTMAX_ROUNDS / "r1_A.run.log", "record", "softmax")
     run_dir(root / "softmax@float16_after", SOFTMAX_ROUNDS / "r2_A.run.log", "replay", "softmax")
     run_dir(root / "relu@float16_before", RELU_ROUNDS / "r1_A.run.log", "record", "relu")

@@ -1,9 +1,0 @@
-#!/usr/bin/env bash
-# ZL_PYTHON for a profiled zl_bench run (issue18.py wall --profile): run_pytest.sh calls its
-# python for zl.prepare, zl.term, zl.supervise and `-u -m pytest`; only the pytest call is
-# profiled, to ZL_CPROFILE_OUT, so the file holds pytest's process and nothing else.
-py="${ZL_CPROFILE_PY:-python3}"
-if [[ "${1:-}" == -u && "${2:-}" == -m && "${3:-}" == pytest ]]; then
-  exec "$py" -u -m cProfile -o "${ZL_CPROFILE_OUT:?set ZL_CPROFILE_OUT}" "${@:2}"
-fi
-exec "$py" "$@"
