@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -289,7 +290,11 @@ def test_a_hanging_shard_is_killed_at_the_sweep_timeout(zl_run, tmp_path):
                  PARALLEL_WARMUP_GPUS="2", ZL_PARALLEL_DEVICES="0,1", ZL_TEST_HANG_DEVICE="1",
                  ZL_TEST_HANG_PIDFILE=str(pidfile), ZL_PARALLEL_WARMUP_TIMEOUT="40")
     assert res.returncode == 0, res.explain()
-    assert "shard(s) [1] still running after the 40s sweep limit" in res.output
+    # Shard 0 sweeps for real (seconds on an idle machine); on a loaded one it may overrun the limit
+    # too, and is then named beside the hanging shard: both ways the sweep falls back.
+    assert re.search(r"shard\(s\) \[(0, )?1\] still running after the 40s sweep limit", res.output), \
+        res.output
+    assert pidfile.is_file(), "the hanging shard never reached its operator before the limit"
     pid = int(pidfile.read_text())
     assert not Path(f"/proc/{pid}").exists() or \
         Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
