@@ -43,13 +43,26 @@ vs side A's (--ab-rounds: every cell vs r1_A) and each vs torch, as `match`, `wi
 printed beside the replay facts, and an A replay that did not reproduce r1_A's outputs is
 marked `REPLAY_RESULTS_DIFFER label= side=`. It does not change the exit code.
 
---json FILE works with every mode and is checked for writability before anything runs.
-The reports themselves live in zl/report/ (ab.py, rounds.py, guard.py, results.py).
+Code: every report judges a pair's generated code with the screen's own every-level verdict
+(zl/screen_verdict.py: IR_CHANGED@<level>, BINARY_CHANGED, VARIANTS_DIFFER, NO_IR_DIFF, NO_IR;
+--ab-rounds: r1_A vs r1_B) and calls a pair an A/A, its range the noise band, only when every
+level either side recorded, binary included, is identical on both sides.
+
+Completion: a run finished when its run.log ends with pytest's final summary line and, where
+its identity records `finished`, that says `complete`. An unfinished side makes an --ab report
+INCOMPLETE (`complete: false`, exit 0 as for unpaired rows); --ab-rounds drops its round.
+
+--json FILE works with every mode; --json, --html and --png are checked before anything runs
+(writable; not an input file, not inside an input run directory). Pages are drawn before
+--json says `ok`; a refused or failed report removes an earlier page and its charts. --json is
+standard JSON: a non-finite number would be null and listed under `non_finite_values`; a row
+whose latency ratio is not finite (e.g. 1e-320 ms) is unpaired with that reason.
+The reports themselves live in zl/report/ (ab.py, rounds.py, guard.py, results.py, run.py).
 
 Exit codes: 0 ok; 2 usage error or unusable input (missing / malformed run.log, a run
-compared with itself, unwritable --json, scipy missing for --ab-rounds); 4 refusal (not
-comparable); 5 no report (zero paired rows, fewer than 2 complete rounds, no shape
-measured in every round).
+compared with itself, an unwritable output or one inside the inputs, scipy or matplotlib
+missing, a page that could not be drawn); 4 refusal (not comparable); 5 no report (zero
+paired rows, fewer than 2 complete rounds, no shape measured in every round).
 """
 
 from __future__ import annotations
@@ -58,6 +71,7 @@ import argparse
 import csv
 import io
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -65,7 +79,8 @@ from typing import Dict, List, Optional, Tuple
 from zl import atomic
 from zl.report.ab import report_ab
 from zl.report.guard import (EXIT_CALIBER, EXIT_NO_REPORT, EXIT_OK, EXIT_USAGE, BadInput,
-                             NoReport, Refused, check_json_target)
+                             NoReport, Refused, check_dir_target, check_json_target,
+                             check_outputs_apart)
 from zl.report.rounds import report_ab_rounds
 from zl.runlog import caliber as cal
 from zl.runlog.parse import RunLogError, read_run_log
@@ -231,9 +246,22 @@ def _run_mode(args) -> Dict:
         return {"mode": "batch", "batch": str(args.batch_dir), "csv": str(path),
                 "timing_warning": warning, "rows": rows}
     if args.screen is not None:
-        return views.screen_result(args.screen)
+        result = views.screen_result(args.screen)
+        for g in result["completion"]["failures"]:   # a screen stopped mid-list
+            print(f"!!! [screen] {g['reason']}: {' '.join(g['ops']) or '-'}")
+        by_cell = {o["cell"]: o for o in result["ops"]}
+        for cell in result["wrong_results"]:   # first, before any speed
+            print(f"!!! [screen] {cell}: WRONG RESULTS: {by_cell[cell]['results']}")
+        print("[screen] verdicts: " + ", ".join(f"{k}={v}" for k, v in result["verdict_counts"].items()))
+        band = result["noise_band_pct"]
+        print("[screen] noise band: " + (f"{band[0]:+.2f}% ~ {band[1]:+.2f}% " if band else "unknown ")
+              + f"({result['noise_source']})")
+        return result
     if args.batch is not None:
         result = views.batch_result(args.batch)
+        by_op = {o["op"]: o for o in result["ops"]}
+        for op in result["wrong_results"]:
+            print(f"!!! [batch-summary] {op}: WRONG RESULTS vs torch: {by_op[op]['results_torch']['value']}")
         if result["timing_warning"]:
             print(f"!!! [batch-summary] {result['timing_warning']}")
         return result
@@ -243,26 +271,64 @@ def _run_mode(args) -> Dict:
                             args.campaign)
 
 
-def _write_pages(args, result: Dict) -> int:
-    """--html/--png: a view of the same dict --json holds (augment() put the page's extras in).
+class DrawingFailed(BadInput):
+    """The page or a chart could not be drawn (exit 2): no page, no `status: ok`."""
 
-    Without matplotlib the report itself is still valid, so the --json already written stays.
-    """
+
+def _write_pages(args, result: Dict) -> None:
+    """--html/--png: a view of the same dict --json holds (augment() put the page's extras in).
+    Drawn whole in memory before anything is written; DrawingFailed names what went wrong."""
     if not (args.html or args.png):
-        return EXIT_OK
+        return
     from zl.report import charts, html  # lazily: matplotlib only for --html/--png
     try:
         html.write_report(result, args.html, args.png)
     except charts.MissingMatplotlib as exc:
-        print(f"!!! [batch-summary] {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        raise DrawingFailed(str(exc)) from None
+    except OSError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any drawing failure: named, and no stale page
+        raise DrawingFailed(f"could not draw the page ({type(exc).__name__}: {exc})") from None
     print(f"[batch-summary] report -> {args.html or ''} {args.png or ''}".rstrip())
-    return EXIT_OK
+
+
+def _clear_pages(args) -> None:
+    """A refused or failed report leaves no page or chart of an earlier report behind."""
+    if not (args.html or args.png):
+        return
+    from zl.report.html import clear_report  # no matplotlib needed
+    try:
+        for path in clear_report(args.html, args.png):
+            print(f"[batch-summary] removed {path} (an earlier report; this one has no page)",
+                  file=sys.stderr)
+    except OSError as exc:
+        print(f"!!! [batch-summary] could not remove an earlier page: {exc}", file=sys.stderr)
 
 
 def _write_json(path: Optional[Path], result: Dict) -> None:
     if path is not None and result:
-        atomic.write_text(path, json.dumps(result, indent=2, default=str) + "\n")
+        atomic.write_text(path, json_text(result))
+
+
+def json_text(result: Dict) -> str:
+    """Standard JSON (no Infinity/NaN, which json.loads elsewhere may reject): a non-finite
+    float left in the dict becomes null and its place is listed under `non_finite_values`."""
+    found: List[str] = []
+    clean = _finite(result, "", found)
+    if found:
+        clean["non_finite_values"] = found
+    return json.dumps(clean, indent=2, default=str, allow_nan=False) + "\n"
+
+
+def _finite(obj, where: str, found: List[str]):
+    if isinstance(obj, float) and not math.isfinite(obj):
+        found.append(f"{where or '.'}={obj!r}")
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v, f"{where}.{k}", found) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v, f"{where}[{i}]", found) for i, v in enumerate(obj)]
+    return obj
 
 
 def _write_json_quietly(path: Optional[Path], result: Dict) -> None:
@@ -273,11 +339,28 @@ def _write_json_quietly(path: Optional[Path], result: Dict) -> None:
         print(f"!!! [batch-summary] --json {path}: {exc}", file=sys.stderr)
 
 
+def _mode(args) -> str:
+    return ("ab" if args.ab else "ab-rounds" if args.ab_rounds is not None else "screen"
+            if args.screen is not None else "batch" if args.batch is not None else "other")
+
+
 def _failure_json(args, status: str, code: int, **fields) -> Dict:
     """What --json holds when there is no report: a file left from an earlier, successful
     report at that path must not stand in for this one."""
-    mode = "ab" if args.ab else "ab-rounds" if args.ab_rounds is not None else "other"
-    return {"mode": mode, "status": status, "exit_code": code, **fields}
+    return {"mode": _mode(args), "status": status, "exit_code": code, **fields}
+
+
+def _check_outputs(args) -> None:
+    """Before anything runs or is written: no output inside the inputs, every output writable."""
+    mode = _mode(args)
+    if mode != "other":
+        dirs, files = views.report_inputs(mode, {"ab": args.ab, "ab-rounds": args.ab_rounds,
+                                                 "screen": args.screen, "batch": args.batch}[mode])
+        check_outputs_apart([("--json", args.json), ("--html", args.html), ("--png", args.png)],
+                            dirs, files)
+    check_json_target(args.json)
+    check_json_target(args.html, "--html")
+    check_dir_target(args.png, "--png")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -294,8 +377,8 @@ def main(argv: Optional[List[str]] = None) -> int:
               file=sys.stderr)
         return EXIT_USAGE
     try:
-        check_json_target(args.json)
-    except BadInput as exc:
+        _check_outputs(args)
+    except BadInput as exc:  # nothing was written, nothing removed
         print(f"!!! [batch-summary] {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
@@ -304,18 +387,23 @@ def main(argv: Optional[List[str]] = None) -> int:
             # What the page shows beyond the text report goes into the dict first, so
             # --json holds every number on the page.
             views.augment(result)
+        # The page first: --json says `ok` only once the page it describes exists.
+        _write_pages(args, result)
         _write_json(args.json, result)
-        return _write_pages(args, result)
+        return EXIT_OK
     except Refused as exc:
+        _clear_pages(args)
         _write_json_quietly(args.json, _failure_json(args, "refused", EXIT_CALIBER,
                                              caliber_problems=exc.problems))
         return EXIT_CALIBER
     except NoReport as exc:
         print(f"!!! [no report] {exc} (exit {EXIT_NO_REPORT})")
+        _clear_pages(args)
         _write_json_quietly(args.json, {**exc.result, "exit_code": EXIT_NO_REPORT, "message": str(exc)})
         return EXIT_NO_REPORT
     except (BadInput, OSError, views.ReportInputError) as exc:
         print(f"!!! [batch-summary] {exc}", file=sys.stderr)
+        _clear_pages(args)
         _write_json_quietly(args.json, _failure_json(args, "error", EXIT_USAGE, message=str(exc)))
         return EXIT_USAGE
 

@@ -2,6 +2,7 @@
 
 import csv
 import json
+import math
 import random
 import subprocess
 import sys
@@ -570,3 +571,174 @@ def test_refused_or_failed_report_replaces_an_earlier_json(tmp_path, cli):
     (b / "run.log").write_text("garbage\n")
     assert cli("--ab", a, b, "--json", out, "--allow-caliber-mismatch").returncode == 2
     assert json.loads(out.read_text())["status"] == "error"
+
+
+# ---------------------------------------------------------------- code verdict, completion, finite JSON
+
+def _strict_json(path: Path):
+    """json.loads that fails on Infinity/NaN (not JSON; other readers reject them)."""
+    def bad(token):
+        raise AssertionError(f"{path} holds {token}: not standard JSON")
+    return json.loads(path.read_text(), parse_constant=bad)
+
+
+def _code_pair(tmp_path: Path, a_levels, b_levels):
+    from harness import report_fixtures as rf
+    a = rf.write_fingerprints(make_run(tmp_path / "a", ONE_ROW, mode="record"), a_levels)
+    b = rf.write_fingerprints(make_run(tmp_path / "b", ONE_ROW_B), b_levels)
+    return a, b
+
+
+def test_ab_identical_ttgir_different_llir_is_the_screens_verdict_not_an_aa(tmp_path, cli):
+    """The report's IR word was a TTGIR-only compare: identical TTGIR read as 'an A/A, its
+    range is the noise' while the screen said IR_CHANGED@llir for the same pair."""
+    from harness import report_fixtures as rf
+    from zl import screen_verdict
+    a, b = _code_pair(tmp_path, rf.SAME_CODE, {**rf.SAME_CODE, "llir": "ee" * 32})
+    out = tmp_path / "ab.json"
+    r = cli("--ab", a, b, "--json", out, "--label", "relu")
+    assert r.returncode == 0, r.stdout + r.stderr
+    d = _strict_json(out)
+    assert d["code"]["verdict"] == "IR_CHANGED@llir" == screen_verdict.judge(1, 1, "0", "0", a, b)["verdict"]
+    assert d["code"]["identical_everywhere"] is False and d["noise_band_pct"] is None
+    assert "[ab] relu: IR: IR_CHANGED@llir (levels compared: ttgir,llir)" in r.stdout
+    assert "its range is the noise" not in r.stdout + out.read_text()
+
+
+@pytest.mark.parametrize("b_levels, verdict, aa, why", [
+    ({}, "NO_IR_DIFF", True, "every recorded level identical on both sides (ttgir,llir,ptx,binary)"),
+    ({"ptx": "ee" * 32}, "IR_CHANGED@ptx", False, "the code differs (IR_CHANGED@ptx)"),
+    ({"binary": "ee" * 32}, "BINARY_CHANGED", False, "the code differs (BINARY_CHANGED)"),
+    ({"binary": None}, "NO_IR_DIFF", False, "binary on side A only: not compared"),
+])
+def test_ab_is_an_aa_only_when_every_recorded_level_binary_included_is_identical(
+        tmp_path, cli, b_levels, verdict, aa, why):
+    from harness import report_fixtures as rf
+    b_code = {k: v for k, v in {**rf.SAME_CODE, **b_levels}.items() if v is not None}
+    a, b = _code_pair(tmp_path, rf.SAME_CODE, b_code)
+    out = tmp_path / "ab.json"
+    r = cli("--ab", a, b, "--json", out)
+    d = _strict_json(out)
+    assert (d["code"]["verdict"], d["code"]["identical_everywhere"]) == (verdict, aa)
+    assert why in d["code"]["reason"] and why in r.stdout
+    if aa:
+        assert d["noise_band_pct"] == [d["summary"]["min_pct"], d["summary"]["max_pct"]]
+        assert "this pair is an A/A" in d["noise_source"]
+    else:
+        assert d["noise_band_pct"] is None and "not an A/A" in d["noise_source"]
+
+
+def test_ab_without_a_binary_on_either_side_says_so_instead_of_claiming_identity(tmp_path, cli):
+    from harness import report_fixtures as rf
+    levels = {k: v for k, v in rf.SAME_CODE.items() if k != "binary"}
+    a, b = _code_pair(tmp_path, levels, levels)
+    out = tmp_path / "ab.json"
+    assert cli("--ab", a, b, "--json", out).returncode == 0
+    d = _strict_json(out)
+    assert d["code"]["verdict"] == "NO_IR_DIFF" and d["noise_band_pct"] is None
+    assert "no binary hash on both sides" in d["code"]["reason"]
+
+
+def _cut_before_final_line(run: Path) -> None:
+    log = run / "run.log"
+    text = log.read_text()
+    log.write_text(text[:text.index("====== 1 passed")])
+
+
+@pytest.mark.parametrize("how", ["cut log", "interrupted", "identity running", "identity error"])
+def test_a_run_that_did_not_finish_is_reported_incomplete(tmp_path, cli, how):
+    a = make_run(tmp_path / "a", ONE_ROW, mode="record", finished={"status": "complete", "exitstatus": 0})
+    b = make_run(tmp_path / "b", ONE_ROW_B, finished={"status": "complete", "exitstatus": 0})
+    out = tmp_path / "ab.json"
+    assert cli("--ab", a, b, "--json", out).returncode == 0
+    assert _strict_json(out)["summary"]["complete"] is True
+    if how == "cut log":
+        _cut_before_final_line(b)
+    elif how == "interrupted":
+        log = b / "run.log"
+        log.write_text(log.read_text().replace("====== 1 passed", "!!!!! KeyboardInterrupt !!!!!\n"
+                                               "====== no tests ran"))
+    else:
+        ident = json.loads((b / "run_identity.json").read_text())
+        ident["finished"] = {"status": "running"} if how == "identity running" else \
+            {"status": "interrupted", "exitstatus": 2}
+        (b / "run_identity.json").write_text(json.dumps(ident))
+    r = cli("--ab", a, b, "--json", out, "--label", "relu")
+    assert r.returncode == 0, r.stdout + r.stderr
+    d = _strict_json(out)
+    assert d["summary"]["complete"] is False and list(d["summary"]["unfinished"]) == ["after"]
+    assert "!!! [ab] relu: INCOMPLETE: after did not finish" in r.stdout
+    assert any(f.startswith("INCOMPLETE: after did not finish") for f in d["flags"])
+
+
+def test_ab_rounds_round_with_a_cut_cell_is_excluded(tmp_path, cli):
+    make_rounds(tmp_path, 4, 0.05, 0.002, seed=5)
+    _cut_before_final_line(tmp_path / "r3_B")
+    out = tmp_path / "rounds.json"
+    r = cli("--ab-rounds", tmp_path, "--label", "relu", "--json", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "!!! [ab-rounds] relu: round 3: r3_B did not finish: run.log ends before pytest's final" in r.stdout
+    d = _strict_json(out)
+    assert d["rounds"] == 3 and d["round_numbers"] == [1, 2, 4]
+
+
+def _tiny_latency_run(d: Path, mode: str, tiny: bool) -> Path:
+    """Two shapes; with `tiny` the second one's gems latency is 1e-320 ms."""
+    rows = [("SUCCESS", 0.01, SHAPES[0]), ("SUCCESS", 0.02, SHAPES[1])]
+    text = table("relu", "torch.float16", rows)
+    if tiny:
+        line = next(x for x in text.splitlines() if x.endswith(SHAPES[1]))
+        text = text.replace(line, f"SUCCESS   {0.01:>20.6f}{'1e-320':>20}{'inf':>20}          {SHAPES[1]}")
+    return make_run(d, [text], mode=mode)
+
+
+def test_a_latency_whose_ratio_overflows_is_unpaired_and_the_json_stays_standard(tmp_path, cli):
+    a = _tiny_latency_run(tmp_path / "a", "record", tiny=False)
+    b = _tiny_latency_run(tmp_path / "b", "replay", tiny=True)
+    out = tmp_path / "ab.json"
+    r = cli("--ab", a, b, "--json", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    d = _strict_json(out)
+    assert [p["size_detail"] for p in d["paired"]] == [SHAPES[0]]
+    (u,) = d["unpaired"]
+    assert u["size_detail"] == SHAPES[1] and u["reason"].startswith("latency ratio not a finite number")
+    assert all(math.isfinite(v) for v in (d["summary"]["min_pct"], d["summary"]["geomean_pct"]))
+    # --ab-rounds: the shape is unpaired with the reason, the other one is analysed
+    for k in (1, 2):
+        _tiny_latency_run(tmp_path / "rounds" / f"r{k}_A", "record" if k == 1 else "replay", tiny=False)
+        _tiny_latency_run(tmp_path / "rounds" / f"r{k}_B", "replay", tiny=k == 2)
+    r = cli("--ab-rounds", tmp_path / "rounds", "--json", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    d = _strict_json(out)
+    assert len(d["shapes"]) == 1 and "latency ratio not a finite number" in d["unpaired"][0]["reason"]
+
+
+def test_json_text_turns_a_non_finite_number_into_null_and_names_it():
+    text = bs.json_text({"a": [1.0, float("inf")], "b": {"c": float("nan")}, "d": 2})
+    d = json.loads(text, parse_constant=lambda t: pytest.fail(t))
+    assert d["a"] == [1.0, None] and d["b"]["c"] is None and d["d"] == 2
+    assert d["non_finite_values"] == [".a[1]=inf", ".b.c=nan"]
+
+
+@pytest.mark.parametrize("flag, where", [("--json", "b/report.json"), ("--json", "a/run.log"),
+                                         ("--json", "a"), ("--html", "a/run.log"),
+                                         ("--png", "b"), ("--png", "b/charts")])
+def test_an_output_inside_an_input_run_is_refused_before_anything_is_written(tmp_path, cli, flag, where):
+    a = make_run(tmp_path / "a", ONE_ROW, mode="record")
+    b = make_run(tmp_path / "b", ONE_ROW_B)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    elsewhere = tmp_path / "elsewhere.json"
+    r = cli("--ab", a / "run.log", b, flag, tmp_path / where,
+            *(["--json", elsewhere] if flag != "--json" else []))
+    assert r.returncode == 2 and "inside the input run directory" in r.stderr, r.stdout + r.stderr
+    assert r.stdout == "" and "Traceback" not in r.stderr
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    assert not (tmp_path / "b" / "charts").exists()
+
+
+def test_ab_rounds_json_in_its_root_is_allowed_inside_a_cell_is_not(tmp_path, cli):
+    """ab_repeat.sh writes <root>/ab_rounds.json: the root holds runs, it is not one."""
+    make_rounds(tmp_path, 2, 0.0, 0.001, seed=6)
+    assert cli("--ab-rounds", tmp_path, "--json", tmp_path / "ab_rounds.json").returncode == 0
+    r = cli("--ab-rounds", tmp_path, "--json", tmp_path / "r2_B" / "x.json")
+    assert r.returncode == 2 and "inside the input run directory" in r.stderr

@@ -217,7 +217,8 @@ def test_ab_inside_a_screen_root_takes_its_noise_band(tmp_path, capsys):
     sj = tmp_path / "s.json"
     assert run_bs("--screen", root, "--json", sj) == 0
     band = json.loads(sj.read_text())["noise_band_pct"]
-    assert band and d["noise_band_pct"] == band and "NO_IR_DIFF" in d["noise_source"]
+    assert band and d["noise_band_pct"] == band and "A/A operators of the screen" in d["noise_source"]
+    assert d["code"]["verdict"] == "IR_CHANGED@llir" and not d["code"]["identical_everywhere"]
     assert "A/A noise band" in html.read_text()   # the chart's legend
 
 
@@ -372,3 +373,189 @@ def test_batch_pass_and_skip_are_not_failures_and_screen_ignores_per_operator_ca
     (screen / "screen.tsv").write_text(head + "abs\tabs\tfloat16\t2\t2\t0\t0\tNO_IR_DIFF\tcuda\tabs=yaml\n"
                                        "relu\trelu\tfloat16\t2\t2\t0\t0\tNO_IR_DIFF\tmusa\trelu=yaml\n")
     assert views.screen_result(screen)["calibers_differ"] is True
+
+
+# ---------------------------------------------------------------- results, code, outputs
+
+def test_ab_page_shows_the_results_verdict_first_and_a_mismatch_above_any_speedup(tmp_path, capsys):
+    runs = rf.ab_pair(tmp_path / "ab")
+    rf.write_results(runs["before"], "softmax")
+    rf.write_results(runs["after"], "softmax")
+    html, js = tmp_path / "ab.html", tmp_path / "ab.json"
+    assert run_bs("--ab", runs["before"], runs["after"], "--json", js, "--html", html) == 0
+    raw = html.read_text()
+    table = raw[raw.index('id="results-verdict"'):]
+    assert raw.index('id="results-verdict"') < raw.index('class="kpi"') < raw.index("<svg")
+    for row in ("B vs A", "A vs torch", "B vs torch"):
+        assert row in table[:table.index("</table>")]
+    assert "WRONG RESULTS" not in raw
+    # side B's outputs 1.5x side A's: the first thing on the page, above any speedup
+    rf.write_results(runs["after"], "softmax", gems_scale=1.5)
+    assert run_bs("--ab", runs["before"], runs["after"], "--json", js, "--html", html) == 0
+    raw = html.read_text()
+    wrong = raw.index('id="wrong-results"')
+    assert wrong < raw.index("<h2>") and wrong < raw.index('class="kpi"') and wrong < raw.index("<svg")
+    first = raw[wrong:raw.index("</div>", wrong)]
+    assert "B vs A" in first and "MISMATCH" in first and "B vs torch" in first and "A vs torch" not in first
+    d = json.loads(js.read_text())
+    assert list(d)[0] == "results" and d["results"]["sides"]["b_vs_a"]["status"] == "mismatch"
+
+
+def test_rounds_screen_and_batch_pages_put_wrong_results_first(tmp_path, capsys):
+    root = rf.rounds_root(tmp_path / "rounds")
+    rf.write_results(root / "r1_A", "softmax")
+    for cell in ("r1_B", "r2_A", "r2_B", "r3_A", "r3_B", "r4_A", "r4_B"):
+        rf.write_results(root / cell, "softmax", gems_scale=1.5 if cell == "r3_B" else 1.0)
+    html = tmp_path / "r.html"
+    assert run_bs("--ab-rounds", root, "--html", html) == 0
+    raw = html.read_text()
+    assert raw.index('id="wrong-results"') < raw.index('class="kpi"')
+    assert "r3_B: MISMATCH" in raw[raw.index('id="wrong-results"'):raw.index('class="kpi"')]
+
+    screen = rf.screen_root(tmp_path / "screen")
+    tsv = screen / "screen.tsv"
+    lines = tsv.read_text().splitlines()
+    lines[0] += "\tresults\tresults_torch"
+    lines[1:] = [ln + ("\tMISMATCH (1/1 shapes, worst error abs 0.5)\tA match; B match" if ln.startswith("relu")
+                       else "\tmatch\tA match; B match") for ln in lines[1:]]
+    lines[2] = lines[2].replace("\tIR_CHANGED\t", "\tWRONG_RESULTS\t")
+    tsv.write_text("\n".join(lines) + "\n")
+    html = tmp_path / "s.html"
+    assert run_bs("--screen", screen, "--html", html) == 0
+    raw = html.read_text()
+    wrong = raw.index('id="wrong-results"')
+    assert "relu@float16: WRONG_RESULTS: MISMATCH" in raw[wrong:raw.index("</div>", wrong)]
+    assert wrong < raw.index("<svg") and "results B vs A" in raw
+    assert "[screen] verdicts:" in capsys.readouterr().out
+
+    batch = rf.batch_dir(tmp_path / "batch")
+    rf.write_results(batch / "FlagGems" / "softmax_folded", "softmax", gems_scale=1.5)
+    html = tmp_path / "b.html"
+    assert run_bs("--batch", batch, "--html", html) == 0
+    raw = html.read_text()
+    wrong = raw.index('id="wrong-results"')
+    assert "softmax_folded vs torch: MISMATCH" in raw[wrong:raw.index("</div>", wrong)]
+    assert wrong < raw.index("<svg") and "results vs torch" in raw
+
+
+def test_ab_page_states_the_every_level_code_verdict(tmp_path, capsys):
+    root = rf.screen_root(tmp_path / "screen")   # relu: same TTGIR, LLVM IR differs
+    html, js = tmp_path / "ab.html", tmp_path / "ab.json"
+    assert run_bs("--ab", root / "relu@float16_before", root / "relu@float16_after", "--json", js,
+                  "--html", html) == 0
+    text = " ".join(parse_page(html).text)
+    assert "IR_CHANGED@llir" in text and "this pair is an A/A" not in text
+    assert "[ab] relu: IR: IR_CHANGED@llir" in capsys.readouterr().out
+
+
+def test_screen_band_only_from_pairs_identical_at_every_level(tmp_path, capsys):
+    """softmax is NO_IR_DIFF in screen.tsv; without a binary on both sides it is not shown
+    identical, so it gives no noise band (the page says why)."""
+    root = rf.screen_root(tmp_path / "screen")
+    no_binary = {k: v for k, v in rf.SAME_CODE.items() if k != "binary"}
+    for side in ("before", "after"):
+        rf.write_fingerprints(root / f"softmax@float16_{side}", no_binary)
+    js, html = tmp_path / "s.json", tmp_path / "s.html"
+    assert run_bs("--screen", root, "--json", js, "--html", html) == 0
+    d = json.loads(js.read_text())
+    soft = next(o for o in d["ops"] if o["op"] == "softmax")
+    assert d["noise_band_pct"] is None and soft["code"]["aa"] is False
+    assert "no binary hash on both sides" in soft["code"]["reason"]
+    assert "no binary hash on both sides" in " ".join(parse_page(html).text)
+    # the run directories gone: the row's own columns decide (ir_levels, fp_* cells)
+    import shutil as _sh
+    for side in ("before", "after"):
+        _sh.rmtree(root / f"softmax@float16_{side}")
+    tsv = root / "screen.tsv"
+    lines = tsv.read_text().splitlines()
+    lines[0] += "\tir_levels\tfp_ttgir\tfp_llir\tfp_asm\tfp_binary"
+    lines[1] += "\tttgir,llir,ptx,binary\taa\tbb\tcc\tdd"
+    lines[2:] = [ln + "\t-\t-\t-\t-\t-" for ln in lines[2:]]
+    tsv.write_text("\n".join(lines) + "\n")
+    assert run_bs("--screen", root, "--json", js) == 0
+    soft = next(o for o in json.loads(js.read_text())["ops"] if o["op"] == "softmax")
+    assert soft["code"]["aa"] is True and soft["code"]["source"] == "screen.tsv"
+    lines[1] = lines[1].replace("\tdd", "\tdd/-").replace("ttgir,llir,ptx,binary", "ttgir,llir,ptx")
+    tsv.write_text("\n".join(lines) + "\n")
+    assert run_bs("--screen", root, "--json", js) == 0
+    soft = next(o for o in json.loads(js.read_text())["ops"] if o["op"] == "softmax")
+    assert soft["code"]["aa"] is False and "binary on side A only" in soft["code"]["reason"]
+
+
+def test_a_shape_label_with_mathtext_draws_as_text(tmp_path, capsys):
+    """`$...$` in a shape string is mathtext to matplotlib: drawn as a formula, or a parse
+    error after --json already said ok."""
+    runs = rf.ab_pair(tmp_path / "ab")
+    label = r"'$x$ \q $a_b_c$'"
+    for side in runs.values():
+        log = side / "run.log"
+        log.write_text(log.read_text().replace("[torch.Size([64, 64]), 1]", f"[torch.Size([64, 64]), {label}]"))
+    html, js, png = tmp_path / "ab.html", tmp_path / "ab.json", tmp_path / "png"
+    assert run_bs("--ab", runs["before"], runs["after"], "--json", js, "--html", html, "--png", png) == 0
+    assert json.loads(js.read_text())["status"] == "ok"
+    assert label in " ".join(parse_page(html).svg_text)   # the tick label, verbatim
+    assert (png / "ab_speedup.png").is_file()
+
+
+def _earlier_report(tmp_path):
+    runs = rf.ab_pair(tmp_path / "ab")
+    html, js, png = tmp_path / "ab.html", tmp_path / "ab.json", tmp_path / "png"
+    assert run_bs("--ab", runs["before"], runs["after"], "--json", js, "--html", html, "--png", png) == 0
+    (png / "notes.txt").write_text("not the report's")
+    assert html.is_file() and (png / "ab_speedup.png").is_file()
+    return runs, html, js, png
+
+
+@pytest.mark.parametrize("failure, code", [("refused", 4), ("no report", 5), ("bad input", 2),
+                                           ("drawing", 2)])
+def test_a_failed_report_leaves_no_earlier_page_or_chart(tmp_path, capsys, monkeypatch, failure, code):
+    runs, html, js, png = _earlier_report(tmp_path)
+    if failure == "refused":
+        ident = json.loads((runs["after"] / "run_identity.json").read_text())
+        (runs["after"] / "run_identity.json").write_text(json.dumps({**ident, "timer": "direct"}))
+    elif failure == "no report":
+        log = runs["after"] / "run.log"
+        log.write_text("\n".join(x for x in log.read_text().splitlines() if not x.startswith("SUCCESS")) + "\n")
+    elif failure == "bad input":
+        (runs["after"] / "run.log").write_text("garbage\n")
+    else:
+        from zl.report import charts
+
+        def broken(*a, **k):
+            raise ValueError("a chart that cannot be drawn")
+        monkeypatch.setattr(charts, "speedup_bars", broken)
+    assert run_bs("--ab", runs["before"], runs["after"], "--json", js, "--html", html, "--png", png) == code
+    assert not html.exists() and not (png / "ab_speedup.png").exists()
+    assert (png / "notes.txt").is_file()                  # only the report's own files go
+    d = json.loads(js.read_text())
+    assert d["status"] != "ok" and d["exit_code"] == code
+    if failure == "drawing":
+        assert "could not draw the page (ValueError: a chart that cannot be drawn)" in capsys.readouterr().err
+
+
+def test_a_new_report_removes_charts_an_earlier_one_left(tmp_path, capsys):
+    png = tmp_path / "png"
+    root = rf.rounds_root(tmp_path / "rounds")
+    assert run_bs("--ab-rounds", root, "--png", png) == 0
+    assert (png / "telemetry.png").is_file()
+    runs = rf.ab_pair(tmp_path / "ab")
+    assert run_bs("--ab", runs["before"], runs["after"], "--png", png) == 0
+    assert sorted(x.name for x in png.iterdir()) == ["ab_speedup.png"]
+
+
+@pytest.mark.parametrize("mode", ["screen", "batch", "rounds"])
+def test_a_page_inside_an_input_is_refused(tmp_path, capsys, mode):
+    if mode == "screen":
+        root = rf.screen_root(tmp_path / "screen")
+        argv, target = ["--screen", root], root / "screen.tsv"
+    elif mode == "batch":
+        root = rf.batch_dir(tmp_path / "batch")
+        argv, target = ["--batch", root], root / "FlagGems" / "softmax_folded" / "run.log"
+    else:
+        root = rf.rounds_root(tmp_path / "rounds")
+        argv, target = ["--ab-rounds", root], root.parent / "telemetry.tsv"
+    before = target.read_bytes()
+    assert run_bs(*argv, "--html", target) == 2
+    err = capsys.readouterr().err
+    assert "is an input of this report" in err or "inside the input run directory" in err
+    assert target.read_bytes() == before

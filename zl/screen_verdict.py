@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from zl.ir import fingerprint as fp
 from zl.results import compare as results
@@ -24,11 +24,44 @@ COLUMNS = ("results", "results_torch") + tuple(fp.VERDICT_COLUMNS)
 NO_ROWS, NO_TRITON, WRONG_RESULTS = "NO_ROWS", "NO_TRITON", "WRONG_RESULTS"
 
 
-def _ir_cells(run_a: Path, run_b: Path) -> List[str]:
+def code_verdict(run_a: Path, run_b: Path) -> Dict:
+    """zl.ir.fingerprint.verdict for the pair (every level, binary included), or a NO_IR
+    verdict with `error` when a side has no readable run directory. The screen and every
+    report view (batch_summary.py --ab / --ab-rounds / --screen) judge code through this."""
     try:
-        return fp.verdict_row(fp.verdict(run_a, run_b))
-    except (fp.RunDirError, fp.NoIRError, OSError):
-        return [fp.NO_IR] + ["-"] * len(fp.VERDICT_COLUMNS)
+        return fp.verdict(run_a, run_b)
+    except (fp.RunDirError, fp.NoIRError, OSError) as exc:
+        return {"verdict": fp.NO_IR, "exit_code": fp.EXIT_NO_IR, "a": {}, "b": {},
+                "compared": [], "one_sided": [], "variants_only": "-", "error": str(exc)}
+
+
+def identical_everywhere(code: Dict) -> Tuple[bool, str]:
+    """(is this pair an A/A, why): only NO_IR_DIFF with every level either side recorded
+    compared on both sides, the binary among them. A level one side lacks was never
+    compared, and without the binary LLVM's backend may still have produced other code, so
+    neither is shown to be identical; VARIANTS_DIFFER may have timed a specialisation the
+    other side never ran."""
+    word = code.get("verdict")
+    compared = list(code.get("compared") or [])
+    if word != fp.NO_IR_DIFF:
+        why = {fp.NO_IR: "no IR recorded on one side or both",
+               fp.VARIANTS_DIFFER: "the sides compiled different variant sets"}.get(
+                   word, f"the code differs ({word})")
+        return False, why
+    one_sided = list(code.get("one_sided") or [])
+    if one_sided:
+        sides = "; ".join(f"{lv} on side {'A' if lv in code.get('a', {}) else 'B'} only"
+                          for lv in one_sided)
+        return False, (f"identical at {','.join(compared)}, but {sides}: not compared, so not "
+                       "shown to be identical")
+    if "binary" not in compared:
+        return False, (f"identical at {','.join(compared)} only: no binary hash on both sides, "
+                       "so the binaries are not shown to be identical")
+    return True, f"every recorded level identical on both sides ({','.join(compared)})"
+
+
+def _ir_cells(run_a: Path, run_b: Path) -> List[str]:
+    return fp.verdict_row(code_verdict(run_a, run_b))
 
 
 def _result_cells(run_a: Path, run_b: Path) -> List[str]:

@@ -34,6 +34,32 @@ def run_dir(d: Path, log: Path, mode: str, op: str, **identity) -> Path:
     return d
 
 
+# One hash per level, as the IR plugin records them (ttgir/ir_fingerprints.json).
+SAME_CODE = {"ttgir": "7a" * 32, "llir": "1c" * 32, "ptx": "9e" * 32, "binary": "b1" * 32}
+
+
+def write_fingerprints(run: Path, levels: Dict[str, str]) -> Path:
+    """`<run>/ttgir/ir_fingerprints.json` recording each level's hash (schema 1: aggregate)."""
+    d = Path(run) / "ttgir"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "ir_fingerprints.json").write_text(json.dumps(
+        {"schema_version": 1, "levels": {lv: {"hash": h, "complete": True} for lv, h in levels.items()}}))
+    return run
+
+
+def write_results(run: Path, op: str, gems_scale: float = 1.0) -> Path:
+    """`<run>/results/<op>.json` as _results_plugin writes it: one float32 shape, torch's
+    output and FlagGems' (torch's times gems_scale: 1.0 matches, 1.5 is a MISMATCH)."""
+    import torch
+    from zl.results import capture
+
+    doc = capture.ResultsFile(run, op)
+    x = torch.linspace(1.0, 2.0, 64)
+    for side, scale in (("torch", 1.0), ("gems", gems_scale)):
+        doc.add(doc.key(side, "torch.float32", "[torch.Size([64])]"), side, [x * scale])
+    return run
+
+
 def ab_pair(root: Path, **after_identity) -> Dict[str, Path]:
     """The softmax A/B's round 1: side A (record) and side B (replay)."""
     return {"before": run_dir(root / "before", SOFTMAX_ROUNDS / "r1_A.run.log", "record", "softmax"),
@@ -57,13 +83,19 @@ def rounds_root(campaign: Path, telemetry: bool = True) -> Path:
 
 def screen_root(root: Path) -> Path:
     """A real A/A screen.tsv; softmax and relu cells from real round logs, abs without
-    run directories (its row stays, with a note)."""
+    run directories (its row stays, with a note). Those rounds kept no IR, so each cell gets
+    a fingerprint record matching its row: softmax (NO_IR_DIFF) identical at every level,
+    binary included; relu (IR_CHANGED) the same TTGIR and a different LLVM IR onwards."""
     root.mkdir(parents=True, exist_ok=True)
     shutil.copy(RUNLOGS_H200 / "screen.tsv", root / "screen.tsv")
-    run_dir(root / "softmax@float16_before", SOFTMAX_ROUNDS / "r1_A.run.log", "record", "softmax")
-    run_dir(root / "softmax@float16_after", SOFTMAX_ROUNDS / "r2_A.run.log", "replay", "softmax")
-    run_dir(root / "relu@float16_before", RELU_ROUNDS / "r1_A.run.log", "record", "relu")
-    run_dir(root / "relu@float16_after", RELU_ROUNDS / "r1_B.run.log", "replay", "relu")
+    for side, log in (("before", "r1_A"), ("after", "r2_A")):
+        write_fingerprints(run_dir(root / f"softmax@float16_{side}", SOFTMAX_ROUNDS / f"{log}.run.log",
+                                   "record" if side == "before" else "replay", "softmax"), SAME_CODE)
+    write_fingerprints(run_dir(root / "relu@float16_before", RELU_ROUNDS / "r1_A.run.log", "record",
+                               "relu"), SAME_CODE)
+    write_fingerprints(run_dir(root / "relu@float16_after", RELU_ROUNDS / "r1_B.run.log", "replay",
+                               "relu"), {**SAME_CODE, "llir": "2d" * 32, "ptx": "8f" * 32,
+                                         "binary": "c2" * 32})
     return root
 
 

@@ -15,8 +15,10 @@ from zl.report.guard import (MARKER_LABELS, BadInput, NoReport, check_caliber, f
                              print_replay_fallbacks, refuse_self_comparison,
                              replay_fallback_facts)
 from zl.report import results as results_report
+from zl.report import views
+from zl.report.run import LoadedRun, code_text, load_run, pair_code
 from zl.runlog import caliber as cal
-from zl.runlog.parse import ParsedLog, RunLogError, read_run_log, resolve_log
+from zl.runlog.parse import RunLogError, resolve_log
 from zl.runlog.stats import PairReport, key_text, pair_logs
 
 
@@ -29,16 +31,15 @@ def _resolve_pair(before: Path, after: Path) -> Tuple[Path, Path]:
     return blog, alog
 
 
-def _parse_pair(blog: Path, alog: Path) -> Tuple[ParsedLog, ParsedLog]:
+def _load_pair(blog: Path, alog: Path) -> Tuple[LoadedRun, LoadedRun]:
     try:
-        return read_run_log(blog), read_run_log(alog)
+        return load_run(blog), load_run(alog)
     except RunLogError as exc:
         raise BadInput(str(exc)) from None
 
 
-def _label(label: str, run_dir: Path) -> str:
-    ident = cal.read_identity(run_dir) or {}
-    return label or str(ident.get("op") or "") or run_dir.name
+def _label(label: str, run: LoadedRun) -> str:
+    return label or str((run.identity or {}).get("op") or "") or run.dir.name
 
 
 def _print_rows(name: str, rep: PairReport) -> None:
@@ -65,6 +66,9 @@ def _print_summary(name: str, rep: PairReport, s: Dict) -> None:
     if not s["paired"]:
         line += "  NO PAIRED ROWS"
     print(line)
+    for side, why in s["unfinished"].items():
+        print(f"!!! [ab] {name}: INCOMPLETE: {side} did not finish: {why}; its rows are "
+              "what it measured before it stopped")
     notes = _marker_notes(rep.before_markers, rep.after_markers)
     if notes:
         print(f"[ab] {name}: timing regime annotations: {'; '.join(notes)} "
@@ -85,11 +89,12 @@ def _row_keys(k) -> Dict:
 
 
 def _as_json(name: str, blog: Path, alog: Path, rep: PairReport, problems: List[str],
-             fallbacks: Dict) -> Dict:
+             fallbacks: Dict, code: Dict, band: Dict) -> Dict:
     runs = [("before", blog.parent), ("after", alog.parent)]
     return {
         "mode": "ab", "label": name, "before": str(blog), "after": str(alog),
         "caliber_problems": problems, "caliber_hazards": cal.hazards(runs),
+        "code": code, **band,
         "summary": rep.summary(), "markers": {"before": rep.before_markers,
                                               "after": rep.after_markers},
         "replay_fallbacks": fallbacks,
@@ -105,22 +110,32 @@ def _as_json(name: str, blog: Path, alog: Path, rep: PairReport, problems: List[
 def report_ab(before: Path, after: Path, label: str, allow: bool) -> Dict:
     """Print the A/B report and return it as a dict (raises Refused / BadInput / NoReport)."""
     blog, alog = _resolve_pair(Path(before), Path(after))
-    name = _label(label, blog.parent)
+    brun, arun = _load_pair(blog, alog)
+    name = _label(label, brun)
     # A wrong answer is the first line of the report, before any caliber word.
-    res = results_report.facts(blog.parent, alog.parent)
+    res = results_report.facts(brun.dir, arun.dir)
     results_report.print_first(name, "ab", res)
-    problems = check_caliber([("before", blog.parent), ("after", alog.parent)], name, allow)
-    bparsed, aparsed = _parse_pair(blog, alog)
-    rep = pair_logs(bparsed, aparsed)
+    problems = check_caliber([("before", brun.dir), ("after", arun.dir)], name, allow)
+    rep = pair_logs(brun.parsed, arun.parsed)
+    # finished = the log's final line and, where recorded, the identity's `finished`
+    rep.before_unfinished, rep.after_unfinished = brun.unfinished, arun.unfinished
     _print_rows(name, rep)
     _print_summary(name, rep, rep.summary())
-    fallbacks = {"before": replay_fallback_facts(blog.parent, bparsed),
-                 "after": replay_fallback_facts(alog.parent, aparsed)}
+    fallbacks = {"before": replay_fallback_facts(brun.identity, brun.parsed),
+                 "after": replay_fallback_facts(arun.identity, arun.parsed)}
     print_replay_fallbacks(name, "ab", fallbacks)
     # Beside the replay facts; no REPLAY_RESULTS_DIFFER here: side B also carries the switch,
     # so only --ab-rounds' A replays (same switch value as the record) can blame the replay.
     results_report.print_line(name, "ab", res)
-    result = results_report.ordered(_as_json(name, blog, alog, rep, problems, fallbacks), res)
+    # The screen's every-level verdict, judged once; the band and every view read this.
+    code = pair_code(brun.dir, arun.dir)
+    band = views.ab_noise_band(brun.dir, code, rep.summary())
+    print(f"[ab] {name}: IR: {code_text(code)}")
+    print(f"[ab] {name}: noise band: " + (
+        f"{fmt_pct(band['noise_band_pct'][0])} ~ {fmt_pct(band['noise_band_pct'][1])} "
+        f"({band['noise_source']})" if band["noise_band_pct"] else f"unknown ({band['noise_source']})"))
+    result = results_report.ordered(_as_json(name, blog, alog, rep, problems, fallbacks, code,
+                                             band), res)
     if not rep.paired:
         result["status"] = "no_paired_rows"
         raise NoReport(f"{name}: no row succeeded on both sides: no speedup to report", result)

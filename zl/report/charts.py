@@ -14,6 +14,9 @@ from typing import Dict, List, Optional
 from zl.report.views import shape_label, size_of
 
 PIP_HINT = "python3 -m pip install matplotlib"
+# Every name a page gives its charts (<name>.png under --png): what a report owns in that folder.
+CHART_NAMES = ("ab_speedup", "rounds_speedup", "rounds_latency", "telemetry", "screen_hist",
+               "batch_hist")
 COL_A, COL_B, COL_UP, COL_DOWN, COL_FLAG = "#4c72b0", "#dd8452", "#2a9d5c", "#c0392b", "#8e44ad"
 
 
@@ -29,8 +32,11 @@ def _plt():
     matplotlib.use("Agg")  # files only; never open a window
     import matplotlib.pyplot as plt
     # Text stays text in the SVG: smaller pages, and a shape name can be searched for.
+    # Labels are data (shape strings, operator names): `$...$` in one is mathtext to
+    # matplotlib, which draws it as a formula or stops the page with a parse error.
     plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False,
-                         "axes.spines.right": False, "svg.hashsalt": "zl_bench"})
+                         "axes.spines.right": False, "svg.hashsalt": "zl_bench",
+                         "text.parse_math": False, "text.usetex": False})
     return plt
 
 
@@ -42,11 +48,10 @@ def to_svg(fig) -> str:
     return text[text.index("<svg"):]  # drop the XML prolog and DOCTYPE: inlined in HTML
 
 
-def save_png(fig, path: Path) -> None:
-    from zl import atomic
+def png_bytes(fig) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    atomic.write_bytes(path, buf.getvalue())
+    return buf.getvalue()
 
 
 def _band(ax, band: Optional[List[float]], horizontal: bool, label: str) -> None:

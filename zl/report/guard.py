@@ -81,19 +81,63 @@ def refuse_self_comparison(before_log: Path, after_log: Path) -> None:
                        "runs (side A recorded, side B replaying it)")
 
 
-def check_json_target(path: Optional[Path]) -> None:
-    """Fail before the report, not after it, when --json cannot be written."""
+def check_json_target(path: Optional[Path], flag: str = "--json") -> None:
+    """Fail before the report, not after it, when an output file cannot be written."""
     if path is None:
         return
     path = Path(path)
     if path.is_dir():
-        raise BadInput(f"--json {path}: is a directory")
+        raise BadInput(f"{flag} {path}: is a directory")
+    _probe(path.parent, flag, path)
+
+
+def check_dir_target(path: Optional[Path], flag: str = "--png") -> None:
+    """The same for an output folder (created when missing)."""
+    if path is None:
+        return
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise BadInput(f"{flag} {path}: is not a directory")
+    _probe(path, flag, path)
+
+
+def _probe(folder: Path, flag: str, path: Path) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=str(path.parent), prefix=f".{path.name}.probe"):
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=str(folder), prefix=f".{path.name}.probe"):
             pass
     except OSError as exc:
-        raise BadInput(f"--json {path}: cannot write there ({exc.strerror or exc})") from None
+        raise BadInput(f"{flag} {path}: cannot write there ({exc.strerror or exc})") from None
+
+
+class OutputInsideInput(BadInput):
+    """An output path equal to an input file, or equal to or inside an input run directory."""
+
+
+def check_outputs_apart(outputs: Sequence[Tuple[str, Optional[Path]]],
+                        input_dirs: Sequence[Path], input_files: Sequence[Path] = ()) -> None:
+    """OutputInsideInput (exit 2, before anything is written) when an output would land in
+    what the report reads: `--html A/run.log` replaced side A's log with the page. Two
+    outputs at one path are refused too (the later write would replace the earlier)."""
+    def real(p: Path) -> Path:
+        return Path(os.path.realpath(p))
+
+    given = [(flag, Path(p)) for flag, p in outputs if p is not None]
+    dirs = [real(d) for d in input_dirs]
+    files = {real(f) for f in input_files}
+    for flag, path in given:
+        out = real(path)
+        if out in files:
+            raise OutputInsideInput(f"{flag} {path}: is an input of this report "
+                                    "(it would be overwritten); write the report elsewhere")
+        inside = next((d for d in dirs if out == d or d in out.parents), None)
+        if inside is not None:
+            raise OutputInsideInput(f"{flag} {path}: is inside the input run directory {inside} "
+                                    "(the report would overwrite its own inputs); write it elsewhere")
+    for i, (flag, path) in enumerate(given):
+        for other, opath in given[i + 1:]:
+            if real(path) == real(opath):
+                raise OutputInsideInput(f"{flag} and {other} are the same path {path}")
 
 
 def require_stats_libraries() -> None:
@@ -106,10 +150,10 @@ def require_stats_libraries() -> None:
                        f"{SCIPY_INSTALL}") from None
 
 
-def replay_fallback_facts(run_dir: Path, parsed: ParsedLog) -> Dict:
+def replay_fallback_facts(identity: Optional[Dict], parsed: ParsedLog) -> Dict:
     """What a (partial) replay fallback left: the run's per-key markers and the identity's
     `replay_fallback_keys`, for the report to list key by key."""
-    ident = cal.read_identity(run_dir) or {}
+    ident = identity or {}
     return {"autotune_mode": ident.get("autotune_mode"),
             "replay_fallback_keys": ident.get("replay_fallback_keys"),
             "events": list(parsed.replay_fallbacks)}

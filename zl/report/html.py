@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import html as _h
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from zl import atomic
 from zl.report import charts
+from zl.report.run import code_text
 from zl.report.views import IDENTITY_SHOWN, shape_label
 
 DEMO_TEXT = ("CPU DEMO: these runs ran in Triton's interpreter on the CPU against the bundled "
@@ -28,6 +29,8 @@ h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px;border-bot
 .warn{background:#fdecea;border-left:5px solid #c0392b;color:#a01d11;padding:8px 12px;margin:8px 0}
 .flag{background:#f4ecf7;border-left:5px solid #8e44ad;padding:6px 12px;margin:6px 0}
 .ok{background:#eaf7ef;border-left:5px solid #2a9d5c;padding:6px 12px;margin:6px 0}
+.wrong{background:#c0392b;color:#fff;border:3px solid #7b1d12;padding:12px 16px;font-weight:700;font-size:16px;margin:12px 0}
+td.mismatch{background:#fdecea;color:#a01d11;font-weight:700} td.match{color:#1e7b45}
 table{border-collapse:collapse;margin:8px 0;font-size:13px} th,td{border:1px solid #ddd;padding:3px 8px;text-align:left}
 th{background:#f3f3f3} table.sortable th{cursor:pointer} td.num{text-align:right;font-variant-numeric:tabular-nums}
 .up{color:#1e7b45} .down{color:#b03020} .chart svg{max-width:100%;height:auto}
@@ -103,6 +106,40 @@ class Page:
                 + "\n".join(self.parts) + f"<script>{SORT_JS}</script></body></html>\n")
 
 
+RESULT_ROWS = (("b_vs_a", "B vs A (side B's outputs against side A's)"),
+               ("a_vs_torch", "A vs torch"), ("b_vs_torch", "B vs torch"))
+
+
+def _wrong_results(page: Page, lines: List[str]) -> None:
+    """Every MISMATCH, first on the page: a speedup of a different answer is not a gain."""
+    if lines:
+        page.add('<div class="wrong" id="wrong-results">WRONG RESULTS: '
+                 + "<br>".join(esc(x) for x in lines)
+                 + "<br>every speedup on this page times a different answer</div>")
+
+
+def _pair_results(page: Page, result: Dict) -> None:
+    """--ab / --ab-rounds: the three results verdicts (zl/report/results.py `sides`)."""
+    sides = (result.get("results") or {}).get("sides") or {}
+    _wrong_results(page, [f"{label}: {sides[k]['value']}" for k, label in RESULT_ROWS
+                          if sides.get(k, {}).get("status") == "mismatch"])
+
+
+def _results_table(page: Page, result: Dict) -> None:
+    res = result.get("results") or {}
+    sides = res.get("sides") or {}
+    if not sides:
+        return
+    rows = [[label, (sides[k]["status"], None, sides[k]["status"].replace("/", "")), sides[k]["value"]]
+            for k, label in RESULT_ROWS if k in sides]
+    replays = res.get("replays")
+    if replays:
+        rows.append(["A replays vs r1_A", (replays["status"], None, replays["status"].replace("/", "")),
+                     replays["value"]])
+    page.add('<div id="results-verdict"><h2>Results</h2>'
+             + table(["outputs", "verdict", "detail"], rows) + "</div>")
+
+
 def _top(page: Page, result: Dict) -> None:
     if result.get("demo"):
         page.add(f'<div class="demo" id="demo-banner">{esc(DEMO_TEXT)} (run identity: demo={esc(result["demo"])})</div>')
@@ -128,20 +165,34 @@ def _identity_table(page: Page, identities: Dict[str, Dict[str, str]]) -> None:
                '(backend ... direct_repeat) differ; autotune_mode is record on side A, replay on B</div>')
 
 
+def _code_line(result: Dict, what: str = "code") -> str:
+    code = result.get("code")
+    if not code:
+        return f"{what}: not judged"
+    text = code_text(code)
+    css = "ok" if code.get("identical_everywhere") else "flag"
+    return f'<div class="{css}" id="code-verdict">{esc(what)}: {esc(text)}; {esc(code["reason"])}</div>'
+
+
 def page_ab(result: Dict) -> Page:
     s = result["summary"]
     page = Page(f"A/B {result['label']}", f"before {result['before']}  after {result['after']}")
+    _pair_results(page, result)
     _top(page, result)
+    _results_table(page, result)
+    page.add(_code_line(result, "code (every IR level, binary included)"))
     page.add("<div>" + "".join(
         f'<span class="kpi">{esc(k)} <b class="{_cls(v)}">{esc(pct(v))}</b></span>'
         for k, v in (("geomean", s["geomean_pct"]), ("median", s["median_pct"]),
                      ("min", s["min_pct"]), ("max", s["max_pct"])))
         + f'<span class="kpi">paired <b>{s["paired"]}</b></span><span class="kpi">unpaired <b>{s["unpaired"]}</b></span></div>')
     if not s["complete"]:
-        page.add('<div class="warn">INCOMPLETE: not every shape paired on both sides (see the flags above)</div>')
+        page.add('<div class="warn">INCOMPLETE: not every shape paired on both sides, or a run did not '
+                 'finish (see the flags above)</div>')
     band = result.get("noise_band_pct")
-    page.add(f'<div class="sub">IR: {esc(result.get("ir_compare"))}; noise band: '
-             + (f"{pct(band[0])} ~ {pct(band[1])} ({esc(result['noise_source'])})" if band else "unknown")
+    page.add('<div class="sub">noise band: '
+             + (f"{pct(band[0])} ~ {pct(band[1])} ({esc(result['noise_source'])})" if band
+                else f"unknown ({esc(result.get('noise_source'))})")
              + "</div>")
     _identity_table(page, result.get("identities") or {})
     if result["paired"]:
@@ -158,7 +209,10 @@ def page_ab(result: Dict) -> Page:
 
 def page_rounds(result: Dict) -> Page:
     page = Page(f"Multi-round A/B {result['label']}", f"root {result['root']}")
+    _pair_results(page, result)
     _top(page, result)
+    _results_table(page, result)
+    page.add(_code_line(result, "code r1_A vs r1_B (every IR level, binary included)"))
     if result.get("status") != "ok":
         page.add(f'<div class="warn">no per-shape result: {esc(result.get("status"))} '
                  f'({result.get("rounds")} complete round(s))</div>')
@@ -216,6 +270,9 @@ def _failures(page: Page, result: Dict) -> None:
 
 def page_screen(result: Dict) -> Page:
     page = Page(f"Screen {result['label']}", f"root {result['root']}")
+    by_cell = {o["cell"]: o for o in result["ops"]}
+    _wrong_results(page, [f"{c}: {by_cell[c]['verdict']}: {by_cell[c]['results']}"
+                          for c in result.get("wrong_results") or []])
     _top(page, result)
     if result.get("calibers_differ"):
         page.add('<div class="warn">[caliber] the operators were not all measured under one caliber '
@@ -230,10 +287,18 @@ def page_screen(result: Dict) -> Page:
         page.chart("screen_hist", charts.histogram(
             result["median_speedups_pct"], "median speedup % per operator (before/after - 1)",
             "median speedup per operator", band))
-    rows = [[o["op"], o["dtypes"], o["verdict"], (o["rows_before"], o["rows_before"]),
+    rows = [[o["op"], o["dtypes"], o["verdict"], o["results"] or "not recorded", o["results_torch"] or "",
+             f"{code_text(o['code'])}{'; A/A' if o['code']['aa'] else ''} [from {o['code']['source']}]",
+             (o["rows_before"], o["rows_before"]),
              (o["rows_after"], o["rows_after"]), _numcell(o.get("median_pct")), _numcell(o.get("min_pct")),
-             _numcell(o.get("max_pct")), o.get("note") or o.get("failure_text") or ""] for o in result["ops"]]
-    page.add("<h2>Operators</h2>" + table(["op", "dtypes", "verdict", "rows before", "rows after",
+             _numcell(o.get("max_pct")),
+             "; ".join(x for x in (o.get("note") or o.get("failure_text") or "",
+                                   o["code"]["reason"] if o["verdict"] == "NO_IR_DIFF" and not o["code"]["aa"]
+                                   else "") if x)]
+            for o in result["ops"]]
+    page.add("<h2>Operators</h2>" + table(["op", "dtypes", "verdict", "results B vs A", "results vs torch",
+                                            "code (every IR level)",
+                                            "rows before", "rows after",
                                             "median speedup", "min", "max", "notes"], rows, sortable=True))
     if band:
         page.add(f'<div class="sub">noise band {pct(band[0])} ~ {pct(band[1])}: {esc(result["noise_source"])}</div>')
@@ -243,6 +308,9 @@ def page_screen(result: Dict) -> Page:
 
 def page_batch(result: Dict) -> Page:
     page = Page(f"Batch {result['label']}", f"batch {result['root']}")
+    by_op = {o["op"]: o for o in result["ops"]}
+    _wrong_results(page, [f"{op} vs torch: {by_op[op]['results_torch']['value']}"
+                          for op in result.get("wrong_results") or []])
     _top(page, result)
     page.add('<div class="sub">status: ' + esc(", ".join(f"{k}={v}" for k, v in result["status_counts"].items()))
              + "</div>")
@@ -260,9 +328,10 @@ def page_batch(result: Dict) -> Page:
                      ("" if o["rows_total"] is None else f"{o['rows_total']:g}", o["rows_total"]),
                      ("n/a" if ms is None else f"{ms:.3f}x", ms, "" if ms is None else ("up" if ms > 1 else "down")),
                      ("" if o["elapsed_ms"] is None else f"{o['elapsed_ms']:g}", o["elapsed_ms"]),
-                     o["backend"], o["timer"], o["notes"] or o["failure_text"]])
+                     o["results_torch"]["value"], o["backend"], o["timer"], o["notes"] or o["failure_text"]])
     page.add("<h2>Operators</h2>" + table(["repo", "op", "status", "rc", "rows ok", "rows", "median speedup",
-                                            "elapsed (ms)", "backend", "timer", "notes"], rows, sortable=True))
+                                            "elapsed (ms)", "results vs torch", "backend", "timer", "notes"],
+                                           rows, sortable=True))
     _failures(page, result)
     return page
 
@@ -270,12 +339,45 @@ def page_batch(result: Dict) -> Page:
 PAGES = {"ab": page_ab, "ab-rounds": page_rounds, "screen": page_screen, "batch": page_batch}
 
 
-def write_report(result: Dict, html_path: Optional[Path] = None, png_dir: Optional[Path] = None) -> Page:
-    """Render the page for result['mode']; write the HTML and/or each chart as <png_dir>/<name>.png."""
+def render_report(result: Dict, with_png: bool = False) -> Tuple[str, Dict[str, bytes]]:
+    """(page HTML, {chart name: PNG bytes} when `with_png`) for result['mode'], in memory:
+    nothing is written until every part of the page was drawn."""
     page = PAGES[result["mode"]](result)
+    text = page.render()
+    pngs = {name: charts.png_bytes(fig) for name, fig in page.figures.items()} if with_png else {}
+    return text, pngs
+
+
+def write_report(result: Dict, html_path: Optional[Path] = None, png_dir: Optional[Path] = None) -> None:
+    """Render the page, then write the HTML and/or each chart as <png_dir>/<name>.png; a
+    chart an earlier report left in png_dir that this page does not have is removed."""
+    text, pngs = render_report(result, png_dir is not None)
     if html_path is not None:
-        atomic.write_text(html_path, page.render())
+        atomic.write_text(html_path, text)
     if png_dir is not None:
-        for name, fig in page.figures.items():
-            charts.save_png(fig, Path(png_dir) / f"{name}.png")
-    return page
+        for name, data in pngs.items():
+            atomic.write_bytes(Path(png_dir) / f"{name}.png", data)
+        _remove_charts(Path(png_dir), keep=set(pngs))
+
+
+def _remove_charts(png_dir: Path, keep=frozenset()) -> List[Path]:
+    gone = []
+    for name in charts.CHART_NAMES:
+        path = png_dir / f"{name}.png"
+        if name not in keep and path.is_file():
+            path.unlink()
+            gone.append(path)
+    return gone
+
+
+def clear_report(html_path: Optional[Path], png_dir: Optional[Path]) -> List[Path]:
+    """A refused or failed report leaves no page: remove the HTML at html_path and every
+    chart a report writes into png_dir (other files there are not the report's). Returns
+    what was removed."""
+    gone = []
+    if html_path is not None and Path(html_path).is_file():
+        Path(html_path).unlink()
+        gone.append(Path(html_path))
+    if png_dir is not None and Path(png_dir).is_dir():
+        gone += _remove_charts(Path(png_dir))
+    return gone

@@ -23,9 +23,42 @@ _RANK = {"mismatch": 0, "within_tol": 1, "match": 2, "n/a": 3}
 def facts(reference: Path, other: Path) -> Dict:
     """compare_runs(reference, other), or an n/a record when a side's results are unreadable."""
     try:
-        return compare.compare_runs(Path(reference), Path(other))
+        res = compare.compare_runs(Path(reference), Path(other))
     except compare.ResultsError as exc:
-        return {"value": f"n/a ({exc})", "status": "n/a", "torch_value": "n/a", "ops": {}}
+        res = {"value": f"n/a ({exc})", "status": "n/a", "torch_value": "n/a", "ops": {}}
+    res["sides"] = sides(res)
+    return res
+
+
+def _worst(values) -> Dict[str, str]:
+    vals = [{"status": v["status"], "value": v["value"]} for v in values if v]
+    return min(vals, key=lambda r: _RANK.get(r["status"], len(_RANK)),
+               default={"status": "n/a", "value": "n/a (nothing recorded)"})
+
+
+def sides(res: Dict) -> Dict[str, Dict[str, str]]:
+    """The three verdicts a page shows, each the worst over the operators: side B vs side A,
+    side A vs torch, side B vs torch ({'status', 'value'} each)."""
+    ops = res.get("ops") or {}
+    if not ops:
+        na = {"status": res.get("status", "n/a"), "value": res.get("value", "n/a")}
+        return {"b_vs_a": na, "a_vs_torch": dict(na), "b_vs_torch": dict(na)}
+    named = lambda op, r: r and {**r, "value": r["value"] if len(ops) == 1 else f"{op}: {r['value']}"}
+    return {k: _worst(named(op, o.get(k)) for op, o in sorted(ops.items()))
+            for k in ("b_vs_a", "a_vs_torch", "b_vs_torch")}
+
+
+def torch_only(run: Path) -> Dict[str, str]:
+    """One run's outputs against its torch baseline, worst over its operators."""
+    try:
+        docs = compare.load(Path(run))
+    except compare.ResultsError as exc:
+        return {"status": "n/a", "value": f"n/a ({exc})"}
+    if not docs:
+        return {"status": "n/a", "value": "n/a (no outputs recorded)"}
+    per_op = {op: {"a_vs_torch": compare.compare_op(doc, doc, "gems", "torch", ("A", "A"))}
+              for op, doc in docs.items()}
+    return sides({"ops": per_op})["a_vs_torch"]
 
 
 def print_first(name: str, tag: str, res: Dict, what: str = "B vs A") -> None:
@@ -57,14 +90,25 @@ def rounds_facts(cells: Mapping[Tuple[int, str], Path]) -> Dict:
     """Every cell vs r1_A: {'status', 'value', 'torch_value', 'b', 'replays', 'cells'}."""
     record = cells.get((1, "A"))
     if record is None:
-        return {"status": "n/a", "value": "n/a (no r1_A recording among the cells used)",
-                "torch_value": "n/a", "cells": {}, "replays": None}
+        na = {"status": "n/a", "value": "n/a (no r1_A recording among the cells used)"}
+        return {**na, "torch_value": "n/a", "cells": {}, "replays": None,
+                "sides": {k: dict(na) for k in ("b_vs_a", "a_vs_torch", "b_vs_torch")}}
     per_cell = {f"r{k}_{s}": facts(record, d) for (k, s), d in sorted(cells.items()) if (k, s) != (1, "A")}
     b = [r for c, r in per_cell.items() if c.endswith("_B")]
     a = [r for c, r in per_cell.items() if c.endswith("_A")]
     worst_b = min(b, key=lambda r: _RANK[r["status"]], default=None)
     worst_a = min(a, key=lambda r: _RANK[r["status"]], default=None)
     base = worst_b or {"status": "n/a", "value": "n/a (no B cell)", "torch_value": "n/a"}
+    named = lambda c, r: {**r, "value": f"{c}: {r['value']}"}
     return {"status": base["status"], "value": base["value"], "torch_value": base["torch_value"],
             "replays": None if worst_a is None else {"status": worst_a["status"], "value": worst_a["value"]},
+            # B cells vs r1_A; r1_A and the A replays vs torch; the B cells vs torch
+            "sides": {"b_vs_a": _worst(named(c, r["sides"]["b_vs_a"]) for c, r in per_cell.items()
+                                       if c.endswith("_B")),
+                      "a_vs_torch": _worst([named("r1_A", r["sides"]["a_vs_torch"])
+                                            for r in list(per_cell.values())[:1]]
+                                           + [named(c, r["sides"]["b_vs_torch"])
+                                              for c, r in per_cell.items() if c.endswith("_A")]),
+                      "b_vs_torch": _worst(named(c, r["sides"]["b_vs_torch"])
+                                           for c, r in per_cell.items() if c.endswith("_B"))},
             "cells": {c: {"status": r["status"], "value": r["value"]} for c, r in per_cell.items()}}

@@ -16,6 +16,8 @@ from zl.report.guard import (MARKER_LABELS, BadInput, NoReport, Refused, check_c
                              fmt_pct, print_replay_fallbacks, replay_fallback_facts,
                              require_stats_libraries)
 from zl.report import results as results_report
+from zl.report.run import code_text, pair_code, unfinished_reason
+from zl.runlog.caliber import read_identity
 from zl.runlog.campaign import (CampaignChoice, MixedCampaigns, UnknownCampaign, cell_name,
                                 select_campaign)
 from zl.runlog.parse import RunLogError
@@ -45,9 +47,30 @@ def _load(root: Path, name: str, choice: CampaignChoice) -> RoundsData:
         data = load_rounds(root, choice.used)
     except RunLogError as exc:
         raise BadInput(str(exc)) from None
+    data = _drop_unfinished(data, choice)
     for msg in data.incomplete:
         print(f"!!! [ab-rounds] {name}: {msg} (excluded)")
     return data
+
+
+def _drop_unfinished(data: RoundsData, choice: CampaignChoice) -> RoundsData:
+    """A round with a cell whose run did not finish (run.unfinished_reason) is incomplete:
+    its rows are whatever the cell measured before it stopped."""
+    bad = {c: why for c, why in ((c, unfinished_reason(p, read_identity(choice.used[c])))
+                                 for c, p in data.logs.items()) if why}
+    if not bad:
+        return data
+    drop = {k for k, _ in bad}
+    return RoundsData(rounds=[k for k in data.rounds if k not in drop], cells=data.cells,
+                      incomplete=data.incomplete + [f"round {c[0]}: {cell_name(c)} did not finish: {why}"
+                                                    for c, why in sorted(bad.items())],
+                      logs={c: p for c, p in data.logs.items() if c[0] not in drop})
+
+
+def _code(cells: Dict) -> Optional[Dict]:
+    """r1_A vs r1_B through the screen's every-level verdict (ab_repeat.sh's round-1 check)."""
+    a, b = cells.get((1, "A")), cells.get((1, "B"))
+    return None if a is None or b is None else pair_code(a, b)
 
 
 def _key_fields(k) -> Dict:
@@ -65,7 +88,7 @@ def _as_json(name: str, root: Path, res: Dict, data: RoundsData, choice: Campaig
                      for s in res["shapes"]]
     out["unpaired"] = [{**_key_fields(u["key"]), "reason": u["reason"]} for u in res["unpaired"]]
     out["markers"] = {cell_name(c): p.markers for c, p in sorted(data.logs.items())}
-    out["replay_fallbacks"] = {cell_name(c): replay_fallback_facts(choice.used[c], p)
+    out["replay_fallbacks"] = {cell_name(c): replay_fallback_facts(read_identity(choice.used[c]), p)
                                for c, p in sorted(data.logs.items())}
     return out
 
@@ -127,7 +150,9 @@ def report_ab_rounds(root: Path, label: str, allow: bool,
     res = analyse_rounds(data)
     checked = results_report.rounds_facts(choice.used)
     out = results_report.ordered(_as_json(name, root, res, data, choice, problems), checked)
+    out["code"] = _code(choice.used)
     results_report.print_first(name, "ab-rounds", checked, "B vs r1_A")
+    print(f"[ab-rounds] {name}: IR r1_A vs r1_B: {code_text(out['code'])}")
     if res["rounds"] < 2:
         out["status"] = "too_few_rounds"
         raise NoReport(f"{name}: need at least 2 complete rounds of r<k>_<A|B>/run.log "

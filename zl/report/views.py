@@ -16,8 +16,10 @@ import math
 import re
 from pathlib import Path
 from statistics import median
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
+from zl.ir import fingerprint as fp
+from zl.report.run import code_facts, load_run, pair_code
 from zl.runlog import caliber as cal
 from zl.runlog.parse import RunLogError, read_run_log
 from zl.runlog.stats import pair_logs
@@ -30,6 +32,7 @@ IDENTITY_SHOWN = cal.CALIBER_FIELDS + (
 # say, above everything else, that its numbers mean nothing.
 DEMO_FIELD = "demo"
 SCREEN_FAILED_VERDICTS = ("NO_ROWS", "NO_TRITON")
+WRONG_RESULTS = "WRONG_RESULTS"
 TIMEOUT_RCS = ("124", "137")
 _SIZE_RE = re.compile(r"Size\(\[([0-9,\s]*)\]\)")
 
@@ -84,6 +87,8 @@ def _ab_flags(result: Dict) -> List[str]:
         n = result.get("failed_tests", {}).get(side, 0)
         if n:
             flags.append(f"{side}: {n} failed test(s): {result['failure_text'][side]}")
+    for side, why in (result.get("summary", {}).get("unfinished") or {}).items():
+        flags.append(f"INCOMPLETE: {side} did not finish: {why}")
     for u in result.get("unpaired", []):
         flags.append(f"result mismatch: {u['dtype']} {shape_label(u)}: {u['reason']}")
     return flags
@@ -101,12 +106,42 @@ def _telemetry(root: Path) -> Optional[Dict]:
         for r in csv.DictReader(fh, delimiter="\t"):
             row: Dict = {"timestamp": r.get("timestamp", "")}
             for k in ("index", "sm_clock_mhz", "mem_clock_mhz", "temp_c", "power_w", "util_pct"):
-                try:
-                    row[k] = float(r[k]) if r.get(k) not in (None, "") else None
-                except ValueError:
-                    row[k] = None
+                row[k] = finite(r.get(k))
             rows.append(row)
     return {"path": str(path), "rows": rows}
+
+
+def finite(text) -> Optional[float]:
+    """A table cell as a finite float; None when empty, not a number, inf or nan (--json
+    must stay standard JSON, which has no Infinity or NaN)."""
+    try:
+        v = float(text)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def ab_noise_band(before_dir: Path, code: Dict, summary: Dict) -> Dict:
+    """{'noise_band_pct': [lo, hi] or None, 'noise_source': where it comes from, or why
+    there is none}. The pair's own range only when every recorded level is identical on
+    both sides (run.pair_code); else, for a pair inside an ab_rlc_test.sh root, the range
+    of that screen's A/A operators."""
+    if code["identical_everywhere"] and summary.get("paired"):
+        return {"noise_band_pct": [summary["min_pct"], summary["max_pct"]],
+                "noise_source": f"{code['reason']}: this pair is an A/A, its range is the noise"}
+    screen = Path(before_dir).parent
+    band = None
+    if (screen / "screen.tsv").is_file():
+        try:
+            band = screen_result(screen)["noise_band_pct"]
+        except ReportInputError:  # the pair itself is readable; only the band is unknown
+            band = None
+    if band:
+        # That screen's A/A operators ran the same code on both sides: the machine's noise.
+        return {"noise_band_pct": band,
+                "noise_source": f"range of the A/A operators of the screen {screen} (this pair is "
+                                f"not an A/A: {code['reason']})"}
+    return {"noise_band_pct": None, "noise_source": f"this pair is not an A/A: {code['reason']}"}
 
 
 def augment(result: Dict) -> Dict:
@@ -115,27 +150,7 @@ def augment(result: Dict) -> Dict:
     if mode == "ab":
         dirs = {"before": Path(result["before"]).parent, "after": Path(result["after"]).parent}
         result["identities"] = {s: identity_of(d) for s, d in dirs.items()}
-        from zl.ir.fingerprint import compare  # the screen's own IR verdict, one implementation
-        ir = compare(dirs["before"], dirs["after"])["status"]
-        result["ir_compare"] = ir
-        s = result["summary"]
-        # Identical TTGIR with pinned configs makes this pair an A/A: its range is the noise.
-        screen = dirs["before"].parent
-        try:
-            screen_band = screen_result(screen)["noise_band_pct"] if (screen / "screen.tsv").is_file() else None
-        except ReportInputError:  # the pair itself is readable; only the band is unknown
-            screen_band = None
-        if ir == "same" and s.get("paired"):
-            result["noise_band_pct"] = [s["min_pct"], s["max_pct"]]
-            result["noise_source"] = "identical TTGIR on both sides: this pair is an A/A, its range is the noise"
-        elif screen_band:
-            # A pair inside an ab_rlc_test.sh root: that session's NO_IR_DIFF operators ran
-            # the same code on both sides, so their range is the machine's noise floor.
-            result["noise_band_pct"] = screen_band
-            result["noise_source"] = f"range of the NO_IR_DIFF operators of the screen {screen}"
-        else:
-            result["noise_band_pct"] = None
-            result["noise_source"] = None
+        # report_ab judged the code (every level) and the band once; the page shows those.
         for p in result["paired"]:
             p["flags"] = []
         result["flags"] = _ab_flags(result)
@@ -174,10 +189,12 @@ def _pair_summary(before: Path, after: Path) -> Dict:
     if not (before / "run.log").is_file() or not (after / "run.log").is_file():
         return {"note": "run directories not found"}
     try:
-        bl, al = read_run_log(before), read_run_log(after)
+        brun, arun = load_run(before), load_run(after)
     except RunLogError as exc:
         return {"note": f"unreadable: {exc}"}
+    bl, al = brun.parsed, arun.parsed
     rep = pair_logs(bl, al)
+    rep.before_unfinished, rep.after_unfinished = brun.unfinished, arun.unfinished
     out = dict(rep.summary())
     out["caliber_problems"] = cal.complaints([("before", before), ("after", after)])
     fails = "; ".join(x for x in (bl.failure_text(), al.failure_text()) if x)
@@ -207,27 +224,105 @@ def screen_result(root: Path) -> Dict:
     for r in rows:
         dt = r.get("dtypes") or ""
         cell = r["op"] if dt in ("", "<all>") else f"{r['op']}@{dt.replace(',', '+')}"
-        pair = _pair_summary(root / f"{cell}_before", root / f"{cell}_after")
+        before, after = root / f"{cell}_before", root / f"{cell}_after"
+        pair = _pair_summary(before, after)
         ops.append({"op": r["op"], "op_file": r.get("op_file", ""), "dtypes": dt, "cell": cell,
                     "verdict": r["verdict"], "rows_before": r.get("rows_before", ""),
                     "rows_after": r.get("rows_after", ""), "rc_before": r.get("rc_before", ""),
                     "rc_after": r.get("rc_after", ""), **pair,
+                    "results": r.get("results", ""), "results_torch": r.get("results_torch", ""),
+                    "code": _screen_code(r, before, after),
                     "caliber": {k: r.get(k, "") for k in cal.CALIBER_FIELDS}})
     for o in ops:
         o["failure_reason"] = _screen_reason(o)
-    # NO_IR_DIFF only: a VARIANTS_DIFFER side may have timed a specialisation the other never ran.
-    noise = [o for o in ops if o["verdict"] == "NO_IR_DIFF" and o.get("min_pct") is not None]
+    completion = screen_completion(root, [o["cell"] for o in ops])
+    # A/A operators only: NO_IR_DIFF with every recorded level, binary included, identical
+    # (a VARIANTS_DIFFER side may have timed a specialisation the other never ran).
+    noise = [o for o in ops if o["code"]["aa"] and o.get("min_pct") is not None]
     band = [min(o["min_pct"] for o in noise), max(o["max_pct"] for o in noise)] if noise else None
     meds = [o["median_pct"] for o in ops if o.get("median_pct") is not None]
     return {"mode": "screen", "label": root.name, "root": str(root), "ops": ops,
             "verdict_counts": _counts(o["verdict"] for o in ops),
-            "failures": _group(ops),
+            "wrong_results": [o["cell"] for o in ops
+                              if o["verdict"] == WRONG_RESULTS or "MISMATCH" in o["results"]],
+            "failures": completion["failures"] + _group(ops),
+            "completion": completion,
             "noise_band_pct": band,
-            "noise_source": "range of the NO_IR_DIFF operators (same code on both sides)" if band else None,
+            "noise_source": ("range of the A/A operators (NO_IR_DIFF, every recorded level "
+                             f"identical on both sides, binary included): {', '.join(o['cell'] for o in noise)}"
+                             if band else "no A/A operator (NO_IR_DIFF with every recorded level, "
+                             "binary included, identical on both sides) in this screen"),
             "median_speedups_pct": meds,
             "calibers_differ": len({tuple(v for k, v in o["caliber"].items()
                                           if k not in cal.PER_OPERATOR_FIELDS) for o in ops}) > 1,
             "demo": None}
+
+
+# screen.tsv's fingerprint cells (zl.ir.fingerprint.verdict_row): `hash` when both sides
+# are equal, `hashA/hashB` when not, `-` for a side without the level.
+_FP_COLUMNS = (("fp_ttgir", "ttgir"), ("fp_llir", "llir"), ("fp_asm", "asm"), ("fp_binary", "binary"))
+
+
+def _tsv_code(r: Dict[str, str]) -> Dict:
+    """The code facts a screen.tsv row holds, when its run directories are gone."""
+    a: Dict[str, str] = {}
+    b: Dict[str, str] = {}
+    for col, level in _FP_COLUMNS:
+        cell = (r.get(col) or "-").strip()
+        fa, _, fb = cell.partition("/") if "/" in cell else (cell, "", cell)
+        if fa not in ("", "-"):
+            a[level] = fa
+        if fb not in ("", "-"):
+            b[level] = fb
+    levels = [lv for lv in (r.get("ir_levels") or "").split(",") if lv and lv != "-"]
+    compared = [("asm" if lv in ("ptx", "amdgcn") else lv) for lv in levels]
+    facts = code_facts({"verdict": r["verdict"], "compared": levels, "a": a, "b": b,
+                        "one_sided": [lv for lv in a.keys() ^ b.keys() if lv not in compared],
+                        "variants_only": r.get("variants_only") or "-"})
+    if not levels and r["verdict"] == fp.NO_IR_DIFF:
+        facts["reason"] = ("screen.tsv does not record which levels were compared (no ir_levels "
+                           "column) and its run directories are gone")
+    return facts
+
+
+def _screen_code(r: Dict[str, str], before: Path, after: Path) -> Dict:
+    """The operator's code facts (run.pair_code) from its run directories, else from its
+    screen.tsv row; `aa`: the row's verdict is NO_IR_DIFF and every recorded level, binary
+    included, is identical on both sides."""
+    if before.is_dir() and after.is_dir():
+        code = {**pair_code(before, after), "source": "run directories"}
+        if r["verdict"] == fp.NO_IR_DIFF and code["verdict"] != fp.NO_IR_DIFF:
+            code["reason"] = (f"screen.tsv says NO_IR_DIFF, its run directories say "
+                              f"{code['verdict']}: {code['reason']}")
+    else:
+        code = {**_tsv_code(r), "source": "screen.tsv"}
+    code["aa"] = r["verdict"] == fp.NO_IR_DIFF and code["identical_everywhere"]
+    return code
+
+
+# ab_rlc_test.sh writes the requested cells before the first one runs and the marker only when
+# its list ran to the end (its header says so).
+SCREEN_REQUESTED = "screen.requested.tsv"
+SCREEN_COMPLETE = "screen.complete"
+
+
+def screen_completion(root: Path, judged: List[str]) -> Dict:
+    """Whether a screen judged every cell it was asked for. A screen stopped mid-list (SIGTERM,
+    kill) leaves a screen.tsv of the judged cells only, which read like the whole list. A root
+    without the requested list (an older driver, run_batch.py --switch) makes no claim:
+    `complete` is None there. `failures`: one group naming the cells never judged."""
+    req = Path(root) / SCREEN_REQUESTED
+    if not req.is_file():
+        return {"complete": None, "requested": None, "never_judged": [], "failures": []}
+    with open(req, newline="", encoding="utf-8", errors="replace") as fh:
+        requested = [r["cell"] for r in csv.DictReader(fh, delimiter="\t") if r.get("cell")]
+    done = set(judged)
+    never = [c for c in requested if c not in done]
+    complete = (Path(root) / SCREEN_COMPLETE).is_file() and not never
+    failures = [] if complete else [{
+        "reason": f"INCOMPLETE: the screen stopped before its list ended (no {SCREEN_COMPLETE}); "
+                  f"{len(never)} of {len(requested)} requested cells never judged", "ops": never}]
+    return {"complete": complete, "requested": requested, "never_judged": never, "failures": failures}
 
 
 def _screen_reason(o: Dict) -> Optional[str]:
@@ -282,20 +377,57 @@ def shared_warning(shares) -> Optional[str]:
             "--share-device): latencies and speedups are a functional check, not timings")
 
 
+def torch_results(run: Path) -> Dict[str, str]:
+    """One batch run's outputs against torch ({'status', 'value'}; status n/a when nothing
+    was recorded): a batch has no side B, so this is the only results verdict it has."""
+    from zl.report import results as results_report  # zl.results needs numpy: only here
+    return results_report.torch_only(run)
+
+
+def _batch_run_dir(batch: Path, r: Dict[str, str]) -> Path:
+    od = (r.get("out_dir") or "").strip()
+    run = Path(od) if od else batch / r["repo"] / (r.get("run_name") or r["op"])
+    if not run.is_absolute() and not run.is_dir():
+        run = batch / run
+    return run
+
+
+def _run_dirs_under(root: Path, pattern: str) -> List[Path]:
+    return sorted(p.parent for p in Path(root).glob(pattern) if p.is_file())
+
+
+def report_inputs(mode: str, arg) -> Tuple[List[Path], List[Path]]:
+    """(run directories, files) a report in `mode` reads from `arg` (--ab: the two paths;
+    else the root): no output may land in one (guard.check_outputs_apart)."""
+    if mode == "ab":
+        return [Path(p) if Path(p).is_dir() else Path(p).parent for p in arg], []
+    root = Path(arg)
+    if mode == "ab-rounds":
+        return (_run_dirs_under(root, "*/run.log"),
+                [root / "telemetry.tsv", root.parent / "telemetry.tsv", root.parent / "status.tsv"])
+    if mode == "screen":
+        return _run_dirs_under(root, "*/run.log"), [root / "screen.tsv"]
+    dirs = _run_dirs_under(root, "*/*/run.log")
+    try:
+        rows = _read_table(root / "ops_status.csv", "a run_batch.py batch", {"repo", "op", "status"})
+        dirs += [_batch_run_dir(root, {k: (v or "") for k, v in r.items() if k is not None}) for r in rows]
+    except (ReportInputError, OSError):  # the report itself says so; the outputs stay checked
+        pass
+    return dirs, [root / "ops_status.csv"]
+
+
 def batch_result(batch: Path) -> Dict:
     batch = Path(batch)
     rows = _read_table(batch / "ops_status.csv", "a run_batch.py batch", {"repo", "op", "status"})
     rows = [{k: (v or "") for k, v in r.items() if k is not None} for r in rows]  # short rows
     ops = []
     for r in rows:
-        od = (r.get("out_dir") or "").strip()
-        run = Path(od) if od else batch / r["repo"] / (r.get("run_name") or r["op"])
-        if not run.is_absolute() and not run.is_dir():
-            run = batch / run
+        run = _batch_run_dir(batch, r)
         speedups, fail = [], ""
         try:
             parsed = read_run_log(run)
-            speedups = [x.speedup for x in parsed.success_rows() if x.speedup is not None]
+            speedups = [x.speedup for x in parsed.success_rows()
+                        if x.speedup is not None and math.isfinite(x.speedup)]
             fail = parsed.failure_text() if parsed.n_failed else ""
         except RunLogError as exc:
             fail = f"unreadable run.log: {exc}"
@@ -306,7 +438,8 @@ def batch_result(batch: Path) -> Dict:
              "backend": r.get("backend", ""), "device": r.get("device", "") or r.get("gpu", ""),
              "timer": r.get("timer", ""), "run_dir": str(run),
              "device_share": shared_device_of(r.get("notes", "")),
-             "median_speedup": median(speedups) if speedups else None, "failure_text": fail}
+             "median_speedup": median(speedups) if speedups else None, "failure_text": fail,
+             "results_torch": torch_results(run)}
         # run_batch.py's PASS and SKIP are final, not failures (a runtime skip is upstream's own).
         ok = r["status"].strip().lower() in ("success", "ok", "passed", "pass", "skip")
         unfinished = r["status"].strip().upper() in ("PENDING", "RUNNING", "INTERRUPTED")
@@ -316,6 +449,7 @@ def batch_result(batch: Path) -> Dict:
         ops.append(o)
     return {"mode": "batch", "label": batch.name, "root": str(batch), "ops": ops,
             "status_counts": _counts(o["status"] for o in ops), "failures": _group(ops),
+            "wrong_results": [o["op"] for o in ops if o["results_torch"]["status"] == "mismatch"],
             "median_speedups": [o["median_speedup"] for o in ops if o["median_speedup"] is not None],
             "timing_warning": shared_warning(o["device_share"] for o in ops),
             "demo": None}

@@ -49,6 +49,9 @@ VALUE_RE = re.compile(r"^(?:N/A|[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|[-+
 SUMMARY_FAILED_RE = re.compile(r"^(FAILED|ERROR) (\S+::\S+|\S+\.py)(?: - (.*))?$")
 FINAL_COUNT_RE = re.compile(r"^=+ (.*\bin [\d.]+s.*) =+$")
 FINAL_FAILED_RE = re.compile(r"(\d+) (failed|error|errors)\b")
+# pytest's banner when a session stops early (Ctrl-C / SIGINT, a collection error); its
+# final count line still follows, so that line alone does not show the run finished.
+INTERRUPTED_RE = re.compile(r"^!{3,} (KeyboardInterrupt|Interrupted: .*?) !{3,}$")
 # Upstream's own notice when building an input raised (printed in red, then pytest.fail).
 UPSTREAM_FAILED_RE = re.compile(r"^FAILED: Operator=(\S+)")
 
@@ -125,6 +128,17 @@ class ParsedLog:
     malformed: List[str] = field(default_factory=list)     # unreadable lines inside a table
     tables: int = 0
     saw_pytest: bool = False
+    interrupted: str = ""                  # pytest's "KeyboardInterrupt" / "Interrupted: ..." banner
+
+    @property
+    def unfinished(self) -> str:
+        """Why this log does not show a finished pytest session ("" when it does): pytest
+        prints its final count line last, so a log cut or killed earlier lacks it."""
+        if not self.final_line:
+            return "run.log ends before pytest's final summary line (cut or killed mid-run)"
+        if self.interrupted:
+            return f"pytest stopped early ({self.interrupted})"
+        return ""
 
     @property
     def n_failed(self) -> int:
@@ -258,6 +272,10 @@ class _Parser:
         out = self.out
         if stripped.startswith("=") and "short test summary info" in stripped:
             self.in_failure_section, out.saw_pytest = True, True
+            return
+        im = INTERRUPTED_RE.match(stripped)
+        if im:
+            out.interrupted = im.group(1)
             return
         fm = FINAL_COUNT_RE.match(stripped)
         if fm:

@@ -86,6 +86,10 @@ class PairReport:
     after_failed: int = 0
     before_failures: str = ""
     after_failures: str = ""
+    # why a side did not finish ("" = it did): its log's ParsedLog.unfinished, which the reports
+    # replace with zl.report.run.unfinished_reason (log and identity); not a complete pair
+    before_unfinished: str = ""
+    after_unfinished: str = ""
 
     @property
     def deltas(self) -> List[float]:
@@ -99,14 +103,18 @@ class PairReport:
             "paired": len(self.paired), "unpaired": len(self.unpaired),
             "min_pct": min(d) if d else None, "max_pct": max(d) if d else None,
             "median_pct": median(d) if d else None, "geomean_pct": geo,
-            "complete": not self.unpaired and not self.before_failed and not self.after_failed,
+            "complete": (not self.unpaired and not self.before_failed and not self.after_failed
+                         and not self.before_unfinished and not self.after_unfinished),
+            "unfinished": {side: why for side, why in (("before", self.before_unfinished),
+                                                       ("after", self.after_unfinished)) if why},
         }
 
 
 def pair_logs(before: ParsedLog, after: ParsedLog) -> PairReport:
     rep = PairReport(before_markers=dict(before.markers), after_markers=dict(after.markers),
                      before_failed=before.n_failed, after_failed=after.n_failed,
-                     before_failures=before.failure_text(), after_failures=after.failure_text())
+                     before_failures=before.failure_text(), after_failures=after.failure_text(),
+                     before_unfinished=before.unfinished, after_unfinished=after.unfinished)
     bi, ai = index_rows(before), index_rows(after)
     order = list(bi) + [k for k in ai if k not in bi]
     for key in order:
@@ -120,9 +128,23 @@ def pair_logs(before: ParsedLog, after: ParsedLog) -> PairReport:
                                            f"after {why_a}" if why_a else "") if x)
             rep.unpaired.append({"key": key, "reason": reason})
             continue
+        why = _ratio_problem(b.gems_lat, a.gems_lat)
+        if why:
+            rep.unpaired.append({"key": key, "reason": why})
+            continue
         rep.paired.append({"key": key, "before_lat": b.gems_lat, "after_lat": a.gems_lat,
                            "speedup_pct": (b.gems_lat / a.gems_lat - 1.0) * 100.0})
     return rep
+
+
+def _ratio_problem(before: float, after: float) -> Optional[str]:
+    """None when before/after is a finite, positive ratio (its log and its speedup % are
+    numbers); else why the row cannot be paired. Two positive latencies can still overflow
+    (0.01 ms / 1e-320 ms is inf), and an inf would become `Infinity` in --json."""
+    ratio = before / after
+    if math.isfinite(ratio) and ratio > 0:
+        return None
+    return f"latency ratio not a finite number (before {before!r} ms, after {after!r} ms)"
 
 
 # ---------------------------------------------------------------- rounds
@@ -256,6 +278,10 @@ def analyse_rounds(data: RoundsData) -> Dict:
     shapes, unpaired = [], []
     for key in all_keys:
         a_vals, b_vals, missing = _shape_series(key, idx, ks)
+        if not missing:
+            missing = [why for why in (_ratio_problem(x, y) for x, y in
+                                       [*zip(a_vals, b_vals), (max(a_vals), min(a_vals)),
+                                        (max(b_vals), min(b_vals))]) if why][:1]
         if missing:
             unpaired.append({"key": key, "reason": ", ".join(missing)})
         else:
