@@ -13,6 +13,7 @@ import pytest
 import _device_setup_plugin as dsp
 import batch_summary as bs
 from harness.fake_config import FakeConfig
+from harness.identity_links import link_fields
 from test_batch import batch, status
 from zl import identity as ri
 from zl.batch.executor import LocalExecutor
@@ -80,11 +81,14 @@ def test_shared_batch_overlaps_cases_and_marks_every_timing(tmp_path, capsys):
     assert bs.main(["--batch", str(bd), "--json", str(tmp_path / "b.json")]) == 0
     assert "!!! [batch-summary] rows measured on a shared device" in capsys.readouterr().out
     assert "functional check" in json.loads((tmp_path / "b.json").read_text())["timing_warning"]
-    # --resume may change N within shared (> 1), never to a timing-valid 1
-    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0")
+    # --resume may change N within shared (> 1), never to a timing-valid 1; left out, it is the batch's
+    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0", "--share-device", "1")
     assert r.returncode == 2 and "started with --share-device 2, this call gives --share-device 1" in r.stderr
     r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0", "--share-device", "3")
     assert r.returncode == 0 and "4 reused, 0 to run" in r.stdout, r.stdout + r.stderr
+    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0")
+    assert r.returncode == 0 and "4 reused, 0 to run" in r.stdout, r.stdout + r.stderr
+    assert [c["share_device"] for c in json.loads((bd / "batch.json").read_text())["calls"]] == [2, 3, 3]
 
 
 def test_solo_batch_runs_one_at_a_time_unmarked_and_refuses_a_shared_resume(tmp_path):
@@ -123,7 +127,8 @@ def test_bad_share_exits_2(tmp_path, value, needle):
 
 def _run(d: Path, **ident) -> Path:
     d.mkdir(parents=True)
-    (d / "run_identity.json").write_text(json.dumps({"backend": "cuda", "device": "0", **ident}))
+    (d / "run_identity.json").write_text(json.dumps({"backend": "cuda", "device": "0",
+                                                     **link_fields(ident.get("autotune_mode")), **ident}))
     return d
 
 

@@ -39,6 +39,21 @@ DROPPED_ENV = ("PARALLEL_WARMUP_GPUS", "REPLAY_FROM", "OUT_DIR", "TEST_NODE", "Z
 SKIP_RE = re.compile(r"(\d+) (skipped|xfailed)\b")
 PREFLIGHT_RE = re.compile(r"PREFLIGHT_FAILED check=(\S+)")
 COMPLETE_MARK = ".complete"
+# Each case gets a private tuner cache unless the user says otherwise: a shared store hands
+# one case's (or side A's) winners to the next (the A/B drivers do the same).
+BATCH_ENV_DEFAULTS = {"ZL_ISOLATE_TUNER_CACHE": "1"}
+
+
+def inherited_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """The environment every case starts from: the batch's, its defaults, minus what the batch
+    sets per case, plus `extra`. Also what batch.json's conditions record."""
+    env = dict(os.environ)
+    for key, value in BATCH_ENV_DEFAULTS.items():
+        env.setdefault(key, value)
+    for key in DROPPED_ENV:
+        env.pop(key, None)
+    env.update(extra or {})
+    return env
 
 
 @dataclass
@@ -83,13 +98,7 @@ class CaseRunner:
 
     # ------------------------------------------------------------------ environment
     def env(self, e: Entry, device: str, out_dir: Path, dtypes: str, replay: str) -> Dict[str, str]:
-        env = dict(os.environ)
-        # Each case gets a private tuner cache unless the user says otherwise: a shared store
-        # hands one case's (or side A's) winners to the next (the A/B drivers do the same).
-        env.setdefault("ZL_ISOLATE_TUNER_CACHE", "1")
-        for key in DROPPED_ENV:
-            env.pop(key, None)
-        env = self.cfg.backend.apply_visibility(env, device)
+        env = self.cfg.backend.apply_visibility(inherited_env(), device)
         root = self.cfg.roots[e.repo]
         env.update(self.cfg.extra_env)
         env.update({

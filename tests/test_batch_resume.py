@@ -1,0 +1,282 @@
+"""run_batch.py --resume continues one batch under the conditions it started with, one
+run_batch.py at a time per batch directory, and reuses only what finished on every side.
+
+Runs against the stub case (tests/fixtures/batch/stub_case.sh): milliseconds per case."""
+
+import csv
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.runner import FAKE_FLAGGEMS_DIR, REPO_ROOT, base_env
+from test_batch import STUB, batch, pid_alive, status, trace
+from zl.batch import conditions as conds
+
+
+def snapshot(bd):
+    """Every file of a batch directory but its lock file: path -> bytes."""
+    return {p.relative_to(bd).as_posix(): p.read_bytes() for p in sorted(Path(bd).rglob("*"))
+            if p.is_file() and p.name != ".batch.lock"}
+
+
+def write_csv(path, rows, delimiter=","):
+    rows = list(rows)
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]), delimiter=delimiter, lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+
+
+# ---------------------------------------------------------------- conditions of a resume
+
+@pytest.fixture
+def fg_copy(tmp_path):
+    tree = tmp_path / "fg"
+    shutil.copytree(FAKE_FLAGGEMS_DIR, tree, ignore=shutil.ignore_patterns("__pycache__"))
+    return tree
+
+
+def test_resume_under_other_conditions_exits_2_naming_each_difference(tmp_path, fg_copy):
+    bd = tmp_path / "b"
+    shapes = tmp_path / "shapes.yaml"
+    shapes.write_text("softmax:\n  shapes: [[64, 64]]\n")
+    env = dict(FLAGGEMS_DIR=str(fg_copy))
+    r = batch(tmp_path, "--ops", "softmax", "exp", "--devices", "0", "--batch-dir", bd, "--retries", "0",
+              "--dtypes", "float16", "--shape-file", "shapes.yaml", ZL_STUB_PLAN="exp=fail", **env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    started = json.loads((bd / "batch.json").read_text())
+    cond = started["conditions"]
+    assert cond["dtypes"] == "float16" and cond["shape_file"] == str(shapes.resolve())
+    assert cond["flaggems"]["main"]["path"] == str(fg_copy.resolve())
+    assert cond["flaggems"]["main"]["worktree"].startswith("stat-sha256:")   # not a git checkout
+    assert started["case_keys"] == ["main:softmax", "main:exp"]
+    before, calls = snapshot(bd), len(trace(tmp_path))
+    edited = fg_copy / "benchmark" / "test_exp.py"
+    original = (edited.read_bytes(), edited.stat().st_mtime_ns)
+
+    # four conditions changed at once: every one is named, nothing runs or is rewritten
+    shapes.write_text("softmax:\n  shapes: [[128, 128]]\n")
+    edited.write_bytes(original[0] + b"\n# edited\n")
+    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0", "--dtypes", "bfloat16",
+              USE_FLAGTUNE="1", **env)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "this call measures under other conditions than the batch" in r.stderr
+    assert "dtypes: batch 'float16', this call 'bfloat16'" in r.stderr
+    assert "shape_file_sha256: batch" in r.stderr
+    assert "environment.USE_FLAGTUNE: batch '<unset>', this call '1'" in r.stderr
+    assert "flaggems.main.worktree: batch 'stat-sha256:" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert snapshot(bd) == before and len(trace(tmp_path)) == calls
+
+    # another FlagGems tree, and --use-flagtune (the variable the cases get) on a batch without it
+    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0", "--use-flagtune",
+              FLAGGEMS_DIR=str(FAKE_FLAGGEMS_DIR))
+    assert r.returncode == 2
+    assert f"flaggems.main.path: batch '{fg_copy.resolve()}', this call '{FAKE_FLAGGEMS_DIR.resolve()}'" in r.stderr
+    assert "use_flagtune: batch False, this call True" in r.stderr
+    assert "environment.USE_FLAGTUNE: batch '<unset>', this call '1'" in r.stderr
+    assert snapshot(bd) == before
+
+    # the batch's own conditions again: left-out options are the batch's (dtypes float16, the
+    # shape file by its absolute path), the failed case reruns, the finished one is reused
+    shapes.write_text("softmax:\n  shapes: [[64, 64]]\n")
+    edited.write_bytes(original[0])
+    os.utime(edited, ns=(original[1], original[1]))
+    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0", **env)
+    assert r.returncode == 0 and "1 reused, 1 to run" in r.stdout, r.stdout + r.stderr
+    assert "conditions match the batch's start" in r.stdout
+    assert trace(tmp_path)[-1][0] == "exp" and trace(tmp_path)[-1][3] == "float16"
+    after = json.loads((bd / "batch.json").read_text())
+    assert after["conditions"] == cond and after["started"] == started["started"]
+    assert [c["reused"] for c in after["calls"]] == [0, 1]
+
+
+def _git(tree, *args):
+    subprocess.run(["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                   check=True, capture_output=True)
+
+
+def test_flaggems_identity_of_a_git_checkout_and_of_a_plain_tree(tmp_path, fg_copy):
+    plain = conds.tree_identity(str(fg_copy))
+    assert plain["commit"] == "" and plain["worktree"].startswith("stat-sha256:")
+    # caches do not count (a run writes __pycache__ into benchmark/); any other file does
+    (fg_copy / "benchmark" / "__pycache__").mkdir()
+    (fg_copy / "benchmark" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"x")
+    assert conds.tree_identity(str(fg_copy)) == plain
+    (fg_copy / "src" / "new.py").write_text("")
+    assert conds.tree_identity(str(fg_copy))["worktree"] != plain["worktree"]
+
+    _git(fg_copy, "init", "-q")
+    _git(fg_copy, "add", "-A")
+    _git(fg_copy, "commit", "-q", "-m", "one")
+    clean = conds.tree_identity(str(fg_copy))
+    assert len(clean["commit"]) == 40 and clean["worktree"].startswith("git-sha256:")
+    (fg_copy / "benchmark" / "test_exp.py").write_text("# edited, not committed\n")
+    edited = conds.tree_identity(str(fg_copy))
+    assert edited["commit"] == clean["commit"] and edited["worktree"] != clean["worktree"]
+    (fg_copy / "untracked.py").write_text("")
+    assert conds.tree_identity(str(fg_copy))["worktree"] not in (clean["worktree"], edited["worktree"])
+    _git(fg_copy, "add", "-A")
+    _git(fg_copy, "commit", "-q", "-m", "two")
+    moved = conds.tree_identity(str(fg_copy))
+    assert moved["commit"] != clean["commit"] and moved["worktree"] == clean["worktree"]   # clean again
+    assert conds.differences({"flaggems": {"main": clean}}, {"flaggems": {"main": moved}}) == [
+        f"flaggems.main.commit: batch {clean['commit']!r}, this call {moved['commit']!r}"]
+
+
+def test_resume_refuses_a_batch_without_recorded_conditions_and_another_selection(tmp_path):
+    bd = tmp_path / "b"
+    r = batch(tmp_path, "--ops", "softmax", "relu", "--devices", "0", "--batch-dir", bd)
+    assert r.returncode == 0, r.stdout + r.stderr
+    before = snapshot(bd)
+    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0", "--ops", "softmax", "abs")
+    assert r.returncode == 2 and "--resume: the selection differs from the batch's cases" in r.stderr
+    assert "not in the batch: main:abs" in r.stderr and "the batch's cases left out: main:relu" in r.stderr
+    assert snapshot(bd) == before
+    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0", "--ops", "relu", "softmax")
+    assert r.returncode == 0 and "2 reused, 0 to run" in r.stdout, r.stdout + r.stderr   # same cases
+    before = snapshot(bd)
+    # a batch.json from before conditions were recorded proves nothing about its cases
+    record = json.loads((bd / "batch.json").read_text())
+    del record["conditions"]
+    (bd / "batch.json").write_text(json.dumps(record))
+    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0")
+    assert r.returncode == 2 and "records no measurement conditions" in r.stderr
+    assert "start a new --batch-dir" in r.stderr and "Traceback" not in r.stderr
+    (bd / "batch.json").unlink()
+    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0")
+    assert r.returncode == 2 and "holds no batch (no batch.json)" in r.stderr
+    assert {k: v for k, v in before.items() if k != "batch.json"} == snapshot(bd)
+
+
+def test_a_missing_shape_file_or_a_contradicted_use_flagtune_exits_2_before_any_case(tmp_path):
+    r = batch(tmp_path, "--ops", "softmax", "--devices", "0", "--shape-file", "nope.yaml")
+    assert r.returncode == 2 and "--shape-file nope.yaml: cannot read" in r.stderr
+    r = batch(tmp_path, "--ops", "softmax", "--devices", "0", "--use-flagtune", USE_FLAGTUNE="0")
+    assert r.returncode == 2 and "--use-flagtune contradicts USE_FLAGTUNE='0'" in r.stderr
+    r = batch(tmp_path, "--ops", "softmax", "--devices", "0", "--use-flagtune", USE_FLAGTUNE="maybe")
+    assert r.returncode == 2 and "USE_FLAGTUNE='maybe' is not an on/off value" in r.stderr
+    assert trace(tmp_path) == [] and not (tmp_path / "runs").exists()
+
+
+def test_use_flagtune_reaches_every_case_and_a_resume_keeps_it(tmp_path):
+    script = tmp_path / "seen.sh"
+    script.write_text('#!/bin/bash\nmkdir -p "$OUT_DIR"\necho "${USE_FLAGTUNE-unset}" >> "$ZL_SEEN"\n'
+                      'echo "collected 0 items" > "$OUT_DIR/run.log"\nexit 1\n')
+    seen = tmp_path / "seen"
+    bd = tmp_path / "b"
+    r = batch(tmp_path, "--ops", "abs", "relu", "--devices", "0", "--retries", "0", "--batch-dir", bd,
+              "--use-flagtune", ZL_RUN_PYTEST=str(script), ZL_SEEN=str(seen))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert seen.read_text().split() == ["1", "1"]
+    assert json.loads((bd / "batch.json").read_text())["conditions"]["environment"]["USE_FLAGTUNE"] == "1"
+    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0", "--retries", "0",
+              ZL_RUN_PYTEST=str(script), ZL_SEEN=str(seen))
+    assert r.returncode == 0 and "0 reused, 2 to run" in r.stdout, r.stdout + r.stderr
+    assert seen.read_text().split() == ["1"] * 4
+
+
+# ---------------------------------------------------------------- one batch per directory
+
+def test_a_used_batch_dir_needs_resume(tmp_path):
+    bd = tmp_path / "b"
+    r = batch(tmp_path, "--ops", "softmax", "--devices", "0", "--batch-dir", bd)
+    assert r.returncode == 0, r.stdout + r.stderr
+    before = snapshot(bd)
+    r = batch(tmp_path, "--ops", "relu", "--devices", "0", "--batch-dir", bd)
+    assert r.returncode == 2 and f"--batch-dir {bd.resolve()} already holds a batch (batch.json, ops_status.csv)" in r.stderr
+    assert "continue it with --resume, or give a new directory" in r.stderr
+    assert snapshot(bd) == before and [t[0] for t in trace(tmp_path)] == ["softmax"]
+    # a directory that exists but holds no batch is fine (and --list writes nothing anywhere)
+    empty = tmp_path / "empty"
+    (empty / "notes").mkdir(parents=True)
+    assert batch(tmp_path, "--ops", "relu", "--devices", "0", "--batch-dir", bd, "--list").returncode == 0
+    r = batch(tmp_path, "--ops", "relu", "--devices", "0", "--batch-dir", empty)
+    assert r.returncode == 0 and status(empty)["relu"]["status"] == "PASS", r.stdout + r.stderr
+
+
+def test_a_second_live_batch_is_refused_and_a_killed_one_leaves_no_lock(tmp_path):
+    bd = tmp_path / "b"
+    home = tmp_path / "home"
+    home.mkdir()
+    env = dict(ZL_RUN_PYTEST=str(STUB), ZL_STUB_STATE=str(tmp_path), ZL_STUB_TRACE=str(tmp_path / "trace"))
+    first = subprocess.Popen([sys.executable, str(REPO_ROOT / "run_batch.py"), "--ops", "relu", "abs",
+                              "--devices", "0", "--batch-dir", str(bd), "--kill-grace", "0.5"],
+                             env=base_env(home, ZL_STUB_PLAN="relu=hang", **env),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pidfile = tmp_path / "relu.pids"
+    try:
+        deadline = time.monotonic() + 60
+        while not pidfile.exists() and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pidfile.exists(), "the first batch never started its case"
+        hung = [int(p) for p in pidfile.read_text().split()]
+        before = snapshot(bd)
+        for extra in ((), ("--resume",)):     # a second batch, fresh or resuming, while the first lives
+            r = batch(tmp_path, "--ops", "relu", "abs", "--devices", "0", "--batch-dir", bd, *extra)
+            assert r.returncode == 2, r.stdout + r.stderr
+            assert f"is in use by another run_batch.py (pid {first.pid})" in r.stderr
+            assert snapshot(bd) == before
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    deadline = time.monotonic() + 30     # the reaper: TERM, 0.5 s grace, KILL
+    while any(pid_alive(p) for p in hung) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # no stale lock: the kernel dropped it with its holder, the resume needs no cleanup step
+    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0")
+    assert r.returncode == 0 and "0 reused, 2 to run" in r.stdout, r.stdout + r.stderr
+    assert {k: v["status"] for k, v in status(bd).items()} == {"relu": "PASS", "abs": "PASS"}
+
+
+# ---------------------------------------------------------------- what a screen's resume reuses
+
+def test_switch_resume_reuses_only_pairs_finished_on_both_sides_with_their_verdict(tmp_path):
+    """Each damaged case must rerun, both sides: relu's side B did not finish (its A did: a
+    half-finished pair), abs lost its screen.tsv row, exp's side A is PASS without .complete."""
+    bd = tmp_path / "b"
+    ops = ("softmax", "relu", "abs", "exp", "mm")
+    env = dict(ZL_STUB_SWITCH="ZL_TEST_SWITCH")
+    r = batch(tmp_path, "--ops", *ops, "--switch", "ZL_TEST_SWITCH", "--devices", "0", "--batch-dir", bd, **env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert all((bd / side / "main" / op / ".complete").is_file() for side in ("before", "after") for op in ops)
+
+    after = status(bd / "after")
+    after["relu"].update(status="INTERRUPTED", notes="interrupted")
+    write_csv(bd / "after" / "ops_status.csv", after.values())
+    (bd / "after" / "main" / "relu" / ".complete").unlink()
+    with open(bd / "screen.tsv", newline="") as fh:
+        screen = [row for row in csv.DictReader(fh, delimiter="\t")]
+    write_csv(bd / "screen.tsv", [row for row in screen if row["run_name"] != "abs"], delimiter="\t")
+    (bd / "before" / "main" / "exp" / ".complete").unlink()
+    assert status(bd / "before")["exp"]["status"] == "PASS"
+    calls = len(trace(tmp_path))
+
+    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0", **env)
+    assert r.returncode == 0 and "2 reused, 3 to run" in r.stdout, r.stdout + r.stderr
+    rerun = trace(tmp_path)[calls:]
+    assert sorted(t[0] for t in rerun) == ["abs", "abs", "exp", "exp", "relu", "relu"]
+    assert {t[5] for t in rerun if t[0] == "relu"} == {"replay=-", f"replay={bd.resolve()}/before/main/relu"}
+    with open(bd / "screen.tsv", newline="") as fh:
+        verdicts = {row["run_name"]: row["verdict"] for row in csv.DictReader(fh, delimiter="\t")}
+    assert verdicts == {op: "IR_CHANGED@ttgir" for op in ops}
+    for side in ("before", "after"):
+        assert all(v["status"] == "PASS" for v in status(bd / side).values()), side
+        assert all((bd / side / "main" / op / ".complete").is_file() for op in ops), side
+
+
+def test_help_shows_the_whole_description():
+    from zl.batch import cli
+    r = subprocess.run([sys.executable, str(REPO_ROOT / "run_batch.py"), "--help"], capture_output=True,
+                       text=True, env=base_env(Path("/nonexistent-home")))
+    assert r.returncode == 0
+    shown = " ".join(r.stdout.split())
+    for line in cli.__doc__.splitlines():
+        assert " ".join(line.split()) in shown, line

@@ -1,0 +1,131 @@
+"""What a batch measures under, fixed at its start: a --resume must match it.
+
+A resumed batch reuses its PASS/SKIP cases untouched and runs the rest, and every table
+then reads as one batch. That is only true when the reused and the new cases ran under
+the same conditions, so batch.json stores them at the start (`conditions`) and a --resume
+recomputes them and refuses (exit 2) naming every field that differs:
+
+- the options that change what a case measures: backend, --dtypes, --shape-file (its path
+  and a sha256 of its content), --replay-root, --switch, --use-flagtune;
+- the environment variables of README's table that change what a case measures
+  (MEASURED_ENV), as the cases will see them;
+- each FlagGems tree (FLAGGEMS_DIR, FLAGGEMS_VLLM_DIR): its resolved path and
+  * in a git checkout (the directory is the repository's top): HEAD's commit and a sha256 of
+    `git status --porcelain` plus `git diff HEAD` (uncommitted edits and new files count);
+  * otherwise a sha256 over every file's relative path, size and mtime (caches skipped:
+    TREE_SKIP_DIRS, *.pyc). Stat-only, so it costs milliseconds on a 3,000-file tree; an
+    edit changes it, and so does re-copying the tree to the same path (refused: a resume
+    cannot tell a copy from a change, and refusing is the safe side).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional
+
+from zl.flaggems import UPSTREAM_SHAPE_WORDS, VENDOR_ENV_KEYS, checkout_commit
+
+# Inherited by every case and read by run_pytest.sh or a plugin to decide what is measured
+# (README's variables table). Values are compared as the cases get them, unset included.
+MEASURED_ENV = (
+    "BENCH_LEVEL", "USE_FLAGTUNE", "ZL_ISOLATE_TUNER_CACHE", "ZL_ENABLE_AUTOTUNE", "ZL_ENABLE_IR",
+    "ZL_ENABLE_MM_CLUSTER", "ZL_ENABLE_CUDAGRAPH", "ZL_DIRECT_REPEAT", "ZL_EXTRA_PLUGINS",
+    "ZL_SEED", "ZL_ENABLE_RESULTS", "ZL_GRAPH_WARMUP_MS", "ZL_L2", "ZL_COLD_CLOCK", "ZL_IR_LEVELS",
+    "ZL_MUSA_COMPAT", "ZL_PYTHON", *VENDOR_ENV_KEYS,
+)
+TREE_SKIP_DIRS = (".git", "__pycache__", ".pytest_cache", ".mypy_cache")
+UNSET = "<unset>"
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _git(root: str, *args: str) -> bytes:
+    try:
+        return subprocess.run(["git", "-C", root, *args], capture_output=True, timeout=120).stdout
+    except (OSError, subprocess.SubprocessError):
+        return b""
+
+
+def stat_digest(root: Path) -> str:
+    """sha256 over (relative path, size, mtime_ns) of every file under `root`, sorted."""
+    entries = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in TREE_SKIP_DIRS and not d.endswith(".egg-info"))
+        for name in filenames:
+            if name.endswith((".pyc", ".pyo")):
+                continue
+            path = Path(dirpath, name)
+            try:
+                st = path.stat()
+            except OSError:     # a dangling link or a file removed while walking
+                continue
+            entries.append(f"{path.relative_to(root).as_posix()}\0{st.st_size}\0{st.st_mtime_ns}")
+    return _sha256("\n".join(sorted(entries)).encode("utf-8", errors="surrogateescape"))
+
+
+def tree_identity(root: str) -> Dict[str, str]:
+    """The identity of one FlagGems tree (see the module docstring)."""
+    path = str(Path(root).resolve())
+    commit = checkout_commit(path)
+    if commit:
+        worktree = _sha256(_git(path, "status", "--porcelain=v1", "-z", "--untracked-files=all")
+                           + b"\0\0" + _git(path, "diff", "HEAD", "--binary"))
+        return {"path": path, "commit": commit, "worktree": f"git-sha256:{worktree}"}
+    return {"path": path, "commit": "", "worktree": f"stat-sha256:{stat_digest(Path(path))}"}
+
+
+class ShapeFileError(ValueError):
+    """--shape-file names a file that cannot be read."""
+
+
+def shape_file_identity(value: str, cwd: Optional[Path] = None) -> Dict[str, str]:
+    """{"shape_file": what the cases get, "shape_file_sha256": its content's digest or ""}.
+    A path is made absolute (cases run in their batch directory, not the caller's)."""
+    value = (value or "").strip()
+    if not value or value.lower() in UPSTREAM_SHAPE_WORDS:
+        return {"shape_file": value, "shape_file_sha256": ""}
+    path = Path(cwd or Path.cwd(), value).resolve()
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ShapeFileError(f"--shape-file {value}: cannot read {path}: {exc.strerror or exc}") from None
+    return {"shape_file": str(path), "shape_file_sha256": _sha256(data)}
+
+
+def measured_env(environ: Mapping[str, str]) -> Dict[str, str]:
+    return {k: environ[k].strip() for k in MEASURED_ENV if k in environ}
+
+
+def collect(*, backend: str, dtypes: str, shape: Dict[str, str], replay_root: str, switch: str,
+            use_flagtune: bool, case_env: Mapping[str, str], roots: Mapping[str, str]) -> Dict[str, Any]:
+    """The conditions record of batch.json; `case_env` is the environment cases inherit."""
+    return {
+        "backend": backend, "dtypes": dtypes, **shape, "replay_root": replay_root,
+        "switch": switch, "use_flagtune": bool(use_flagtune),
+        "environment": measured_env(case_env),
+        "flaggems": {repo: tree_identity(root) for repo, root in sorted(roots.items())},
+    }
+
+
+def _flat(obj: Any, prefix: str = "") -> Dict[str, Any]:
+    if isinstance(obj, dict):
+        out: Dict[str, Any] = {}
+        for k, v in obj.items():
+            out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: obj}
+
+
+def differences(stored: Mapping[str, Any], now: Mapping[str, Any]) -> List[str]:
+    """One line per field that differs, `field: batch <stored>, this call <now>`."""
+    a, b = _flat(dict(stored)), _flat(dict(now))
+    out = []
+    for key in sorted(set(a) | set(b)):
+        if a.get(key, UNSET) != b.get(key, UNSET):
+            out.append(f"{key}: batch {a.get(key, UNSET)!r}, this call {b.get(key, UNSET)!r}")
+    return out
