@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -32,11 +33,12 @@ def run_demo(tmp_path: Path, *args: str, timeout: float = 150, **env) -> subproc
 def test_demo_end_to_end_on_cpu(tmp_path):
     root = tmp_path / "demo"
     t0 = time.monotonic()
-    proc = run_demo(tmp_path, DEMO_ROOT=root)
+    proc = run_demo(tmp_path, DEMO_ROOT=root, timeout=400)
     elapsed = time.monotonic() - t0
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
-    assert elapsed < 120, f"demo took {elapsed:.0f}s"
+    # README promises < 2 min on an idle machine; a loaded 2-core CI runner gets twice that
+    assert elapsed < 240, f"demo took {elapsed:.0f}s"
     first = proc.stdout.splitlines()[:4]
     assert any("CPU DEMO" in line for line in first) and "MEAN" in proc.stdout.split("[1/3]")[0]
     for side in ("before", "after"):
@@ -118,7 +120,12 @@ def test_killed_demo_leaves_nothing_running(tmp_path):
     assert procs_with_env(str(root / "before")), "side A never started"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    deadline = time.time() + 2.5   # side A alone runs longer than this; only the kill ends it sooner
-    while time.time() < deadline and procs_with_env(str(root)):
+    # every process of the demo is gone (60 s: a loaded machine's margin) ...
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and procs_with_env(str(root)):
         time.sleep(0.3)
     assert procs_with_env(str(root)) == []
+    # ... and side A was cut, not left to finish: its pytest never printed its closing summary
+    log = root / "before" / "run.log"
+    text = log.read_text() if log.is_file() else ""
+    assert not re.search(r"^=+ .* in [\d.]+s\b.*=+$", text, re.M), text[-3000:]
