@@ -45,9 +45,9 @@ if [[ "$CHECKS" == *softmax* ]]; then
   run softmax_2 OP=softmax OP_FILE=softmax DTYPES=float16 || fail=1
 fi
 # One small shape: the switch shows in the dot lowering of any shape. Upstream's core list
-# (up to 16x4096^3 in fp32) made one tf32 run outlast its 120 s cap on the H200, and even
-# two small shapes took 109 s: the tf32 side autotunes every config of
-# each shape key from an isolated cache (163 compiled variants). Both yaml keys, so
+# (up to 16x4096^3 in fp32) made one tf32 run outlast its 120 s cap on the H200, and small
+# shapes are slow too: the tf32 side autotunes every config of each shape key from an
+# isolated cache (163 compiled variants for one shape). Both yaml keys, so
 # upstream's own lookup (by class) and zl_bench's (by op) agree.
 MM_SHAPES="$WORK/mm_small.yaml"
 cat >"$MM_SHAPES" <<'YAML'

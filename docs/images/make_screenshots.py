@@ -3,12 +3,13 @@ rendered by headless Chromium.
 
     python3 docs/images/make_screenshots.py [OUT_DIR]     # needs chromium and matplotlib
 
-Sources (all under docs/validation/):
-  ab         report_h200/demo_softmax/{before,after}  demo.sh's real softmax record/replay
-  ab_rounds  ab_h200/round9/part3_softmax_runs         4 rounds x 2 sides (the rounds kept no
+Sources (docs/validation/reports.md says where each was measured):
+  ab         docs/validation/raw/report_pages/demo_softmax/{before,after}  demo.sh's real softmax
+             record/replay
+  ab_rounds  tests/fixtures/runlogs/h200/softmax_rounds  4 rounds x 2 sides (the rounds kept no
              run_identity.json; tests/harness/report_fixtures.py gives them screen.tsv's caliber)
-  screen     ir_h200/issue16/call1/aa_screen.tsv       issue 16's A/A screen (no cell run dirs kept)
-  batch      batch/h200/                               run_batch.py's real 8-case call (2 ran)
+  screen     docs/validation/raw/report_pages/aa_screen.tsv  an A/A screen (no cell run dirs kept)
+  batch      docs/validation/raw/report_pages/batch/  run_batch.py's real 8-case call (2 ran)
 
 Screenshots are cut to the page's content and reduced to a 64-colour palette so they
 stay small in the repository.
@@ -29,10 +30,10 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 import batch_summary  # noqa: E402
 from harness import report_fixtures as rf  # noqa: E402
 
-VALIDATION = REPO / "docs" / "validation"
-DEMO = VALIDATION / "report_h200" / "demo_softmax"
-SCREEN_TSV = VALIDATION / "ir_h200" / "issue16" / "call1" / "aa_screen.tsv"
-BATCH = VALIDATION / "batch" / "h200"
+PAGES_DIR = REPO / "docs" / "validation" / "raw" / "report_pages"
+DEMO = PAGES_DIR / "demo_softmax"
+SCREEN_TSV = PAGES_DIR / "aa_screen.tsv"
+BATCH = PAGES_DIR / "batch"
 
 # (name, window height) per page; the height covers the page, the crop removes the rest.
 PAGES = (("ab", 1250), ("ab_rounds", 2400), ("screen", 900), ("batch", 1000))
@@ -76,7 +77,7 @@ def main() -> int:
         t = Path(tmp)
         argv = {"ab": ["--ab", demo / "before", demo / "after", "--label", "softmax (H200 demo)"],
                 "ab_rounds": ["--ab-rounds", rf.rounds_root(t / "rounds"), "--label", "softmax"],
-                "screen": ["--screen", screen_root(t / "issue16_aa_screen")],
+                "screen": ["--screen", screen_root(t / "aa_screen")],
                 "batch": ["--batch", batch_dir(t / "h200_batch")]}
         for name, height in PAGES:
             html, raw = t / f"{name}.html", t / f"{name}.raw.png"
