@@ -35,25 +35,35 @@ def most_at_once(times_file: Path) -> int:
 
 
 def test_executor_runs_up_to_share_cases_per_device_and_keeps_each_on_its_device():
-    lock = threading.Lock()
-    active = {"0": 0, "1": 0}
-    peak = {"0": 0, "1": 0}
+    cond = threading.Condition()
+    active, peak, done = {"0": 0, "1": 0}, {"0": 0, "1": 0}, {"0": 0, "1": 0}
     seen = []
+    held = {"share": 3, "stalled": False}
 
     def work(case, device):
-        with lock:
+        with cond:
             active[device] += 1
             peak[device] = max(peak[device], active[device])
             seen.append((case, device))
-        time.sleep(0.05)
-        with lock:
+            cond.notify_all()
+            # Each case is held until as many run on its device as the share allows (or none is
+            # left to start), so the peak does not depend on how fast threads start on a loaded
+            # machine. An executor that never gets there is let go once, after 60 s.
+            full = lambda: active[device] >= min(held["share"], len(shards[device]) - done[device])
+            if not cond.wait_for(lambda: full() or held["stalled"], timeout=60):
+                held["stalled"] = True
+                cond.notify_all()
             active[device] -= 1
+            done[device] += 1
+            cond.notify_all()
 
     shards = {"0": [f"a{i}" for i in range(7)], "1": ["b0", "b1"]}
     LocalExecutor(3).run(shards, work, lambda: True)
-    assert peak == {"0": 3, "1": 2}
+    assert peak == {"0": 3, "1": 2} and not held["stalled"]
     assert sorted(seen) == sorted((c, d) for d, cs in shards.items() for c in cs)
     peak.update({"0": 0, "1": 0})
+    done.update({"0": 0, "1": 0})
+    held["share"] = 1
     LocalExecutor().run(shards, work, lambda: True)
     assert peak == {"0": 1, "1": 1}
     with pytest.raises(ValueError, match="share must be >= 1"):

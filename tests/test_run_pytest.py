@@ -325,3 +325,186 @@ def test_batch_attempt_logs_stay_and_do_not_block_a_rerun(tmp_path):
     aside = move_previous_run(case)
     assert aside is not None and (aside / "run.log").is_file()
     assert (case / "run.attempt1.log").is_file()
+
+
+# ---------------------------------------------------------------- one run per OUT_DIR; unwritable places
+
+_WAIT_PLUGIN = """
+import os, time
+def pytest_configure(config):
+    for i in range(int(os.environ.get("ZL_TEST_CHATTY_LINES", "0"))):
+        print(f"chatty line {i:05d} " + "x" * 64, flush=True)
+    with open(os.environ["ZL_TEST_READY"], "w") as fh:
+        fh.write(str(os.getpid()))
+    deadline = time.monotonic() + 300
+    while not os.path.exists(os.environ["ZL_TEST_GO"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+"""
+
+
+def _plugin_env(tmp_path: Path, **env) -> dict:
+    """Variables for a run that stops inside pytest until the test creates `go`: `ready`
+    appears once pytest is configuring (the run's directory is prepared, locked, logging)."""
+    from tests.harness.runner import REPO_ROOT
+
+    plug = tmp_path / "plug"
+    plug.mkdir(exist_ok=True)
+    (plug / "_zl_wait_plugin.py").write_text(_WAIT_PLUGIN)
+    return dict(OP="relu", OP_FILE="relu", ZL_EXTRA_PLUGINS="_zl_wait_plugin",
+                ZL_TEST_READY=tmp_path / "ready", ZL_TEST_GO=tmp_path / "go",
+                PYTHONPATH=f"{REPO_ROOT}:{FAKE_FLAGGEMS_DIR / 'src'}:{plug}", **env)
+
+
+def _start_run(tmp_path: Path, **env) -> subprocess.Popen:
+    from tests.harness.runner import REPO_ROOT, base_env
+
+    (tmp_path / "home").mkdir(exist_ok=True)
+    return subprocess.Popen(["bash", str(REPO_ROOT / "run_pytest.sh")], cwd=tmp_path,
+                            env=base_env(tmp_path / "home", **env),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _wait_ready(ready: Path, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 180
+    while not (ready.is_file() and ready.read_text()) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ready.is_file(), proc.communicate(timeout=60)[0] if proc.poll() is not None else "never ready"
+
+
+def _tree(root: Path) -> dict:
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None)
+            for p in sorted(root.rglob("*"))}
+
+
+def test_a_second_run_on_a_busy_out_dir_exits_2_naming_the_holder(tmp_path):
+    """Two runs on one OUT_DIR both exited 0 and left it mixed. The second is refused before
+    it touches anything; the first finishes as if alone."""
+    from tests.harness.runner import run_zl
+
+    out = tmp_path / "shared"
+    first = _start_run(tmp_path, OUT_DIR=out, **_plugin_env(tmp_path))
+    _wait_ready(tmp_path / "ready", first)
+    before = _tree(out)
+    second = run_zl(tmp_path / "second", OUT_DIR=out, OP="relu", OP_FILE="relu")
+    assert second.returncode == 2, second.explain()
+    assert "!!! OUT_DIR_BUSY" in second.stderr and f"locked by pid {first.pid}" in second.stderr
+    assert _tree(out) == before            # nothing moved aside, nothing of the second run written
+    (tmp_path / "go").write_text("")
+    log = first.communicate(timeout=240)[0]
+    assert first.returncode == 0, log
+    text = (out / "run.log").read_text()
+    assert text.count(">>> op=relu") == 1 and "1 passed" in text
+    assert not [p for p in out.iterdir() if p.name.startswith("prev-")]
+
+
+def test_the_out_dir_lock_dies_with_a_killed_run(tmp_path):
+    """kill -9 of run_pytest.sh: once its children are gone (they die with it), the lock is
+    free; no stale lock to clean up by hand."""
+    from zl.locks import LockHeld, acquire
+
+    out = tmp_path / "run"
+    proc = _start_run(tmp_path, OUT_DIR=out, **_plugin_env(tmp_path))
+    _wait_ready(tmp_path / "ready", proc)
+    with pytest.raises(LockHeld) as held:
+        acquire(out / ".zl.lock")
+    assert held.value.pid == proc.pid
+    proc.kill()
+    proc.communicate(timeout=60)
+    deadline = time.monotonic() + 60
+    while procs_with_env(str(out)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert procs_with_env(str(out)) == []
+    acquire(out / ".zl.lock").release()
+
+
+@pytest.mark.parametrize("kind", ["missing", "a file"])
+def test_an_unusable_tmpdir_exits_2_before_out_dir_exists(zl_run, tmp_path, kind):
+    tmp, out = tmp_path / "tmp", tmp_path / "out"
+    if kind == "a file":
+        tmp.write_text("")
+    r = zl_run(OP="relu", OP_FILE="relu", OUT_DIR=out, TMPDIR=tmp)
+    assert r.returncode == 2, r.explain()
+    assert f"!!! TMPDIR='{tmp}' is not a directory" in r.stderr and "Traceback" not in r.stderr
+    assert not out.exists()
+
+
+def test_an_unwritable_tmpdir_is_named(tmp_path, monkeypatch):
+    """Permissions do not stop root, so the refusal is driven through mkdtemp."""
+    import tempfile
+    from zl.prepare import BadValue, check_tmpdir
+
+    def denied(*_a, **_k):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", denied)
+    with pytest.raises(BadValue, match=r"TMPDIR='.*' is not writable \(Permission denied\)"):
+        check_tmpdir({"TMPDIR": str(tmp_path)})
+
+
+def _run_fsize_limited(tmp_path: Path, kib: int, **env) -> subprocess.CompletedProcess:
+    """A full disk without root, a tmpfs or FUSE: RLIMIT_FSIZE (`ulimit -f`) makes every write
+    past `kib` KiB fail. Python ignores SIGXFSZ, so its writes fail with EFBIG, an OSError on
+    the same path as ENOSPC; `kib` is chosen so the first write to fail is the one under test."""
+    from tests.harness.runner import REPO_ROOT, base_env
+
+    (tmp_path / "home").mkdir(exist_ok=True)
+    return subprocess.run(["bash", "-c", f'ulimit -f {kib} && exec bash "$0"', str(REPO_ROOT / "run_pytest.sh")],
+                          cwd=tmp_path, env=base_env(tmp_path / "home", **env),
+                          capture_output=True, text=True, timeout=200)
+
+
+def test_an_out_dir_that_takes_no_write_exits_6_and_leaves_no_run(tmp_path):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    fresh = tmp_path / "fresh"
+    r = _run_fsize_limited(tmp_path, 0, OP="relu", OP_FILE="relu", OUT_DIR=fresh, TMPDIR=tmp)
+    assert r.returncode == 6, r.stdout + r.stderr
+    assert f"!!! OUT_DIR_WRITE_FAILED out={fresh} detail='EFBIG" in r.stderr and "Traceback" not in r.stderr
+    assert not fresh.exists() and list(tmp.iterdir()) == []
+    # an earlier run stays exactly where it was: the probe comes before anything is moved
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    (earlier / "run.log").write_text("the earlier run\n")
+    (earlier / "run_identity.json").write_text('{"op": "relu"}')
+    before = _tree(earlier)
+    r = _run_fsize_limited(tmp_path, 0, OP="relu", OP_FILE="relu", OUT_DIR=earlier, TMPDIR=tmp)
+    assert r.returncode == 6 and "OUT_DIR_WRITE_FAILED" in r.stderr, r.stdout + r.stderr
+    assert {k: v for k, v in _tree(earlier).items() if k != ".zl.lock"} == before
+
+
+def test_run_log_that_cannot_be_written_stops_the_run_with_exit_6(tmp_path):
+    """Before: the tee died at its first failed write, run.log stayed empty and the run's next
+    echo was killed by SIGPIPE (exit 141). Now the run stops at once (the plugin would wait
+    300 s), exits 6, and the directory says it does not hold the run."""
+    out = tmp_path / "run"
+    env = _plugin_env(tmp_path, OUT_DIR=out, ZL_TEST_CHATTY_LINES="800")
+    r = _run_fsize_limited(tmp_path, 16, **env)
+    assert r.returncode == 6, r.stdout[-3000:] + r.stderr
+    assert f"!!! OUT_DIR_WRITE_FAILED file={out}/run.log detail=File too large" in r.stdout
+    assert "could not be written" in r.stderr and "exit 6" in r.stderr
+    assert not (out / "run.log").exists() and (out / "run.log.write-failed").is_file()
+    assert _identity(out)["out_dir_write_failed"] == "run.log"
+    assert procs_with_env(str(out)) == []
+
+
+def test_tee_names_a_log_it_cannot_write_and_keeps_the_console(tmp_path):
+    import io
+
+    from zl.term import tee_stripped
+
+    got = []
+    old = signal.signal(signal.SIGUSR1, lambda *_: got.append(1))
+    try:
+        sink = io.BytesIO()
+        rc = tee_stripped("/dev/full", io.BytesIO(b"\x1b[1mone\x1b[0m\ntwo\n"), sink, notify_pid=os.getpid())
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+    assert rc == 6 and got == [1]
+    lines = sink.getvalue().decode().splitlines()
+    assert lines[0] == "\x1b[1mone\x1b[0m" and lines[-1] == "two"
+    assert [x for x in lines if "OUT_DIR_WRITE_FAILED" in x] == [
+        "!!! OUT_DIR_WRITE_FAILED file=/dev/full detail=No space left on device: "
+        "run.log stops here; this directory does not hold the whole run"]
+    sink = io.BytesIO()
+    assert tee_stripped(str(tmp_path / "gone" / "run.log"), io.BytesIO(b"x\n"), sink) == 6
+    assert sink.getvalue().decode().endswith("x\n")

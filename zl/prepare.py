@@ -1,15 +1,21 @@
-"""Everything run_pytest.sh needs before pytest starts, in one interpreter.
+"""Everything run_pytest.sh needs before pytest starts, in two steps around the OUT_DIR lock.
 
-    python -m zl.prepare run --owner-pid PID    # prints shell lines for run_pytest.sh to eval
+    python -m zl.prepare claim                  # checks, then creates OUT_DIR; prints shell lines
+    python -m zl.prepare run --owner-pid PID    # (OUT_DIR locked) prints shell lines to eval
     python -m zl.prepare campaign               # a campaign driver's preflight (imports once)
 
-`run` reads the run's variables from the environment and, in this order: validates them
+`claim` reads the run's variables from the environment and, in this order: validates them
 (exit 2, `!!! <NAME> ...`), resolves node/op/shapes (zl.flaggems), the backend and the
 plugin plan (zl.plan), runs the preflight checks (exit 3, `!!! PREFLIGHT_FAILED check=`),
-claims OUT_DIR and moves an earlier run's files aside, makes the private Triton cache and
-the inline shape yaml, sets up the tuner cache and writes the identity stub. It used to be
-six or seven interpreter starts of the shell script, each re-reading the environment its
-own way (`ZL_ENABLE_AUTOTUNE=' 0'` was off for the planner and on for the shell).
+checks TMPDIR (exit 2) and creates OUT_DIR. It changes nothing inside an existing OUT_DIR:
+the shell then locks OUT_DIR (zl.locks), and only the lock holder may touch it. `run` reads
+and resolves the same variables again (the same code on the same environment), makes the
+private Triton cache and the inline shape yaml, checks that OUT_DIR takes a write, moves an
+earlier run's files aside, sets up the tuner cache and writes the identity stub. A write
+into OUT_DIR that fails is exit 6 (`!!! OUT_DIR_WRITE_FAILED`), and `run` removes what it
+made before failing. One module reads the variables for the shell: as six or seven
+interpreter starts, each read the environment its own way (`ZL_ENABLE_AUTOTUNE=' 0'` was off
+for the planner and on for the shell).
 
 The stub does not claim an autotune mode: the autotune plugin writes `autotune_mode` when
 it actually runs; only a run without that plugin is stamped `off` here.
@@ -22,6 +28,8 @@ campaign id and marker names for the driver.
 from __future__ import annotations
 
 import argparse
+import errno
+import glob
 import importlib.util
 import os
 import re
@@ -40,9 +48,11 @@ if str(_ROOT) not in sys.path:
 
 from zl import flaggems, markers  # noqa: E402
 from zl.backends import UnknownBackendError, get_backend  # noqa: E402
-from zl.identity import IDENTITY_NAME, update_identity  # noqa: E402
+from zl.identity import update_identity  # noqa: E402
 from zl.plan import AUTOTUNE_PLUGIN, missing_modules, plan_plugins, pytest_args  # noqa: E402
-from zl.rundir import RunDirError, claim_out_dir, move_previous_run, reclaim_tmp  # noqa: E402
+from zl.rundir import (EXIT_OUT_DIR_WRITE, TMP_PREFIXES, WRITE_ERRNOS,  # noqa: E402
+                       WRITE_FAILED_MARKER, RunDirError, claim_out_dir, move_previous_run,
+                       probe_writable, reclaim_tmp, remove_new_entries)
 from zl.shapefile import ShapeFileError, inline_yaml, validate_shape_file  # noqa: E402
 from zl.switches import SwitchError, env_switch  # noqa: E402
 
@@ -55,6 +65,16 @@ BENCH_LEVELS = ("core", "comprehensive")
 
 class BadValue(Exception):
     """A variable with a bad value: exit 2."""
+
+
+class OutDirUnwritable(Exception):
+    """A write into OUT_DIR failed (full disk, read-only, no permission): exit 6,
+    `!!! OUT_DIR_WRITE_FAILED`."""
+
+    def __init__(self, out, exc: OSError):
+        self.out = str(out)
+        self.detail = f"{errno.errorcode.get(exc.errno, exc.errno)}: {exc.strerror or exc}"
+        super().__init__(f"{self.out}: {self.detail}")
 
 
 class PreflightFailed(Exception):
@@ -131,6 +151,7 @@ class Run:
     backend: object = None
     plugins: List[str] = field(default_factory=list)
     out: Optional[Path] = None
+    cleared: bool = False        # an earlier run's files moved aside: what OUT_DIR holds now is ours
     lines: List[str] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
 
@@ -207,44 +228,105 @@ def preflight(run: Run) -> None:
         raise PreflightFailed("interpreter", f"interpreter finds triton + flag_gems ({sys.executable})")
 
 
-def setup_dirs(run: Run, owner_pid: int) -> str:
-    """Claim OUT_DIR (an earlier run moved aside), reclaim dead runs' temporaries, make the
-    private Triton cache; returns TMPDIR."""
-    tmpdir = run.env.get("TMPDIR") or tempfile.gettempdir()
+def check_tmpdir(env: Dict[str, str]) -> str:
+    """TMPDIR (else the system default) as a directory this run can create entries in; exit 2
+    otherwise. Checked before OUT_DIR exists: a missing TMPDIR used to end in a traceback
+    after OUT_DIR and its subdirectories had been made, an empty run directory left behind."""
+    raw = env.get("TMPDIR", "")
+    try:
+        tmpdir = raw or tempfile.gettempdir()
+    except FileNotFoundError as exc:   # gettempdir() found no usable directory
+        raise BadValue(f"TMPDIR is unset and no usable temporary directory exists ({exc}); "
+                       "set TMPDIR to a writable directory") from None
+    if not os.path.isdir(tmpdir):
+        raise BadValue(f"TMPDIR={tmpdir!r} is not a directory (the run's private Triton cache "
+                       "and shape yaml go there); create it or point TMPDIR at a writable directory")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix="zl_tmpdir_probe.", dir=tmpdir))
+    except OSError as exc:
+        raise BadValue(f"TMPDIR={tmpdir!r} is not writable ({exc.strerror}); "
+                       "point TMPDIR at a writable directory") from None
+    return tmpdir
+
+
+def setup_tmp(run: Run, tmpdir: str, owner_pid: int) -> str:
+    """Reclaim dead runs' temporaries, make the private Triton cache and (inline mode) the
+    inline shape yaml; returns the `--shape_file` the run passes ("" for upstream shapes)."""
     reclaim_tmp(tmpdir)
     try:
-        run.out = claim_out_dir(run.get("OUT_DIR"), run.get("ZL_RUNS_ROOT", str(_ROOT / "runs")), run.op)
+        # Private per run: every kernel really compiles, so its IR is really dumped.
+        cache_dir = tempfile.mkdtemp(prefix=f"zl_triton_cache.{owner_pid}.", dir=tmpdir)
+        run.lines += [_sh("CACHE_DIR", cache_dir), _sh("TRITON_CACHE_DIR", cache_dir, export=True)]
+        if run.shape_mode == "upstream":
+            return ""
+        if run.shape_mode == "inline":
+            core = Path(run.fg_dir) / "benchmark" / "core_shapes.yaml"
+            try:
+                passed = inline_yaml(core, run.env.get("INLINE_YAML", ""), tmpdir, owner_pid)
+            except ShapeFileError as exc:
+                raise BadValue(str(exc)) from None
+            run.lines.append(_sh("INLINE_FILE", passed))
+            return passed
+    except OSError as exc:
+        raise BadValue(f"TMPDIR={tmpdir!r}: cannot write the run's temporaries ({exc.strerror or exc})") from None
+    return os.path.abspath(run.shape_file)
+
+
+def remove_tmp(tmpdir: str, owner_pid: int) -> None:
+    """What setup_tmp made for this owner (a failed preparation leaves no temporaries)."""
+    for prefix in TMP_PREFIXES:
+        for path in glob.glob(os.path.join(glob.escape(tmpdir), f"{prefix}{owner_pid}.*")):
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                _unlink(path)
+
+
+def _unlink(path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def claim(run: Run) -> bool:
+    """Create OUT_DIR (given) or a fresh runs/<op>_<stamp>; True when this call created it.
+    Nothing inside an existing OUT_DIR changes here: that waits for the lock."""
+    given = run.get("OUT_DIR")
+    existed = bool(given) and os.path.isdir(given)
+    try:
+        run.out = claim_out_dir(given, run.get("ZL_RUNS_ROOT", str(_ROOT / "runs")), run.op)
+    except RunDirError as exc:
+        if exc.errno in WRITE_ERRNOS:
+            raise OutDirUnwritable(given or run.get("ZL_RUNS_ROOT", str(_ROOT / "runs")),
+                                   OSError(exc.errno, str(exc))) from None
+        raise BadValue(str(exc)) from None
+    return not existed
+
+
+def setup_dirs(run: Run) -> None:
+    """OUT_DIR (created by `claim`, locked by the shell, probed): move an earlier run aside,
+    make the plugins' subdirectories."""
+    try:
         aside = move_previous_run(run.out)
     except RunDirError as exc:
         raise BadValue(str(exc)) from None
+    run.cleared = True
     if aside is not None:
         run.notes.insert(0, f">>> OUT_DIR held an earlier run: its files were moved to {aside.name}/")
     for sub in ("autotune_records", "ttgir"):
         (run.out / sub).mkdir(exist_ok=True)
-    # Private per run: every kernel really compiles, so its IR is really dumped.
-    cache_dir = tempfile.mkdtemp(prefix=f"zl_triton_cache.{owner_pid}.", dir=tmpdir)
-    run.lines += [_sh("CACHE_DIR", cache_dir), _sh("TRITON_CACHE_DIR", cache_dir, export=True)]
-    return tmpdir
 
 
-def setup_shapes(run: Run, tmpdir: str, owner_pid: int) -> None:
+def setup_shapes(run: Run, passed: str) -> None:
     """shapes.yaml in the run directory and the `--shape_file` the run passes."""
     out, core = run.out, Path(run.fg_dir) / "benchmark" / "core_shapes.yaml"
-    passed = ""
     if run.shape_mode == "upstream":
         # FlagGems' own set; the shape plugin rewrites shapes.yaml with what really ran.
         if core.is_file():
             shutil.copyfile(core, out / "shapes.yaml")
         else:
             (out / "shapes.yaml").write_text(f"source: upstream\nlevel: {run.bench_level}\n", encoding="utf-8")
-    elif run.shape_mode == "inline":
-        try:
-            passed = inline_yaml(core, run.env.get("INLINE_YAML", ""), tmpdir, owner_pid)
-        except ShapeFileError as exc:
-            raise BadValue(str(exc)) from None
-        run.lines.append(_sh("INLINE_FILE", passed))
-    else:
-        passed = os.path.abspath(run.shape_file)
     if passed:
         shutil.copyfile(passed, out / "shapes.yaml")
     run.lines += [_sh_array("SHAPE_ARGS", ["--shape_file", passed] if passed else []),
@@ -295,28 +377,64 @@ def write_stub(run: Run, tuner_desc: str) -> None:
                   campaign_id=run.get("ZL_CAMPAIGN_ID") or None)
     if not run.autotune_on:
         fields["autotune_mode"] = "off"
-    try:
-        update_identity(str(run.out), **fields)
-    except OSError as exc:
-        raise BadValue(f"cannot write {run.out / IDENTITY_NAME}: {exc}") from None
+    update_identity(str(run.out), **fields)
 
 
-def prepare_run(env: Dict[str, str], owner_pid: int) -> List[str]:
-    """The shell lines for run_pytest.sh; raises BadValue / PreflightFailed."""
+def _out_dir_error(run: Run, exc: OSError) -> Exception:
+    if exc.errno in WRITE_ERRNOS:
+        return OutDirUnwritable(run.out, exc)
+    return BadValue(f"OUT_DIR={run.out}: {exc}")
+
+
+def prepare_claim(env: Dict[str, str]) -> List[str]:
+    """Step one, before the lock: every check, then OUT_DIR created (an existing one is left
+    as it is). Shell lines: OUT_DIR, OUT_DIR_CREATED (1 = this step made it) and PREP_NOTES."""
     run = Run(env=env)
     read_variables(run)
     resolve(run)
     preflight(run)
-    tmpdir = setup_dirs(run, owner_pid)
-    setup_shapes(run, tmpdir, owner_pid)
-    mode_desc = setup_autotune(run)
-    tuner_desc = setup_tuner_cache(run)
+    check_tmpdir(env)
+    created = claim(run)
+    return [_sh("OUT_DIR", str(run.out), export=True), _sh("OUT_DIR_CREATED", int(created)),
+            _sh_array("PREP_NOTES", run.notes)]
+
+
+def prepare_run(env: Dict[str, str], owner_pid: int) -> List[str]:
+    """Step two, OUT_DIR locked by the shell: the shell lines for run_pytest.sh. Raises
+    BadValue (TMPDIR included) or OutDirUnwritable, having removed what it made first."""
+    run = Run(env=env)
+    read_variables(run)
+    resolve(run)
+    tmpdir = check_tmpdir(env)
+    if not run.get("OUT_DIR"):
+        raise BadValue("OUT_DIR is not set: `python -m zl.prepare run` follows `claim`, which sets it")
+    run.out = Path(run.get("OUT_DIR")).resolve()
+    try:
+        # First, before anything is made or moved: a full disk otherwise showed only when the
+        # tee first wrote run.log, the earlier run already moved aside.
+        probe_writable(run.out)
+    except OSError as exc:
+        raise _out_dir_error(run, exc) from None
+    try:
+        passed = setup_tmp(run, tmpdir, owner_pid)
+        try:
+            setup_dirs(run)
+            setup_shapes(run, passed)
+            mode_desc = setup_autotune(run)
+            tuner_desc = setup_tuner_cache(run)
+            write_stub(run, tuner_desc)
+        except OSError as exc:
+            raise _out_dir_error(run, exc) from None
+    except BaseException:
+        remove_tmp(tmpdir, owner_pid)
+        if run.cleared:   # never before the earlier run was moved aside: those files are not ours
+            remove_new_entries(run.out)
+        raise
     # ZL_DEVICE pins the card through the backend's own visibility variable, unless the
     # caller already chose one.
     device, keys = run.get("ZL_DEVICE"), run.backend.visibility_env_keys
     if device and keys and not env.get(keys[0]):
         run.lines.append(_sh(keys[0], device, export=True))
-    write_stub(run, tuner_desc)
     dtype_args = [a for d in run.dtypes for a in ("--dtypes", d)]
     return run.lines + [
         _sh("OP", run.op), _sh("OP_FILE", run.op_file), _sh("FLAGGEMS_DIR", run.fg_dir),
@@ -330,7 +448,8 @@ def prepare_run(env: Dict[str, str], owner_pid: int) -> List[str]:
         _sh("ZL_ENABLE_AUTOTUNE", int(run.autotune_on), export=True),
         _sh("ZL_DIRECT_REPEAT", run.repeat, export=True), _sh("ZL_SEED", run.seed, export=True),
         _sh("MODE_DESC", mode_desc), _sh("REPLAY_FROM", run.replay_from), _sh("TUNER_DESC", tuner_desc),
-        _sh_array("PREP_NOTES", run.notes)]
+        # After the claim step's notes (the shape file's), which the shell already holds.
+        "PREP_NOTES+=(" + " ".join(shlex.quote(n) for n in run.notes) + ")"]
 
 
 # ------------------------------------------------------------------ campaign preflight
@@ -369,18 +488,28 @@ def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m zl.prepare",
                                 description="pre-pytest preparation of run_pytest.sh / campaign preflight")
     sub = p.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("run", help="validate, resolve, preflight, claim OUT_DIR, write the identity stub")
+    sub.add_parser("claim", help="validate, resolve, preflight, check TMPDIR, create OUT_DIR")
+    r = sub.add_parser("run", help="(OUT_DIR locked) caches, earlier run aside, identity stub")
     r.add_argument("--owner-pid", type=int, required=True, help="the run script's pid (temp names)")
     c = sub.add_parser("campaign", help="import triton + flag_gems once; print the campaign id")
     c.add_argument("--driver", required=True, help="driver name, part of the campaign id")
     args = p.parse_args(argv)
     env = dict(os.environ)
     try:
-        lines = prepare_run(env, args.owner_pid) if args.cmd == "run" else \
-            prepare_campaign(env, args.driver)
+        if args.cmd == "claim":
+            lines = prepare_claim(env)
+        elif args.cmd == "run":
+            lines = prepare_run(env, args.owner_pid)
+        else:
+            lines = prepare_campaign(env, args.driver)
     except BadValue as exc:
         print(f"!!! {exc}", file=sys.stderr)
         return 2
+    except OutDirUnwritable as exc:
+        print(f"!!! {markers.format_marker(WRITE_FAILED_MARKER, out=exc.out)} detail={exc.detail!r}: "
+              "OUT_DIR cannot take this run's files (full disk, read-only or no permission); "
+              "nothing was run", file=sys.stderr)
+        return EXIT_OUT_DIR_WRITE
     except PreflightFailed as exc:
         print(f"!!! {markers.format_marker(markers.PREFLIGHT_FAILED, check=exc.check)} "
               f"detail={exc.detail!r}", file=sys.stderr)
