@@ -29,10 +29,11 @@ import _autotune_record_plugin as plug  # noqa: E402
 from harness.pluginconfig import PluginConfig  # noqa: E402
 from zl import markers  # noqa: E402
 from zl.autotune import PRESWEPT_ENV, RECORD_DIR_ENV, REPLAY_DIR_ENV  # noqa: E402
-from zl.autotune.configs import config_to_dict, key_to_str, record_dict  # noqa: E402
+from zl.autotune.configs import config_to_dict, key_to_str, off_candidates, record_dict  # noqa: E402
 from zl.autotune.isolation import isolation_problems  # noqa: E402
 
 MARKER = markers.REPLAY_FALLBACK
+FOREIGN = markers.REPLAY_FOREIGN_CONFIG
 
 REPO = Path(__file__).resolve().parents[1]
 KERNEL = f"{__name__}.add_one"
@@ -156,7 +157,8 @@ def test_record_then_replay_gives_identical_configs(env, monkeypatch, capfd):
     for n in (100, 300):
         assert used[n] == doc[KERNEL][f"{n},torch.float32,torch.float32"]
     assert identity(env)["autotune_mode"] == "replay"
-    assert MARKER not in capfd.readouterr().err
+    err = capfd.readouterr().err
+    assert MARKER not in err and FOREIGN not in err and "replay_foreign_configs" not in identity(env)
     used_file = env / "run" / "autotune_records" / "add_one.used.json"
     assert json.loads(used_file.read_text()) == doc  # what the replay ran == the record
 
@@ -352,14 +354,96 @@ def test_pre_hook_config_is_restored_or_refused(env, monkeypatch, capfd):
     assert "reason=pre_hook_lost" in capfd.readouterr().err
 
 
-def test_edited_record_outside_the_search_space_is_injected(env, monkeypatch):
-    rec, _, _ = record_session(env, monkeypatch, [100])
+def test_edited_record_outside_the_search_space_is_injected_and_flagged(env, monkeypatch, capfd):
+    rec, _, _ = record_session(env, monkeypatch, [100, 300])
     path = rec / "add_one.json"
     doc = json.loads(path.read_text())
     doc[KERNEL]["100,torch.float32,torch.float32"]["num_warps"] = 8
     path.write_text(json.dumps(doc))
-    used, _, _ = replay_session(monkeypatch, rec, [100])
+    capfd.readouterr()
+    used, _, _ = replay_session(monkeypatch, rec, [100, 300, 100])
     assert used[100]["num_warps"] == 8 and used[100]["kwargs"] == {"BLOCK": 32}
+    # one line per key, for the edited key only; the run still counts as a replay
+    lines = [ln for ln in capfd.readouterr().err.splitlines() if ln.startswith(FOREIGN)]
+    assert lines == [f"{FOREIGN} op=add_one kernel={KERNEL} key=100,torch.float32,torch.float32 "
+                     "reason=not_a_candidate"]
+    ident = identity(env)
+    assert ident["autotune_mode"] == "replay" and ident["replay_replayed_keys"] == 2
+    assert ident["replay_foreign_configs"] == [
+        {"kernel": KERNEL, "key": "100,torch.float32,torch.float32", "reason": "not_a_candidate"}]
+
+
+def test_off_candidates_names_why_a_config_is_not_the_tuners():
+    listed = [config_to_dict(c) for c in CONFIGS]
+    assert off_candidates(listed[1], CONFIGS) is None
+    assert off_candidates({**listed[1], "num_warps": 8}, CONFIGS) == "not_a_candidate"
+    assert off_candidates({**listed[1], "kwargs": {"BLOCK": 48}}, CONFIGS) == "not_a_candidate"
+    assert off_candidates({**listed[1], "kwargs": {"BLOCK": 32, "SPLIT": 2}}, CONFIGS) == "unknown_kwargs"
+    # an attribute only one Triton build has (FlagTree's warp specialisation) is not a difference
+    assert off_candidates({**listed[1], "num_consumer_groups": 2}, CONFIGS) is None
+    assert off_candidates(listed[1], []) is None   # no list: nothing to judge against
+
+
+def _run_in(monkeypatch, out: Path, record: bool = False, replay_from: Path = None,
+            times=(3.0, 1.0, 2.0), sizes=(100,)):
+    """One plugin session whose OUT_DIR is `out`, recording there or replaying `replay_from`."""
+    monkeypatch.setenv("OUT_DIR", str(out))
+    for var, value in ((RECORD_DIR_ENV, out / "autotune_records" if record else None),
+                       (REPLAY_DIR_ENV, replay_from / "autotune_records" if replay_from else None)):
+        if value is None:
+            monkeypatch.delenv(var, raising=False)
+        else:
+            monkeypatch.setenv(var, str(value))
+    configure()
+    tuner, _ = make_tuner(times)
+    for n in sizes:
+        launch(tuner, n)
+    unconfigure()
+    return json.loads((out / "run_identity.json").read_text())
+
+
+def test_each_side_records_the_record_it_ran_and_the_guard_pairs_only_those(env, monkeypatch):
+    from zl.autotune.records import digest
+    from zl.runlog.caliber import complaints
+
+    a, b, c = env / "A", env / "B", env / "C"
+    ia = _run_in(monkeypatch, a, record=True)
+    assert ia["autotune_record_digest"] == digest(json.loads((a / "autotune_records" / "add_one.json").read_text()))
+    ic = _run_in(monkeypatch, c, record=True, times=(1.0, 2.0, 3.0))   # another winner, another record
+    assert ic["autotune_record_digest"] != ia["autotune_record_digest"] and ic["run_id"] != ia["run_id"]
+    ib = _run_in(monkeypatch, b, replay_from=a)
+    assert ib["replay_record_digest"] == ib["replay_source_record_digest"] == ia["autotune_record_digest"]
+    assert ib["replay_source_run_id"] == ia["run_id"] and ib["replay_source_dir"] == str(a.resolve())
+
+    def link(x, y):
+        return [p for p in complaints([("before", x), ("after", y)]) if "autotune record link" in p]
+    assert link(a, b) == []
+    assert len(link(c, b)) == 1
+
+    # the record edited after A wrote it: the replay says so itself
+    path = a / "autotune_records" / "add_one.json"
+    doc = json.loads(path.read_text())
+    doc[KERNEL]["100,torch.float32,torch.float32"]["kwargs"] = {"BLOCK": 64}
+    path.write_text(json.dumps(doc))
+    ie = _run_in(monkeypatch, env / "E", replay_from=a)
+    assert ie["replay_record_digest"] == digest(doc) != ie["replay_source_record_digest"]
+    assert any("was edited or rewritten" in p for p in link(a, env / "E"))
+
+
+@pytest.mark.parametrize("record", ["{}", "foreign"])
+def test_a_replay_that_replayed_no_key_is_a_whole_run_fallback(env, monkeypatch, capfd, record):
+    """An emptied record, or another operator's: every key tunes live, nothing is pinned."""
+    a = env / "A"
+    _run_in(monkeypatch, a, record=True)
+    path = a / "autotune_records" / "add_one.json"
+    doc = json.loads(path.read_text())
+    path.write_text("{}" if record == "{}" else json.dumps({"other_op.kernel": doc[KERNEL]}))
+    capfd.readouterr()
+    ib = _run_in(monkeypatch, env / "B", replay_from=a, sizes=(100, 300))
+    assert ib["autotune_mode"] == "replay_fallback" and ib["replay_replayed_keys"] == 0
+    assert ib["replay_fallback_keys"] == 2
+    assert (ib["replay_fallback_scope"], ib["replay_fallback_reason"]) == ("all", "no_key_replayed")
+    assert "!!! no recorded config was replayed (2 key(s) tuned live)" in capfd.readouterr().err
 
 
 def test_unreadable_record_is_a_named_fallback(env, monkeypatch, capfd):

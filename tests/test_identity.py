@@ -19,7 +19,24 @@ def test_merge_keeps_earlier_fields_and_skips_none(tmp_path):
     ri.update_identity(str(tmp_path), backend="cuda", timer="direct")
     ri.update_identity(str(tmp_path), timer="cuda_graph", device=None)
     data = json.loads((tmp_path / ri.IDENTITY_NAME).read_text())
-    assert data == {"backend": "cuda", "timer": "cuda_graph"}
+    assert data == {"backend": "cuda", "timer": "cuda_graph", "run_id": data["run_id"]}
+
+
+def _without_run_id(data):
+    return {k: v for k, v in data.items() if k != "run_id"}
+
+
+def test_the_write_that_creates_the_file_gives_the_run_its_id(tmp_path):
+    """One id per run directory: kept by every later merge, new when the run starts over
+    (zl.rundir moves an earlier run aside, so its identity file is gone)."""
+    ri.update_identity(str(tmp_path), op="a")
+    first = ri.load_identity(str(tmp_path))["run_id"]
+    assert len(first) == 32 and int(first, 16) >= 0
+    ri.update_identity(str(tmp_path), timer="direct")
+    assert ri.load_identity(str(tmp_path))["run_id"] == first
+    (tmp_path / ri.IDENTITY_NAME).unlink()
+    ri.update_identity(str(tmp_path), op="a")
+    assert ri.load_identity(str(tmp_path))["run_id"] not in ("", first)
 
 
 def test_no_out_dir_is_a_silent_noop(monkeypatch, tmp_path):
@@ -68,7 +85,7 @@ def test_corrupt_file_is_kept_aside_and_reported(tmp_path, capsys, content):
         path.write_text(content)
     original = path.read_bytes()
     ri.update_identity(str(tmp_path), op="x")
-    assert ri.load_identity(str(tmp_path)) == {"op": "x"}
+    assert _without_run_id(ri.load_identity(str(tmp_path))) == {"op": "x"}
     aside = list(tmp_path.glob(ri.IDENTITY_NAME + ".corrupt-*"))
     assert len(aside) == 1 and aside[0].read_bytes() == original
     err = capsys.readouterr().err
@@ -109,7 +126,7 @@ def test_sigkilled_writer_temp_is_removed_by_next_write(tmp_path):
     time.sleep(0.05)
     ri.update_identity(str(tmp_path), timer="direct")
     assert not temps[0].exists() and other.exists()
-    assert ri.load_identity(str(tmp_path)) == {"backend": "cuda", "timer": "direct"}
+    assert _without_run_id(ri.load_identity(str(tmp_path))) == {"backend": "cuda", "timer": "direct"}
 
 
 # ------------------------------------------------------------- finished (device plugin)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness.identity_links import link_fields
 from zl.runlog import caliber
 from zl.shapes import coverage, mechanism as mech
 
@@ -159,11 +160,13 @@ def test_caliber_refuses_different_shape_sources(tmp_path):
     for name, source, mode in (("A", "conv2d=yaml", "record"), ("B", "conv2d=hardcoded", "replay")):
         d = tmp_path / name
         d.mkdir()
-        (d / "run_identity.json").write_text(json.dumps({**base, "shape_source": source, "autotune_mode": mode}))
+        (d / "run_identity.json").write_text(json.dumps({**base, "shape_source": source, "autotune_mode": mode,
+                                                         **link_fields(mode)}))
         runs.append((name, d))
     assert caliber.complaints(runs) == ["shape_source differs: A=conv2d=yaml, B=conv2d=hardcoded"]
     (runs[1][1] / "run_identity.json").write_text(json.dumps({**base, "shape_source": "conv2d=yaml",
-                                                               "autotune_mode": "replay"}))
+                                                               "autotune_mode": "replay",
+                                                               **link_fields("replay")}))
     assert caliber.complaints(runs) == []
 
 

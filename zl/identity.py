@@ -10,6 +10,11 @@ Writes are atomic (tmp + os.replace) and serialised with an fcntl lock, because
 the parallel warmup workers and the parent may merge at the same time. Without
 OUT_DIR (ad-hoc pytest, unit tests) every call is a silent no-op.
 
+The write that creates the file adds `run_id` (a random 32-hex id): one id per run
+directory, since a new run starts from an absent file (zl.rundir moves an earlier run
+aside). A replay records its source's run_id, so a comparison can tell which run's
+record side B replayed (zl/runlog/caliber.py).
+
 A file that is not a JSON object is never silently replaced by the next merge (that
 would turn a broken caliber into a clean-looking partial one): the writer moves it
 aside as `run_identity.json.corrupt-<timestamp>` and says so on stderr. Temp files
@@ -28,6 +33,7 @@ import json
 import os
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional
 
@@ -132,6 +138,8 @@ def update_identity(out_dir: Optional[str] = None, **fields: Any) -> Dict[str, A
         except CorruptIdentity as exc:
             _set_aside(path, str(exc))
             current = {}
+        if not current:
+            current["run_id"] = uuid.uuid4().hex
         current.update(clean)
         atomic.write_json(path, current)
     return current

@@ -4,7 +4,7 @@ The logs are real H200 run logs (tests/fixtures/runlogs/h200: a 4-round softmax 
 DISABLE_LLVM_OPT with its status.tsv and telemetry.tsv, relu's first A/A round, an A/A
 screen.tsv); those runs kept no run_identity.json, so each run gets the caliber their
 screen.tsv recorded (cuda, device 0, cuda_graph, core, upstream, isolated tuner cache,
-direct_repeat 1).
+direct_repeat 1) and the record link of one record run (harness.identity_links).
 """
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Dict
 
 from zl.runlog.parse import read_run_log
+
+from .identity_links import link_fields
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RUNLOGS_H200 = REPO_ROOT / "tests" / "fixtures" / "runlogs" / "h200"
@@ -29,8 +31,9 @@ BATCH_COLUMNS = ("repo,op,op_file,run_name,backend,device,gpu,timer,status,retur
 def run_dir(d: Path, log: Path, mode: str, op: str, **identity) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     shutil.copy(log, d / "run.log")
-    (d / "run_identity.json").write_text(
-        json.dumps({**H200_IDENTITY, "autotune_mode": mode, "op": op, **identity}), encoding="utf-8")
+    (d / "run_identity.json").write_text(json.dumps(
+        {**H200_IDENTITY, "autotune_mode": mode, "op": op, **link_fields(mode), **identity}),
+        encoding="utf-8")
     return d
 
 

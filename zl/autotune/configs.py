@@ -136,3 +136,32 @@ def config_from_dict(d: Dict[str, Any], candidates: Iterable[Any] = ()) -> Tuple
             except Exception:
                 pass
     return cfg, None
+
+
+def off_candidates(d: Dict[str, Any], candidates: Iterable[Any] = ()) -> Optional[str]:
+    """Why a recorded config is not one the tuner could pick, or None when it is.
+
+    None: its kwargs and every attribute both it and a candidate carry are equal (Config
+    attributes differ between Triton builds: FlagTree adds warp-specialisation fields), or
+    the tuner lists no candidates to judge against. `unknown_kwargs`: it names a kwarg no
+    candidate has. `not_a_candidate`: otherwise (an edited or foreign record, or a switch
+    that changed the tuner's config list)."""
+    cands = []
+    for cand in candidates or ():
+        try:
+            cands.append(_bare(config_to_dict(cand)))
+        except Exception:
+            continue
+    if not cands:
+        return None
+    want = _jsonable(_bare(d))
+    kwargs = want.get("kwargs") or {}
+    known = set().union(*(set(c.get("kwargs") or {}) for c in cands))
+    if set(kwargs) - known:
+        return "unknown_kwargs"
+    for got in cands:
+        if (got.get("kwargs") or {}) != kwargs:
+            continue
+        if all(got[k] == want[k] for k in (set(got) & set(want)) - {"kwargs"}):
+            return None
+    return "not_a_candidate"

@@ -12,7 +12,16 @@ outcome -- never by the shell's intent:
     (missing_records, missing_record, unreadable_record, backend_mismatch): the whole
     run tuned live, so it is a record run, not side B of an A/B |
   replay_fallback with replay_fallback_scope=keys and replay_fallback_keys /
-    replay_fallback_kernels / replay_fallback_reasons: some keys tuned live.
+    replay_fallback_kernels / replay_fallback_reasons: some keys tuned live |
+  replay_fallback with replay_fallback_scope=all and replay_fallback_reason=no_key_replayed
+    (set at close): every key the replay met fell back (an emptied or foreign record).
+
+The link between the two sides of an A/B (read by zl/runlog/caliber.py):
+  record run: `autotune_record_digest` of the record it wrote (records.digest);
+  replay run: `replay_record_digest` of the record it read, `replay_source_dir` (the run
+    directory the record belongs to) and, from that run's identity at replay time,
+    `replay_source_run_id` and `replay_source_record_digest` (absent when it had none).
+Configs replayed although the tuner does not list them: `replay_foreign_configs`.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ import atexit
 import importlib
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
 from zl import markers
@@ -28,6 +38,7 @@ from zl.autotune import records as store
 from zl.autotune.libentry import isolate_kernel_caches
 from zl.autotune.session import AutotuneSession
 from zl.autotune.tuner import TunerPatch
+from zl.identity import load_identity
 from zl.patching import PatchStack
 
 
@@ -64,6 +75,16 @@ def _uncontrolled(why: str, message: str) -> Decision:
                     message=message)
 
 
+def source_fields(replay_dir: str) -> Dict[str, Any]:
+    """Where a replay's record comes from: the run directory holding `autotune_records/`
+    and what that run's identity says about itself now (run_id, the record digest)."""
+    source = Path(replay_dir).resolve().parent
+    ident = load_identity(str(source))
+    return {"replay_source_dir": str(source),
+            "replay_source_run_id": ident.get("run_id"),
+            "replay_source_record_digest": ident.get("autotune_record_digest")}
+
+
 def decide(s: Settings, autotuner: Callable[[], Any] = autotuner_class) -> Decision:
     """The mode this run really has, with its identity fields and the records to use."""
     if s.record_dir and s.replay_dir:
@@ -84,9 +105,11 @@ def decide(s: Settings, autotuner: Callable[[], Any] = autotuner_class) -> Decis
                                            reason=exc.reason, **exc.detail)
             return Decision("replay_fallback", {"autotune_mode": "replay_fallback",
                                                 "replay_fallback_scope": "all",
-                                                "replay_fallback_reason": exc.reason},
+                                                "replay_fallback_reason": exc.reason,
+                                                **source_fields(s.replay_dir)},
                             message=f"{exc}; tuning live", marker=marker)
-        return Decision("replay", {"autotune_mode": "replay"}, records=recs,
+        return Decision("replay", {"autotune_mode": "replay", "replay_record_digest": store.digest(recs),
+                                   **source_fields(s.replay_dir)}, records=recs,
                         message=f"replaying {store.count(recs)} recorded config(s) for {len(recs)} "
                                 f"kernel(s) from {store.record_path(s.replay_dir, s.op)}")
     seeded, note = None, ""
@@ -115,10 +138,14 @@ class AutotuneControl:
             settings.op, "replay" if replay else "record", settings.backend,
             record_dir="" if replay else settings.record_dir, replay=decision.records,
             out_dir=settings.out_dir, provider=settings.provider, log=log,
-            on_fallback=self._fallback_identity if replay else None)
+            on_fallback=self._fallback_identity if replay else None,
+            on_recorded=None if replay else self._recorded_identity)
 
     def _fallback_identity(self, session: AutotuneSession) -> None:
         self.identity(**session.fallback_fields())
+
+    def _recorded_identity(self, digest: str) -> None:
+        self.identity(autotune_record_digest=digest)
 
     def start(self) -> None:
         isolate_kernel_caches(self.stack)
@@ -140,8 +167,14 @@ class AutotuneControl:
         try:
             self.session.dump()
             if self.session.mode == "replay":
-                self.identity(replay_replayed_keys=len(self.session.replayed),
-                              replay_fallback_keys=len(self.session.fallbacks))
+                replayed, fell_back = len(self.session.replayed), len(self.session.fallbacks)
+                self.identity(replay_replayed_keys=replayed, replay_fallback_keys=fell_back,
+                              **self.session.foreign_fields())
+                if replayed == 0 and fell_back:
+                    # Nothing was pinned: the whole run tuned live, record vs record.
+                    self.log(f"!!! no recorded config was replayed ({fell_back} key(s) tuned live): "
+                             "the record is empty or another operator's")
+                    self.identity(replay_fallback_scope="all", replay_fallback_reason="no_key_replayed")
         finally:
             self.stack.undo_all()
 

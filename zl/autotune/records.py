@@ -5,10 +5,16 @@ make a record unusable and names it (`RecordUnusable.reason`, also the marker's
 `reason=`): a missing records dir or op file, a truncated or malformed file, a
 record made on another backend. The caller then tunes live and says so in
 run_identity.json instead of claiming to replay.
+
+`digest` names a record by its content (sha256 of its canonical JSON: key order and
+whitespace do not count, any config value does). The recording run writes it as identity
+`autotune_record_digest`, the replaying run the digest of what it read as
+`replay_record_digest`; the caliber guard pairs two runs only when they match.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any, Dict, Optional
@@ -77,6 +83,12 @@ def load_records(record_dir: str, op: str) -> Records:
     except (OSError, ValueError) as exc:
         raise RecordUnusable("unreadable_record", f"{path}: not valid JSON ({exc})") from None
     return validate(doc, str(path))
+
+
+def digest(records: Records) -> str:
+    """`sha256:<hex>` of the record's canonical JSON (sorted keys, no whitespace)."""
+    text = json.dumps(records, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return "sha256:" + hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
 def read_meta_backend(record_dir: str) -> str:

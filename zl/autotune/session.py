@@ -3,7 +3,11 @@
 `AutotuneSession` is the state `_autotune_record_plugin` keeps on its registered
 object. Replay answers a lookup with the recorded config; a key it cannot answer is
 a fallback: one marker line per (kernel, key) and, through `on_fallback`, the counts
-in run_identity.json, so a partly replayed run says how much of it tuned live.
+in run_identity.json, so a partly replayed run says how much of it tuned live. A
+replayed config that is not among the tuner's own candidates is run as recorded and
+flagged: one AUTOTUNE_REPLAY_FOREIGN_CONFIG line per (kernel, key), listed in
+`foreign_fields`. A recording session reports the digest of the record it wrote
+through `on_recorded` (also on the atexit path of a crashed run).
 """
 
 from __future__ import annotations
@@ -15,14 +19,15 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 from zl import atomic, markers
 from zl.autotune import records as store
-from zl.autotune.configs import config_from_dict, record_dict
+from zl.autotune.configs import config_from_dict, off_candidates, record_dict
 
 
 class AutotuneSession:
     def __init__(self, op: str, mode: str, backend: str, record_dir: str = "",
                  replay: Optional[store.Records] = None, out_dir: str = "",
                  provider: str = "flaggems", log: Callable[[str], None] = print,
-                 on_fallback: Optional[Callable[["AutotuneSession"], None]] = None) -> None:
+                 on_fallback: Optional[Callable[["AutotuneSession"], None]] = None,
+                 on_recorded: Optional[Callable[[str], None]] = None) -> None:
         self.op = op
         self.mode = mode                # "record" | "replay"
         self.backend = backend
@@ -32,10 +37,12 @@ class AutotuneSession:
         self.provider = provider
         self.log = log
         self.on_fallback = on_fallback
+        self.on_recorded = on_recorded
         self.records: store.Records = {}
         self.seen_cfg: Dict[Tuple[str, str], int] = {}   # (kernel,key) -> id(config)
         self.fallbacks: Dict[Tuple[str, str], str] = {}  # (kernel,key) -> reason
         self.replayed: set = set()                         # (kernel,key) answered from the record
+        self.foreign: Dict[Tuple[str, str], str] = {}    # (kernel,key) -> off_candidates reason
         self.built: Dict[Tuple[str, str, int], Any] = {}   # rebuilt Config per tuner
         self.uncaptured: set = set()
         self.dumped = False
@@ -51,13 +58,30 @@ class AutotuneSession:
         slot = (kernel, keystr, id(tuner))
         cfg = self.built.get(slot)
         if cfg is None:
-            cfg, problem = config_from_dict(entry, getattr(tuner, "configs", ()))
+            candidates = list(getattr(tuner, "configs", ()) or ())
+            cfg, problem = config_from_dict(entry, candidates)
             if problem:
                 self.fallback(kernel, keystr, problem)
                 return None
+            if not any(cfg is c for c in candidates):
+                self.flag_foreign(kernel, keystr, off_candidates(entry, candidates))
             self.built[slot] = cfg
             self.replayed.add((kernel, keystr))
         return cfg
+
+    def flag_foreign(self, kernel: str, keystr: str, reason: Optional[str]) -> None:
+        if reason is None or (kernel, keystr) in self.foreign:
+            return
+        self.foreign[(kernel, keystr)] = reason
+        print(markers.format_marker(markers.REPLAY_FOREIGN_CONFIG, op=self.op, kernel=kernel,
+                                    key=keystr, reason=reason), file=sys.stderr, flush=True)
+
+    def foreign_fields(self) -> Dict[str, Any]:
+        """run_identity.json `replay_foreign_configs`: [{kernel, key, reason}], when any."""
+        if not self.foreign:
+            return {}
+        return {"replay_foreign_configs": [{"kernel": k, "key": key, "reason": r}
+                                           for (k, key), r in sorted(self.foreign.items())]}
 
     def fallback(self, kernel: str, keystr: str, reason: str) -> None:
         if (kernel, keystr) in self.fallbacks:
@@ -110,6 +134,11 @@ class AutotuneSession:
                      f"{type(exc).__name__}: {exc}")
             return
         self.log(f"recorded {store.count(merged)} config(s) for {len(merged)} kernel(s) -> {path}")
+        if self.on_recorded is not None:
+            try:   # the digest of what a replay will read: the file as written
+                self.on_recorded(store.digest(store.load_records(self.record_dir, self.op)))
+            except Exception as exc:
+                self.log(f"record digest not written ({type(exc).__name__}: {exc})")
         if self.uncaptured:
             self.log("tuner(s) ran without a cache lookup, nothing to record: "
                      + ", ".join(sorted(self.uncaptured)))

@@ -8,6 +8,8 @@ comparison reads each run's `run_identity.json` before it reads a latency.
 from `batch_summary.py --caliber`, never from a second list. Each field is there
 because changing it alone moved a measured result (seed, S5000 / H200):
   backend, device  different hardware is a different experiment
+  device_name, device_arch  `device` is only an index: an H200 and an H100 (or Triton's
+                   interpreter, device_arch=triton-interpreter, and a GPU) share device 0
   timer            replication_pad3d read +43% under graph capture, +124.5% direct
   bench_level      mm has 5 shapes at core, 29 at comprehensive
   shape_mode       inline / file / upstream shape sets are different sets
@@ -31,10 +33,28 @@ on every side is accepted, so runs written before a field existed still compare.
 Autotune pinning (refused unless allowed): an A/B is only about the switch when side B
 replays side A's autotune picks. Refused: no side replays (every autotune_mode is record
 or missing), or a replay side could not use its record as a whole (autotune_mode
-`replay_fallback`: unreadable record, backend mismatch, no autotune_records/), which
-tuned live and is record vs record in disguise. A partial fallback (some keys missing,
-identity `replay_fallback_keys` or per-key AUTOTUNE_REPLAY_FALLBACK markers) is not a
-refusal; the reports list every key that was tuned live.
+`replay_fallback` with scope `all`: unreadable record, backend mismatch, no
+autotune_records/), or replayed no key at all (`replay_replayed_keys=0` with keys tuned
+live: an emptied or another operator's record), which tuned live and is record vs record
+in disguise. A partial fallback (some keys missing, identity `replay_fallback_keys` or
+per-key AUTOTUNE_REPLAY_FALLBACK markers) is not a refusal; the reports list every key
+that was tuned live.
+
+The record link (refused unless allowed): every run that ran recorded configs must have run
+the same record. A record run's pin is (its `run_id`, `autotune_record_digest`), a replay's
+(`replay_source_run_id`, `replay_record_digest`); all pins of the compared runs must be
+equal. So `--ab C B` where B replayed A is refused (B's source is not C), as is a side A
+recorded again after B replayed it (new run_id and record), and an --ab-rounds campaign
+whose cells replayed different records (every cell is pinned to r1_A's record). A replay
+whose source's identity named another digest than the record it read replayed an edited
+record: refused too. A run lacking these fields (written before they existed) cannot show
+the link: refused, with that reason.
+
+Hazards (listed, not refused): a replayed config that is not among the replaying tuner's
+candidates (identity `replay_foreign_configs`, AUTOTUNE_REPLAY_FOREIGN_CONFIG lines). With
+the record link verified it is a config the recording run ran itself (a switch that
+changed the config list, or Config attributes of another Triton build); an edited record
+is already refused by its digest.
 """
 
 from __future__ import annotations
@@ -47,7 +67,7 @@ from zl.identity import IDENTITY_NAME
 from zl.switches import SwitchError, parse_switch
 
 CALIBER_FIELDS = (
-    "backend", "device", "timer", "bench_level", "shape_mode",
+    "backend", "device", "device_name", "device_arch", "timer", "bench_level", "shape_mode",
     "tuner_cache", "direct_repeat", "use_flagtune", "seed", "shape_source",
     "graph_warmup_ms", "l2", "cold_clock", "device_share",
 )
@@ -85,12 +105,19 @@ def _field_text(name: str, value) -> Optional[str]:
     return text
 
 
+# The record link of a run (see the module docstring), written by the autotune plugin.
+LINK_FIELDS = ("run_id", "autotune_record_digest", "replay_record_digest",
+               "replay_source_run_id", "replay_source_record_digest", "replay_source_dir")
+
+
 def caliber_of(run_dir: Path) -> Optional[Dict[str, Optional[str]]]:
     """Caliber fields (None = absent) plus autotune_mode, as strings; None when the identity
     is missing/unreadable."""
     data = read_identity(run_dir)
-    if data is None:
-        return None
+    return None if data is None else _caliber(data)
+
+
+def _caliber(data: Dict) -> Dict[str, Optional[str]]:
     cal = {k: _field_text(k, data.get(k)) for k in CALIBER_FIELDS}
     if cal["l2"] == "cold" and cal["cold_clock"] is None:
         cal["cold_clock"] = "events"  # the only cold clock before ZL_COLD_CLOCK existed
@@ -98,6 +125,8 @@ def caliber_of(run_dir: Path) -> Optional[Dict[str, Optional[str]]]:
     # The autotune plugin writes `replay_fallback` for a whole-run fallback (scope `all`)
     # and for some keys tuned live (scope `keys`); only the former is record vs record.
     cal["replay_fallback_scope"] = str(data.get("replay_fallback_scope") or "all")
+    for k in ("replay_fallback_reason", "replay_replayed_keys", "replay_fallback_keys") + LINK_FIELDS:
+        cal[k] = _field_text(k, data.get(k))
     return cal
 
 
@@ -121,7 +150,8 @@ def complaints(runs: Sequence[Tuple[str, Path]]) -> List[str]:
         if len({c[fld] for _, c in known}) > 1:
             vals = ", ".join(f"{n}={_shown(c[fld])}" for n, c in known)
             out.append(f"{fld} differs: {vals}")
-    return out + shared_device_complaints(known) + autotune_complaints(known)
+    return (out + shared_device_complaints(known) + autotune_complaints(known)
+            + record_link_complaints(known))
 
 
 def shared_device_complaints(known: Sequence[Tuple[str, Dict]]) -> List[str]:
@@ -158,13 +188,72 @@ def autotune_complaints(known: Sequence[Tuple[str, Dict]]) -> List[str]:
         out.append(f"no run replayed recorded autotune configs ({shown}): nothing is pinned, "
                    "so each side may have picked a different winner; replay side B with "
                    "REPLAY_FROM=<side A>")
-    fell_back = [n for n, c in known if c["autotune_mode"] == "replay_fallback"
-                 and c.get("replay_fallback_scope", "all") != "keys"]
-    if fell_back:
-        out.append(f"{', '.join(fell_back)} could not use the recorded autotune configs "
-                   "(autotune_mode=replay_fallback: unreadable record, backend mismatch or no "
-                   "autotune_records/) and tuned live: this is record vs record; see the "
-                   "AUTOTUNE_REPLAY_FALLBACK lines in its run.log")
+    for name, c in known:
+        if _replayed_nothing(c):
+            out.append(f"{name} replayed no recorded config (replay_replayed_keys=0, "
+                       f"{c['replay_fallback_keys']} key(s) tuned live: an emptied record or "
+                       "another operator's) and tuned live: this is record vs record; see the "
+                       "AUTOTUNE_REPLAY_FALLBACK lines in its run.log")
+        elif c["autotune_mode"] == "replay_fallback" and c.get("replay_fallback_scope", "all") != "keys":
+            why = c.get("replay_fallback_reason") or "unreadable record, backend mismatch or no autotune_records/"
+            out.append(f"{name} could not use the recorded autotune configs "
+                       f"(autotune_mode=replay_fallback: {why}) and tuned live: this is record vs "
+                       "record; see the AUTOTUNE_REPLAY_FALLBACK lines in its run.log")
+    return out
+
+
+def _replayed_nothing(c: Dict) -> bool:
+    """A replay that answered no key from its record although keys were tuned live."""
+    return (c["autotune_mode"].startswith("replay") and c.get("replay_replayed_keys") == "0"
+            and c.get("replay_fallback_keys") not in (None, "", "0"))
+
+
+def _pin(c: Dict) -> Optional[Tuple[str, Optional[str], Optional[str]]]:
+    """(how, run id, record digest) of the record this run ran; None when it ran none."""
+    mode = c["autotune_mode"]
+    if mode.startswith("record"):
+        return ("recorded", c.get("run_id"), c.get("autotune_record_digest"))
+    if mode == "replay" or (mode == "replay_fallback" and c.get("replay_fallback_scope") == "keys"):
+        return ("replayed", c.get("replay_source_run_id"), c.get("replay_record_digest"))
+    return None
+
+
+def _short(value: Optional[str]) -> str:
+    text = value or "<missing>"
+    return text[:19] if text.startswith("sha256:") else text[:12]
+
+
+def _described(name: str, c: Dict, pin: Tuple) -> str:
+    how, run_id, digest = pin
+    where = f" ({c['replay_source_dir']})" if how == "replayed" and c.get("replay_source_dir") else ""
+    return f"{name} {how} record {_short(digest)} of run {_short(run_id)}{where}"
+
+
+def record_link_complaints(known: Sequence[Tuple[str, Dict]]) -> List[str]:
+    """Refusals about which autotune record each side ran (see the module docstring)."""
+    pinned = [(n, c, p) for n, c in known for p in [_pin(c)] if p is not None]
+    if not any(p[0] == "replayed" for _, _, p in pinned):
+        return []   # nothing replayed: autotune_complaints says so
+    out: List[str] = []
+    unknown = [n for n, _, p in pinned if None in p[1:]]
+    if unknown:
+        out.append(f"autotune record link cannot be verified: {', '.join(unknown)} "
+                   "lack run_id/autotune_record_digest (record) or replay_source_run_id/"
+                   "replay_record_digest (replay) in run_identity.json (runs written before "
+                   "zl_bench recorded them): nothing shows side B replayed side A's record")
+    for n, c, p in pinned:
+        source = c.get("replay_source_record_digest")
+        if p[0] == "replayed" and p[2] and source and source != p[2]:
+            out.append(f"autotune record link: {n} replayed record {_short(p[2])}, but its source "
+                       f"run {_short(p[1])} wrote {_short(source)}: the record was edited or "
+                       "rewritten after that run")
+    known_pins = [(n, c, p) for n, c, p in pinned if None not in p[1:]]
+    ref = next((x for x in known_pins if x[2][0] == "recorded"), known_pins[0] if known_pins else None)
+    for n, c, p in known_pins:
+        if p[1:] != ref[2][1:]:
+            out.append(f"autotune record link: {_described(n, c, p)}, but "
+                       f"{_described(*ref)}: every side must run one record's configs (side B "
+                       "replaying exactly the record of the side A it is compared with)")
     return out
 
 
@@ -185,4 +274,19 @@ def hazards(runs: Sequence[Tuple[str, Path]]) -> List[str]:
     if unpinned:
         out.append(f"autotune configs not fully pinned: {', '.join(unpinned)} "
                    "(see AUTOTUNE_REPLAY_FALLBACK lines in run.log)")
+    return out + foreign_config_hazards(runs)
+
+
+def foreign_config_hazards(runs: Sequence[Tuple[str, Path]]) -> List[str]:
+    """One line per run listing, key by key, replayed configs its tuner does not list."""
+    out: List[str] = []
+    for name, d in runs:
+        listed = (read_identity(d) or {}).get("replay_foreign_configs")
+        if not isinstance(listed, list) or not listed:
+            continue
+        keys = "; ".join(f"kernel={e.get('kernel')} key={e.get('key')} reason={e.get('reason')}"
+                         if isinstance(e, dict) else str(e) for e in listed)
+        out.append(f"{name} replayed {len(listed)} config(s) its tuner does not list "
+                   f"(AUTOTUNE_REPLAY_FOREIGN_CONFIG): {keys}; its own tuner would never pick "
+                   "them, so these rows time the recorded configs, not this build's search space")
     return out
