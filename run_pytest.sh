@@ -11,8 +11,11 @@
 # REPLAY_FROM, OUT_DIR, ZL_BACKEND, ZL_DEVICE, ZL_DEVICE_SHARE, ZL_ISOLATE_TUNER_CACHE, ZL_ENABLE_*,
 # ZL_DIRECT_REPEAT, ZL_SEED, ZL_PYTHON, ZL_RUNS_ROOT, FLAGGEMS_PERF_COLOR.
 # An OUT_DIR holding an earlier run keeps that run's files in OUT_DIR/prev-<stamp>-<pid>/.
-# Exit status: pytest's own; 2 = a variable has a bad value; 3 = a preflight check
-# failed (printed as `!!! PREFLIGHT_FAILED check=<name>`); 128+N = stopped by signal N.
+# OUT_DIR is locked for the whole run: a second run on it exits 2 naming the holder's pid.
+# Exit status: pytest's own; 2 = a variable has a bad value (TMPDIR included), an argument
+# was given, or OUT_DIR is locked by another run; 3 = a preflight check failed (printed as
+# `!!! PREFLIGHT_FAILED check=<name>`); 6 = OUT_DIR cannot be written (full disk,
+# read-only, no permission: `!!! OUT_DIR_WRITE_FAILED`); 128+N = stopped by signal N.
 set -uo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -29,6 +32,7 @@ export PYTHONPATH="$SCRIPT_DIR${PYTHONPATH:+:$PYTHONPATH}"
 # (an orphaned pytest once rewrote a rerun's autotune_records/meta.json). Temporaries
 # carry this script's pid; a run after a SIGKILL reclaims them (zl.prepare).
 CACHE_DIR=""; INLINE_FILE=""; TUNER_CACHE_DIR=""; CHILD_PID=""; TEE_PID=""
+OUT_DIR_CREATED=0; OWNED=0; LOCKED=0; PREPARED=0
 stop_child() {
   [[ -n "$CHILD_PID" ]] || return 0
   kill "-${1:-TERM}" -- "-$CHILD_PID" 2>/dev/null || kill "-${1:-TERM}" "$CHILD_PID" 2>/dev/null
@@ -38,16 +42,44 @@ stop_child() {
   CHILD_PID=""
 }
 cleanup() {
+  local status=$? tee_status=0
   stop_child TERM
   if [[ -n "$TEE_PID" ]]; then
     # Closing our end of the pipe lets the tee finish run.log before we return.
     exec 1>&3 2>&4 3>&- 4>&-
-    wait "$TEE_PID" 2>/dev/null
+    wait "$TEE_PID" 2>/dev/null; tee_status=$?
+    TEE_PID=""
   fi
   [[ -n "$CACHE_DIR" ]] && rm -rf "$CACHE_DIR"
   [[ -n "$INLINE_FILE" ]] && rm -f "$INLINE_FILE"
   [[ -n "$TUNER_CACHE_DIR" ]] && rm -rf "$TUNER_CACHE_DIR"
+  # A run stopped before pytest leaves no directory it created itself (the lock file was
+  # the only thing in it; prepare removed what it had made).
+  if (( OWNED && OUT_DIR_CREATED && ! PREPARED )); then
+    rm -f "$OUT_DIR/.zl.lock"; rmdir "$OUT_DIR" 2>/dev/null
+  elif (( LOCKED )); then
+    : > "$OUT_DIR/.zl.lock" 2>/dev/null   # no pid of a process that no longer holds it
+  fi
+  if (( tee_status == 6 || status == 6 )) && (( PREPARED )); then
+    log_write_failed
+    (( status < 128 )) && exit 6
+  fi
   return 0
+}
+# run.log could not be written: the directory does not hold this run. Named on the console,
+# run.log set aside as run.log.write-failed (no reader takes it for a whole log) and the
+# identity marked, each as far as the disk still allows.
+log_write_failed() {
+  echo "!!! run_pytest.sh: OUT_DIR=$OUT_DIR could not be written (see OUT_DIR_WRITE_FAILED above); exit 6, this is not a run" >&2
+  [[ -e "$OUT_DIR/run.log" ]] && mv -f "$OUT_DIR/run.log" "$OUT_DIR/run.log.write-failed" 2>/dev/null
+  "$PY" -m zl.identity "$OUT_DIR" --set out_dir_write_failed=run.log >/dev/null 2>&1
+  return 0
+}
+on_log_failure() {
+  trap - USR1
+  echo "!!! run_pytest.sh: run.log cannot be written; stopping pytest"
+  stop_child TERM
+  exit 6
 }
 on_signal() {   # NAME NUMBER
   trap - "$1"
@@ -59,6 +91,7 @@ trap cleanup EXIT
 trap 'on_signal TERM 15' TERM
 trap 'on_signal INT 2' INT
 trap 'on_signal HUP 1' HUP
+trap on_log_failure USR1
 
 # Built-in shapes, used when neither SHAPE_FILE nor TEST_NODE says otherwise.
 # Top-level keys are FlagGems op_name values (yaml lookup: op_name, then class chain).
@@ -72,11 +105,31 @@ softmax:
 YAML
 
 # ------------------------------------------------------------------ prepare
-# One interpreter (zl/prepare.py) validates the variables (exit 2), resolves the node,
-# backend and plugin plan, runs the preflight checks (exit 3), claims OUT_DIR (an earlier
-# run's files moved to prev-*/), makes the private caches and writes the identity stub.
+# zl/prepare.py in two steps around the OUT_DIR lock. `claim` validates the variables
+# (exit 2), resolves the node, backend and plugin plan, runs the preflight checks (exit 3),
+# checks TMPDIR (exit 2) and creates OUT_DIR, changing nothing inside an existing one.
+claimed="$("$PY" -m zl.prepare claim)" || exit $?
+eval "$claimed"
+# One run per OUT_DIR: two runs on one directory both exited 0 and left it mixed (the second
+# one's log and identity, the first one's shapes, results and records). The flock belongs to
+# this shell's descriptor and the children that inherit it (the tee, pytest's supervisor):
+# it ends when they do, however they die; no stale lock after kill -9 (zl.locks).
+if ! { exec {LOCK_FD}<>"$OUT_DIR/.zl.lock"; } 2>/dev/null; then
+  echo "!!! OUT_DIR_WRITE_FAILED out=$OUT_DIR detail='cannot create $OUT_DIR/.zl.lock': OUT_DIR cannot take this run's files (full disk, read-only or no permission); nothing was run" >&2
+  exit 6
+fi
+lock_msg="$("$PY" -m zl.locks hold "$LOCK_FD" "$OUT_DIR/.zl.lock" --pid "$$" 2>&1)"; lock_rc=$?
+case "$lock_rc" in
+  0) LOCKED=1; OWNED=1 ;;
+  1) echo "!!! OUT_DIR_BUSY out=$OUT_DIR: another run is writing this directory (${lock_msg#zl.locks: }); a run directory describes one run: wait for it to end or choose another OUT_DIR" >&2
+     exit 2 ;;
+  *) OWNED=1; PREP_NOTES+=("!!! OUT_DIR lock unavailable (${lock_msg#zl.locks: }): a second run on this OUT_DIR would not be refused") ;;
+esac
+# `run` (OUT_DIR ours now) makes the private caches, checks OUT_DIR takes a write (exit 6),
+# moves an earlier run's files to prev-*/ and writes the identity stub.
 prepared="$(INLINE_YAML="$INLINE_YAML" "$PY" -m zl.prepare run --owner-pid "$$")" || exit $?
 eval "$prepared"
+PREPARED=1
 
 # ------------------------------------------------------------------ colour
 FLAGGEMS_PERF_COLOR="${FLAGGEMS_PERF_COLOR:-}"
@@ -103,7 +156,7 @@ export PYTHONUNBUFFERED=1
 # Everything from here goes to the console and, ANSI-stripped, to run.log. The tee ignores
 # SIGINT so a Ctrl-C still lets it write pytest's last words.
 exec 3>&1 4>&2
-exec > >(trap '' INT; exec "$PY" -u -m zl.term --tee "$OUT_DIR/run.log") 2>&1
+exec > >(trap '' INT; exec "$PY" -u -m zl.term --tee "$OUT_DIR/run.log" --notify "$$") 2>&1
 TEE_PID=$!
 
 for note in ${PREP_NOTES[@]+"${PREP_NOTES[@]}"}; do echo "$note"; done

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -59,25 +60,68 @@ def log(label: str, message: str) -> None:
     print(f"{tag(label)} {message}", file=sys.stderr, flush=True)
 
 
-def tee_stripped(log_path: str, source=None, sink=None) -> int:
+def tee_stripped(log_path: str, source=None, sink=None, notify_pid: int = 0) -> int:
     """Copy `source` to `sink` unchanged and append it, ANSI-stripped, to `log_path`.
 
     Used by run_pytest.sh so the console keeps its colours while run.log stays
     plain text for parsers. Line by line and flushed, so a crash mid-run still
     leaves everything printed so far in run.log.
+
+    A log that cannot be written (full disk, read-only, no permission) is named once on
+    `sink` (`!!! OUT_DIR_WRITE_FAILED`), `notify_pid` gets SIGUSR1, and the copy to `sink`
+    goes on to the end, so the writers never see a closed pipe; returns EXIT_OUT_DIR_WRITE.
+    On a full disk this tee used to die at its first write, leaving run.log empty and the
+    run's next echo killed by SIGPIPE (exit 141).
     """
+    from zl.rundir import EXIT_OUT_DIR_WRITE, WRITE_FAILED_MARKER
+
     source = source if source is not None else sys.stdin.buffer
     sink = sink if sink is not None else sys.stdout.buffer
-    with open(log_path, "ab") as log_file:
-        for raw in iter(source.readline, b""):
+
+    def emit(raw: bytes) -> None:
+        try:
+            sink.write(raw)
+            sink.flush()
+        except (BrokenPipeError, ValueError):
+            pass  # a closed console must not stop run.log from being written
+
+    def failed(exc: OSError) -> None:
+        emit(f"!!! {WRITE_FAILED_MARKER} file={log_path} detail={exc.strerror or exc!s}: "
+             f"run.log stops here; this directory does not hold the whole run\n".encode("utf-8"))
+        if notify_pid:
             try:
-                sink.write(raw)
-                sink.flush()
-            except (BrokenPipeError, ValueError):
-                pass  # a closed console must not stop run.log from being written
+                os.kill(notify_pid, signal.SIGUSR1)
+            except OSError:
+                pass
+
+    try:
+        log_file = open(log_path, "ab")
+    except OSError as exc:
+        log_file = None
+        failed(exc)
+    status = 0 if log_file is not None else EXIT_OUT_DIR_WRITE
+    for raw in iter(source.readline, b""):
+        emit(raw)
+        if log_file is None:
+            continue
+        try:
             log_file.write(ANSI_RE.sub("", raw.decode("utf-8", "replace")).encode("utf-8"))
             log_file.flush()
-    return 0
+        except OSError as exc:
+            failed(exc)
+            status = EXIT_OUT_DIR_WRITE
+            try:
+                log_file.close()
+            except OSError:
+                pass
+            log_file = None
+    if log_file is not None:
+        try:
+            log_file.close()
+        except OSError as exc:
+            failed(exc)
+            status = EXIT_OUT_DIR_WRITE
+    return status
 
 
 if __name__ == "__main__":
@@ -86,4 +130,7 @@ if __name__ == "__main__":
     _p = argparse.ArgumentParser(description="terminal helpers for zl_bench shell scripts")
     _p.add_argument("--tee", metavar="LOG", required=True,
                     help="copy stdin to stdout and, ANSI-stripped, append it to LOG")
-    sys.exit(tee_stripped(_p.parse_args().tee))
+    _p.add_argument("--notify", metavar="PID", type=int, default=0,
+                    help="send PID SIGUSR1 when LOG cannot be written (exit status 6 then)")
+    _args = _p.parse_args()
+    sys.exit(tee_stripped(_args.tee, notify_pid=_args.notify))
