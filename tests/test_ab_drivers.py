@@ -11,6 +11,7 @@ import json
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -314,6 +315,28 @@ def test_interpreter_that_cannot_import_stops_the_campaign_before_a_cell(tmp_pat
     assert r.returncode == 3, r.explain()
     assert "!!! PREFLIGHT_FAILED check=interpreter" in r.stderr and "flag_gems" in r.stderr
     assert not runs.exists()
+
+
+def test_campaign_preflight_leaves_no_trace_in_the_users_tuner_cache(tmp_path):
+    """The interpreter check imports flag_gems for real; FlagGems creates its sqlite tuner store
+    at import (the fake tree does, under $HOME/.flaggems/config_cache, as upstream). A campaign
+    that says tuner=isolated must not write the user's store, nor leave its throwaway one."""
+    from harness.runner import base_env
+
+    probe_home, tmp = tmp_path / "probe_home", tmp_path / "tmp"
+    probe_home.mkdir()
+    tmp.mkdir()
+    # the fake flag_gems does write the store at import, so the check below can fail
+    subprocess.run([sys.executable, "-c", "import flag_gems"], env=base_env(probe_home),
+                   capture_output=True, check=True, timeout=120)
+    assert list((probe_home / ".flaggems" / "config_cache").glob("TunedConfig_*.db"))
+    for isolate in (None, "0"):
+        work = tmp_path / f"w{isolate}"
+        r = run_zl(work, script="ab_rlc_test.sh", TMPDIR=tmp, **stub_env(
+            OPS="relu", AB_ROOT=tmp_path / f"s{isolate}", ZL_ISOLATE_TUNER_CACHE=isolate))
+        assert r.returncode == 0, r.explain()
+        assert not (work / "home" / ".flaggems").exists(), sorted((work / "home").rglob("*"))
+        assert list(tmp.iterdir()) == []
 
 
 def test_a_second_campaign_never_merges_into_a_used_root(tmp_path):

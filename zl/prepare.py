@@ -22,7 +22,9 @@ it actually runs; only a run without that plugin is stamped `off` here.
 
 `campaign` imports triton and flag_gems for real, once, in the interpreter the cells will
 use (a broken install otherwise fails once per cell and burns a campaign), and prints the
-campaign id and marker names for the driver.
+campaign id and marker names for the driver. The import runs on a throwaway tuner cache:
+FlagGems creates its sqlite store at import, and a preflight must not write the user's
+~/.flaggems while the campaign says `tuner=isolated`.
 """
 
 from __future__ import annotations
@@ -458,7 +460,10 @@ def prepare_campaign(env: Dict[str, str], driver: str) -> List[str]:
     """Import triton and flag_gems for real; the campaign id and marker names as shell lines.
 
     Campaigns isolate the tuner cache unless the user says ZL_ISOLATE_TUNER_CACHE=0: a shared
-    store hands the first side's winners to the other.
+    store hands the first side's winners to the other. The import itself always runs on a
+    throwaway store (FlagGems' own variables pointed at a temporary directory, removed
+    afterwards): `import flag_gems` creates its sqlite store, and this check must leave no
+    trace in the user's ~/.flaggems, isolated campaign or not.
     """
     isolate = switch(env, "ZL_ISOLATE_TUNER_CACHE", True)
     allow_no_ir_diff = switch(env, "SWITCH_ALLOW_NO_IR_DIFF", False)
@@ -468,13 +473,19 @@ def prepare_campaign(env: Dict[str, str], driver: str) -> List[str]:
         raise BadValue(str(exc)) from None
     # GEMS_VENDOR before flag_gems: FlagGems otherwise probes every vendor's CLI at import.
     flaggems.apply_vendor_env(backend)
-    for module in ("triton", "flag_gems"):
-        try:
-            __import__(module)
-        except BaseException as exc:  # noqa: BLE001 - any import failure ends the campaign here
-            first = (str(exc).splitlines() or [""])[0]
-            raise PreflightFailed("interpreter", f"{sys.executable} cannot import {module}: "
-                                  f"{type(exc).__name__}: {first}") from None
+    scratch = tempfile.mkdtemp(prefix=f"zl_preflight_cache.{os.getpid()}.", dir=check_tmpdir(env))
+    os.environ["FLAGGEMS_CACHE_DIR"] = scratch
+    os.environ["FLAGGEMS_DB_URL"] = f"sqlite:///{scratch}/config_cache/zl_preflight.db"
+    try:
+        for module in ("triton", "flag_gems"):
+            try:
+                __import__(module)
+            except BaseException as exc:  # noqa: BLE001 - any import failure ends the campaign here
+                first = (str(exc).splitlines() or [""])[0]
+                raise PreflightFailed("interpreter", f"{sys.executable} cannot import {module}: "
+                                      f"{type(exc).__name__}: {first}") from None
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     campaign_id = f"{driver}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{os.urandom(3).hex()}"
     return [_sh("ZL_CAMPAIGN_ID", campaign_id, export=True),
             _sh("ZL_ISOLATE_TUNER_CACHE", int(isolate), export=True),
