@@ -21,6 +21,9 @@
 #   FLAGGEMS_DIR    a real FlagGems checkout (real mode)
 #   DEMO_ROOT       output root (default $ZL_RUNS_ROOT or <repo>/runs, then demo_<op>_<timestamp>)
 #   AFTER_ENV       space-separated NAME=VALUE set on side B only (e.g. your switch), real mode
+#   ZL_ISOLATE_TUNER_CACHE  default 1 here, both modes: each side gets a private FlagGems tuner
+#                   store (0 shares ~/.flaggems, and the report then warns that side A
+#                   recorded on a shared cache)
 #   ZL_PYTHON       interpreter (default python, else python3)
 # Output: <root>/before, <root>/after (run directories), <root>/report.html, <root>/report.json
 # Exit: 0 page written; 2 bad variable; 3 FLAGGEMS_DIR set but no device visible;
@@ -76,13 +79,17 @@ if [[ "$MODE" == demo ]]; then
 EOF
   export FLAGGEMS_DIR="$FAKE" TRITON_INTERPRET=1
   export PYTHONPATH="$ZL_ROOT:$FAKE/src${PYTHONPATH:+:$PYTHONPATH}"
-  # The fake tree's own small shape set; a private tuner cache keeps ~/.flaggems clean.
-  export SHAPE_FILE=upstream ZL_ISOLATE_TUNER_CACHE=1
+  # The fake tree's own small shape set.
+  export SHAPE_FILE=upstream
   AFTER_ENV=""
 else
   echo ">>> demo.sh: real run of $OP with FLAGGEMS_DIR=$FLAGGEMS_DIR (backend ${ZL_BACKEND:-cuda}, $n_dev device(s))"
 fi
 export OP OP_FILE ZL_PYTHON="$PY"
+# A private tuner store per side, as the A/B drivers do: on the shared one, side A's sweep
+# starts from whatever earlier runs left there, and the report warns about exactly that. The
+# main command must not warn about its own defaults.
+export ZL_ISOLATE_TUNER_CACHE="${ZL_ISOLATE_TUNER_CACHE:-1}"
 export PYTHONPATH="$ZL_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 # Each step under zl.supervise: killed, even by SIGKILL, demo.sh takes the running step along.
 step() { "$PY" -m zl.supervise --parent "$$" -- "$@"; }

@@ -44,6 +44,8 @@ def test_demo_end_to_end_on_cpu(tmp_path):
     for side in ("before", "after"):
         ident = json.loads((root / side / "run_identity.json").read_text())
         assert ident["demo"] == "cpu-interpreter" and ident["op"] == "softmax"
+        assert ident["tuner_cache"] == "isolated"
+    assert "shared tuner cache" not in out   # the demo does not warn about its own defaults
     assert json.loads((root / "after" / "run_identity.json").read_text())["autotune_mode"] == "replay"
     d = json.loads((root / "report.json").read_text())
     assert d["demo"] == "cpu-interpreter" and d["summary"]["paired"] >= 2 and d["caliber_problems"] == []
@@ -91,6 +93,12 @@ def test_real_mode_with_a_device_and_flaggems_dir(tmp_path):
     assert proc.returncode == 0, out[-6000:]
     assert "CPU DEMO" not in out and "real run of softmax" in out
     assert "demo" not in json.loads((root / "before" / "run_identity.json").read_text())
+    # the real job isolates the tuner cache by default too: its report does not warn that
+    # side A recorded on the shared cache (before: it did, about demo.sh's own default)
+    for side in ("before", "after"):
+        assert json.loads((root / side / "run_identity.json").read_text())["tuner_cache"] == "isolated"
+    assert "shared tuner cache" not in out
+    assert not (tmp_path / "home" / ".flaggems").exists()
     d = json.loads((root / "report.json").read_text())
     assert d["demo"] is None and d["summary"]["paired"] >= 2
     assert 'id="demo-banner"' not in (root / "report.html").read_text()
