@@ -47,6 +47,10 @@
 # `results`: match | within_tol | MISMATCH (k/n shapes, worst error ...) | n/a (reason), B vs A;
 # `results_torch`: each side's gems output vs the torch baseline. fp_*: `A` or `A/B` (12 hex).
 # `variants_only`: variants compiled on one side only, e.g. `A: 64x64/k[philox_offset:i64]; B: -`.
+# <root>/screen.requested.tsv (cell op op_file dtypes) lists every requested cell, written
+# before the first one runs; <root>/screen.complete is written only when the list ran to its
+# end. A screen stopped early (signal, kill) has no screen.complete, and
+# `batch_summary.py --screen <root>` reports it INCOMPLETE with the cells never judged.
 # The verdict is the fingerprint, not the convert_layout count: addmm kept 15 -> 15 converts
 # while all 15 TTGIR files changed. The counts are kept because they explain the change.
 # Exit: 0 done (the verdicts carry the results); 1 every operator is NO_ROWS (nothing was
@@ -154,6 +158,10 @@ if [[ -n "$RESCORE" ]]; then
   done < <(tail -n +2 "$TSV.bak")
   mv -f "$tmp" "$TSV"
   echo ">>> rescored $RESCORE: $changed verdict(s) changed; previous table kept as $TSV.bak"
+  if [[ -f "$RESCORE/screen.requested.tsv" && ! -f "$RESCORE/screen.complete" ]]; then
+    echo "!!! this screen is INCOMPLETE (stopped before its list ended, no screen.complete):" \
+      "python batch_summary.py --screen $RESCORE lists the cells never judged"
+  fi
   awk -F'\t' -v i="$c_v" 'NR > 1 { c[$i]++ } END { for (k in c) printf "  %-12s %d\n", k, c[k] }' "$TSV" | sort
   exit 0
 fi
@@ -166,6 +174,22 @@ claim_root ab_rlc
 LOG="$ROOT/summary.log"
 TSV="$ROOT/screen.tsv"
 printf '%s\n' "$SCREEN_HEADER" > "$TSV"
+# The requested list, before any cell: a screen stopped mid-list must not read as the whole
+# list (zl/report/views.py reads these two files).
+{
+  printf 'cell\top\top_file\tdtypes\n'
+  for i in "${!OPS_OP[@]}"; do
+    printf '%s\t%s\t%s\t%s\n' "${OPS_CELL[$i]}" "${OPS_OP[$i]}" "${OPS_FILE[$i]}" "${OPS_DTYPES[$i]// /,}"
+  done
+} > "$ROOT/screen.requested.tsv.tmp" && mv -f "$ROOT/screen.requested.tsv.tmp" "$ROOT/screen.requested.tsv" \
+  || die2 "cannot write $ROOT/screen.requested.tsv"
+JUDGED=" "
+screen_stopped() {   # DRIVER_STOP_HOOK: name the cells this screen never judged
+  local c never=""
+  for c in "${OPS_CELL[@]}"; do [[ "$JUDGED" == *" $c "* ]] || never+=" $c"; done
+  echo "!!! screen INCOMPLETE: never judged:${never:- (none)}; screen.tsv holds the judged cells only"
+}
+DRIVER_STOP_HOOK=screen_stopped
 driver_exit() {
   stop_pid_group "$CELL_PID"
   end_log
@@ -209,6 +233,7 @@ for i in "${!OPS_OP[@]}"; do
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
       "$op" "$op_file" "${dtypes_col:-<all>}" "$rb" "$ra" "$kb" "$ka" "$cb" "$ca" \
       "$el_before" "$el_after" "$rc_before" "$rc_after" "$verdict" "$cal" "$extra" >> "$TSV"
+    JUDGED+="$cell "
     echo ">>> $cell: $verdict ($(explain "$verdict" "$rc_before" "$rc_after")); results: $res"
 
     # A verdict that says "not comparable" must not be followed by a range that reads like one.
@@ -240,6 +265,9 @@ measured="$(awk -F'\t' 'NR > 1 && $14 != "NO_ROWS"' "$TSV" | wc -l)"
 if (( measured == 0 )); then
   echo "!!! every operator is NO_ROWS: nothing was measured (read the run.log files under $ROOT)"
 fi
+printf 'complete\t%s\tjudged %s of %s requested cells\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+  "$(( $(wc -l < "$TSV") - 1 ))" "${#OPS_CELL[@]}" > "$ROOT/screen.complete.tmp" \
+  && mv -f "$ROOT/screen.complete.tmp" "$ROOT/screen.complete"
 echo "########## ALL DONE ##########"
 end_log
 echo ">>> log: $LOG"

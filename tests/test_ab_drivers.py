@@ -92,6 +92,58 @@ def test_rescore_rejudges_from_disk_and_keeps_the_old_table(screened):
     assert "/" not in rows["relu"]["fp_ttgir"] and rows["exp"]["ir_levels"] == "ttgir"
 
 
+def test_a_finished_screen_records_its_list_and_reads_complete(screened, tmp_path):
+    root, _ = screened
+    requested = tsv(root / "screen.requested.tsv")
+    assert [(r["cell"], r["op_file"], r["dtypes"]) for r in requested] == [
+        ("relu", "relu", ""), ("abs", "abs", ""), ("exp", "exp", ""), ("amax@float32", "amax", "float32")]
+    assert (root / "screen.complete").read_text().startswith("complete\t")
+    out = tmp_path / "screen.json"
+    r = subprocess.run([sys.executable, str(REPO_ROOT / "batch_summary.py"), "--screen", str(root),
+                        "--json", str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    completion = json.loads(out.read_text())["completion"]
+    assert completion["complete"] is True and completion["never_judged"] == []
+    assert "INCOMPLETE" not in r.stdout
+
+
+def test_a_screen_stopped_mid_list_reads_incomplete_with_the_cells_never_judged(tmp_path):
+    """SIGTERM while the second of three cells runs: screen.tsv holds relu only. The requested
+    list was written before the first cell and the completion marker never was, so the report
+    says INCOMPLETE and names abs and exp (before: relu alone, read as the whole screen)."""
+    from harness.runner import base_env
+
+    root, trace = tmp_path / "screen", tmp_path / "trace"
+    (tmp_path / "home").mkdir()
+    # Every stub cell sleeps 3 s: the signal goes out once the trace shows abs's first side
+    # started (relu was judged before that), inside that side's 3 s.
+    env = base_env(tmp_path / "home", AB_ROOT=root, OPS="relu abs exp", ZL_STUB_SLEEP="3",
+                   ZL_STUB_TRACE=trace, **stub_env())
+    proc = subprocess.Popen(["bash", str(REPO_ROOT / "ab_rlc_test.sh")], env=env, cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and "abs_before" not in (trace.read_text() if trace.is_file() else ""):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 143, out
+    assert [r["op"] for r in tsv(root / "screen.tsv")] == ["relu"], out
+    assert [r["cell"] for r in tsv(root / "screen.requested.tsv")] == ["relu", "abs", "exp"]
+    assert not (root / "screen.complete").exists()
+    assert "!!! screen INCOMPLETE: never judged: abs exp" in (root / "summary.log").read_text()
+    report = tmp_path / "screen.json"
+    r = subprocess.run([sys.executable, str(REPO_ROOT / "batch_summary.py"), "--screen", str(root),
+                        "--json", str(report)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "!!! [screen] INCOMPLETE" in r.stdout and r.stdout.rstrip().count("abs exp") == 1, r.stdout
+    d = json.loads(report.read_text())
+    assert d["completion"]["complete"] is False and d["completion"]["never_judged"] == ["abs", "exp"]
+    assert d["failures"][0]["reason"].startswith("INCOMPLETE") and d["failures"][0]["ops"] == ["abs", "exp"]
+    # RESCORE of that root says so too
+    r = run_zl(tmp_path / "w2", script="ab_rlc_test.sh", **stub_env(RESCORE=root))
+    assert r.returncode == 0 and "this screen is INCOMPLETE" in r.stdout, r.explain()
+
+
 def test_rescore_bad_root_exits_2(tmp_path):
     r = run_zl(tmp_path / "w", script="ab_rlc_test.sh", **stub_env(RESCORE=tmp_path / "nope"))
     assert r.returncode == 2 and "RESCORE directory does not exist" in r.stderr
