@@ -152,10 +152,13 @@ def test_runs_are_stamped_per_line_and_split_into_phases(tmp_path):
     wall = time.monotonic() - t0
     assert rc == 0 and [line.strip() for _, line in lines][-1] == "late"   # stderr merged
     ph = mod.phases(lines, wall)
-    assert 0.3 <= ph["startup_s"] < 2 and 0.35 <= ph["session_s"] < 1.5 and 0.25 <= ph["end_s"] < 1.5
+    # lower bounds: each sleep lands in its own phase; upper bounds only catch a gross mix-up
+    # (a loaded machine may add seconds to the interpreter's start and exit)
+    assert 0.3 <= ph["startup_s"] < 10 and 0.35 <= ph["session_s"] < 10 and 0.25 <= ph["end_s"] < 10
     assert mod.phases(lines[:1], wall) == {}                  # died before its session
+    # 5 s: the interpreter must start and print before the limit, on a loaded machine too
     rc, lines = mod.run_stamped([sys.executable, "-c", "import time; print('x', flush=True); time.sleep(30)"],
-                                tmp_path, dict(os.environ), 1)
+                                tmp_path, dict(os.environ), 5)
     assert rc == "timeout" and lines and lines[0][1] == "x\n"
 
 
