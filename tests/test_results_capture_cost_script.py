@@ -60,22 +60,30 @@ def test_bad_arguments_and_a_failing_process_have_their_exit_codes(tmp_path):
 
 def test_a_killed_driver_takes_its_measuring_process_along(tmp_path):
     slow = tmp_path / "slow_capture.py"
-    slow.write_text("import time\ntime.sleep(60)\n")          # the child is still importing it
+    slow.write_text("import time\ntime.sleep(600)\n")         # the child is still importing it
     driver = subprocess.Popen([sys.executable, str(SCRIPT), "--impl", f"a={slow}", "--out",
                                str(tmp_path / "out"), "--device", "cpu", "--numel", "10"], cwd=str(ROOT))
+
+    def running(pid):   # a zombie waiting for a slow reaper has exited
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except (OSError, IndexError):
+            return False
+    child = None
     try:
         deadline = time.monotonic() + 60
-        child = None
         while time.monotonic() < deadline and child is None:
             found = subprocess.run(["pgrep", "-f", str(slow)], capture_output=True, text=True).stdout.split()
             child = next((int(p) for p in found if int(p) != driver.pid), None)
             time.sleep(0.2)
         assert child is not None, "the measuring process never started"
         os.kill(driver.pid, signal.SIGKILL)
-        driver.wait(10)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and os.path.exists(f"/proc/{child}"):
+        driver.wait(60)
+        deadline = time.monotonic() + 60   # a loaded machine's margin; the child sleeps 600 s
+        while time.monotonic() < deadline and running(child):
             time.sleep(0.1)
-        assert not os.path.exists(f"/proc/{child}")
+        assert not running(child)
     finally:
         driver.kill()
+        if child is not None and running(child):
+            os.kill(child, signal.SIGKILL)
