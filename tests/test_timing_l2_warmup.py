@@ -46,8 +46,9 @@ def test_unsettled_calls_stop_at_the_cap_not_the_callers_budget():
     t0 = time.perf_counter()
     done = capture.warmup_before_capture(make_interface(), jittery, 1000.0, cap_ms=25.0)
     wall_ms = (time.perf_counter() - t0) * 1e3
-    # FlagGems' default budget is 1000 ms; the cap holds it to ~25 ms plus one call
-    assert done <= 25 and wall_ms < 200
+    # FlagGems' default budget is 1000 ms; the cap holds it to ~25 ms plus one call (bound: half
+    # the budget, room for a loaded machine's preemptions)
+    assert done <= 25 and wall_ms < 500
 
 
 def test_a_zero_budget_still_times_one_warm_call():
