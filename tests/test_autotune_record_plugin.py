@@ -686,6 +686,15 @@ def test_run_pytest_record_then_replay_libtuner(zl_run):
     assert f"replaying {sum(len(v) for v in recs.values())} recorded config(s)" in b.output
     assert not (b.out_dir / "autotune_records" / f"{op}.json").exists()  # replay tunes nothing
     assert json.loads((b.out_dir / "autotune_records" / f"{op}.used.json").read_text()) == recs
+    # the link a comparison checks, and the finished sessions, as the real run wrote them
+    from zl.autotune.records import digest
+    from zl.runlog.caliber import complaints
+
+    ia, ib = _ident(a), _ident(b)
+    assert ia["autotune_record_digest"] == digest(recs) == ib["replay_record_digest"]
+    assert ib["replay_source_run_id"] == ia["run_id"] != ib["run_id"]
+    assert ia["finished"] == ib["finished"] == {"status": "complete", "exitstatus": 0}
+    assert complaints([("before", a.out_dir), ("after", b.out_dir)]) == []
 
 
 def _tuned_rows(root: Path) -> int:
