@@ -53,8 +53,8 @@ from zl.backends import UnknownBackendError, get_backend  # noqa: E402
 from zl.identity import update_identity  # noqa: E402
 from zl.plan import AUTOTUNE_PLUGIN, missing_modules, plan_plugins, pytest_args  # noqa: E402
 from zl.rundir import (EXIT_OUT_DIR_WRITE, TMP_PREFIXES, WRITE_ERRNOS,  # noqa: E402
-                       WRITE_FAILED_MARKER, RunDirError, claim_out_dir, move_previous_run,
-                       probe_writable, reclaim_tmp, remove_new_entries)
+                       WRITE_FAILED_MARKER, RunDirError, claim_out_dir, earlier_run_entries,
+                       move_previous_run, probe_writable, reclaim_tmp, remove_new_entries)
 from zl.shapefile import ShapeFileError, inline_yaml, validate_shape_file  # noqa: E402
 from zl.switches import SwitchError, env_switch  # noqa: E402
 
@@ -298,6 +298,7 @@ def claim(run: Run) -> bool:
     existed = bool(given) and os.path.isdir(given)
     try:
         run.out = claim_out_dir(given, run.get("ZL_RUNS_ROOT", str(_ROOT / "runs")), run.op)
+        earlier_run_entries(run.out)   # before the shell writes its lock file into it
     except RunDirError as exc:
         if exc.errno in WRITE_ERRNOS:
             raise OutDirUnwritable(given or run.get("ZL_RUNS_ROOT", str(_ROOT / "runs")),

@@ -156,18 +156,26 @@ def remove_new_entries(out: Path) -> None:
             _unlink(str(path))
 
 
+def earlier_run_entries(out: Path) -> List[str]:
+    """The entries an earlier run left in OUT_DIR ([] when there are none); RunDirError when
+    OUT_DIR holds something that is not a run: OUT_DIR=. or a data directory is refused, never
+    cleared aside, and nothing (not even the lock file) is written into it."""
+    entries = _run_entries(out)
+    if entries and not any(e in RUN_MARKERS or e.startswith("run.log.prev-") for e in entries):
+        raise RunDirError(f"OUT_DIR={out} is not empty and holds no earlier run "
+                          f"({', '.join(sorted(entries)[:5])} ...); give an empty or new directory")
+    return entries
+
+
 def move_previous_run(out: Path) -> Optional[Path]:
     """A run directory describes one run: an earlier run's files go to `prev-<stamp>-<pid>/`.
 
     A stale `replay_from`, `shapes.source.yaml` or `*.used.json` left by the previous run
     otherwise reads as this run's. Temporaries of a killed run are deleted, not kept.
     """
-    entries = _run_entries(out)
+    entries = earlier_run_entries(out)
     if not entries:
         return None
-    if not any(e in RUN_MARKERS or e.startswith("run.log.prev-") for e in entries):
-        raise RunDirError(f"OUT_DIR={out} is not empty and holds no earlier run "
-                       f"({', '.join(sorted(entries)[:5])} ...); give an empty or new directory")
     aside = out / f"{PREV_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     aside.mkdir()
     for name in entries:
