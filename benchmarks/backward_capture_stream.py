@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Which stream should a captured autograd backward run on? (issue 7, gelu_backward noise)
+"""Which stream should a captured autograd backward run on? (gelu_backward's graph-timed noise)
 
 torch's gelu forward runs on a side stream `fwd` (as zl.timing.backward.side_stream does for
 FlagGems' backward benchmarks); then `torch.autograd.grad(out, x, dout, retain_graph=True)`
@@ -10,12 +10,14 @@ four captures per variant:
     aten                       torch.ops.aten.gelu_backward(dout, x): the bare kernel
 Also profiles 10 eager autograd.grad calls (torch.profiler) to show what one call launches.
 Each capture goes through backward_graph_probe.py's loop (`bench_graph` with a fixed
-unroll). First run on the H200 inline in the call after round 9, with its own copy of that
-loop (3 warmup calls where the shared loop makes 1 + 5 estimate calls; the captured and
-replayed part is the same); raw output in
-docs/validation/timing_h200/round9/backward_capture_stream.out.
+unroll). Inputs: one CUDA GPU (torch's own kernels, no FlagGems). Outputs: the table and the
+profile on stdout. The H200 run (docs/validation/timing.md, section 3) used its own copy of
+that loop (3 warmup calls where the shared loop makes 1 + 5 estimate calls; the captured and
+replayed part is the same); raw output in docs/validation/raw/timing.tar.xz,
+backward_capture/backward_capture_stream.out.
     python benchmarks/backward_capture_stream.py
 """
+import argparse
 import sys
 from pathlib import Path
 
@@ -28,7 +30,12 @@ from backward_graph_probe import bench_graph, forward_on_side_stream  # noqa: E4
 UNROLL, CAPTURES = 800, 4
 
 
-def main():
+def main(argv=None) -> int:
+    argparse.ArgumentParser(prog="backward_capture_stream.py", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
+    if not torch.cuda.is_available():
+        print("backward_capture_stream.py: needs a CUDA device", file=sys.stderr)
+        return 1
     for shape in [(64, 64), (4096, 4096)]:
         x = torch.randn(shape, dtype=torch.float16, device="cuda").requires_grad_()
         d = torch.randn(shape, dtype=torch.float16, device="cuda")
@@ -47,7 +54,8 @@ def main():
                  for _ in range(CAPTURES)]
             print(f"{name} {shape} us/call per capture: {[round(v, 2) for v in r]} "
                   f"spread {100 * (max(r) / min(r) - 1):.2f}%", flush=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

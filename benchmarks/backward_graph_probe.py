@@ -4,7 +4,7 @@
 FlagGems times a backward benchmark as `torch.autograd.grad(out, x, dout, retain_graph=True)`
 and zl_bench's graph timer runs the forward on a side stream so autograd's backward can be
 captured (zl.timing.backward.side_stream). Between two runs the graph-timed latency of
-gelu_backward moved by 9.4 % (median, H200 round 7) while forward operators moved 0.2 %, in
+gelu_backward moved by 9.4 % (median, H200) while forward operators moved 0.2 %, in
 the torch column as much as in the FlagGems one, so the cause sits in how the backward is
 captured, not in a kernel. This probe times torch's gelu backward the way triton's
 do_bench_cudagraph does (5 eager calls estimate n_repeat = rep / estimate, n_repeat calls
@@ -16,7 +16,7 @@ Variants, each captured CAPTURES times in this process:
                     on the capture stream (the backward then runs on the forward's stream)
     autograd_same   every captured call switches to the forward's stream around
                     autograd.grad (joined to the capture stream before and after): still one
-                    fork/join per call, so on the H200 (round 9) it stayed as slow and noisy
+                    fork/join per call, so on the H200 it stayed as slow and noisy
                     as autograd_side; the fix is to capture on the forward's stream itself
                     (benchmarks/backward_capture_stream.py)
     aten_direct     torch.ops.aten.gelu_backward(dout, x) with no autograd (control)

@@ -13,11 +13,13 @@ unaligned x pointer (dtype and alignment collisions), and `tile_kernel` (autotun
 3 configs differing in BLOCK_SIZE_M and num_warps: sweep losers vs the winner).
 The event stream has the structure tests/harness/ir_replay.py::replay reads.
 
-    python benchmarks/capture_ir_payloads.py          (needs a GPU, triton 3.6 or 3.9)
+    python benchmarks/capture_ir_payloads.py --out DIR   (default $OUT, else ./capture_out;
+                                                          needs a GPU, triton 3.6 or 3.9)
 """
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import os
@@ -29,7 +31,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-OUT = Path(os.environ.get("OUT") or "capture_out")
+_ap = argparse.ArgumentParser(prog="capture_ir_payloads.py", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+_ap.add_argument("--out", default=os.environ.get("OUT") or "capture_out",
+                 help="folder for payloads_h200.json, plugin_tree.tar.gz and capture.log")
+OUT = Path(_ap.parse_args().out)
 OUT.mkdir(parents=True, exist_ok=True)
 # A private cache so every variant really compiles (cache_hit False) in this process.
 os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="zl_ir_capture_cache_"))

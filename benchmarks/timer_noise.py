@@ -186,7 +186,7 @@ def run_one(timer: str, op: str, op_file: str, args, run_dir: Path,
 def cupti_ms(fn, cache, cold: bool, names=None, n: int = 50, spans=None):
     """CUPTI device time per call of `fn` (ms) and the kernel names seen; `cold` zeroes
     `cache` (larger than L2) before every call and counts only `names` (the flush is a
-    kernel too). Shared by the timer comparison and docs/validation/scripts/issue18.py.
+    kernel too). Shared by the timer comparison and benchmarks/graph_timer_cost.py.
     A list as `spans` also receives the median per-call span (ms, first kernel's start to
     last kernel's end), which includes the gaps between an operator's kernels."""
     import torch
@@ -281,7 +281,7 @@ def fmt(v, spec=".2f"):
     return "-" if v is None else format(v, spec)
 
 
-# Issue 7's accuracy target covers kernels of 10 us and more: below that a timer's fixed cost
+# The accuracy target covers kernels of 10 us and more: below that a timer's fixed cost
 # (launch, event resolution) is a large fraction of the kernel and no timer is expected to match.
 ACCURACY_FLOOR_MS = 0.010
 
