@@ -148,10 +148,18 @@ def test_runs_without_the_link_fields_cannot_show_the_link(tmp_path, capsys):
     assert "cannot be verified: after lack" in link_problems(a2, b)[0]
 
 
-def test_no_replaying_side_has_no_link_to_check(tmp_path):
+@pytest.mark.parametrize("mode", ["uncontrolled", "off", None])
+def test_a_run_that_tuned_live_without_a_record_pairs_with_nothing(tmp_path, mode):
+    """uncontrolled / off / no mode: its configs were tuned live. Against a replay the sides
+    ran different configs; against a record run nothing was pinned at all."""
     a = recorded(tmp_path / "A", "a" * 32, DA)
-    u = run(tmp_path / "U", autotune_mode="uncontrolled")
-    assert link_problems(a, u) == []
+    u = run(tmp_path / "U", **({"autotune_mode": mode} if mode else {}))
+    b = replayed(tmp_path / "B", a)
+    assert link_problems(u, b) == [
+        f"autotune record link: before={mode or '<missing>'} ran no recorded configs (tuned live) "
+        "while the other side replayed a record: the sides did not run the same configs"]
+    (problem,) = caliber.complaints([("before", a), ("after", u)])
+    assert problem.startswith("no run replayed recorded autotune configs")
 
 
 # ------------------------------------------------------------------ a replay that replayed nothing

@@ -31,8 +31,8 @@ A field absent on one side only is a mismatch (one run cannot show it matched); 
 on every side is accepted, so runs written before a field existed still compare.
 
 Autotune pinning (refused unless allowed): an A/B is only about the switch when side B
-replays side A's autotune picks. Refused: no side replays (every autotune_mode is record
-or missing), or a replay side could not use its record as a whole (autotune_mode
+replays side A's autotune picks. Refused: no side replays (every autotune_mode is record,
+uncontrolled, off or missing), or a replay side could not use its record as a whole (autotune_mode
 `replay_fallback` with scope `all`: unreadable record, backend mismatch, no
 autotune_records/), or replayed no key at all (`replay_replayed_keys=0` with keys tuned
 live: an emptied or another operator's record), which tuned live and is record vs record
@@ -43,7 +43,8 @@ that was tuned live.
 The record link (refused unless allowed): every run that ran recorded configs must have run
 the same record. A record run's pin is (its `run_id`, `autotune_record_digest`), a replay's
 (`replay_source_run_id`, `replay_record_digest`); all pins of the compared runs must be
-equal. So `--ab C B` where B replayed A is refused (B's source is not C), as is a side A
+equal, and a run that ran no record (uncontrolled, off) is not paired with a replay. So
+`--ab C B` where B replayed A is refused (B's source is not C), as is a side A
 recorded again after B replayed it (new run_id and record), and an --ab-rounds campaign
 whose cells replayed different records (every cell is pinned to r1_A's record). A replay
 whose source's identity named another digest than the record it read replayed an edited
@@ -182,8 +183,9 @@ def autotune_complaints(known: Sequence[Tuple[str, Dict]]) -> List[str]:
     # One side pins the configs the other replays. Two record runs each sweep on their
     # own and may pick different winners: an unpinned config moved router_gemm by 8pp,
     # and a record-vs-record router_gemm figure was once published from exactly this.
+    # uncontrolled / off tuned live without a record: no more pinned than a record run.
     modes = [c["autotune_mode"] for _, c in known]
-    if all(m.startswith("record") or not m for m in modes):
+    if not any(m.startswith("replay") for m in modes):
         shown = ", ".join(f"{n}={c['autotune_mode'] or '<missing>'}" for n, c in known)
         out.append(f"no run replayed recorded autotune configs ({shown}): nothing is pinned, "
                    "so each side may have picked a different winner; replay side B with "
@@ -247,6 +249,12 @@ def record_link_complaints(known: Sequence[Tuple[str, Dict]]) -> List[str]:
             out.append(f"autotune record link: {n} replayed record {_short(p[2])}, but its source "
                        f"run {_short(p[1])} wrote {_short(source)}: the record was edited or "
                        "rewritten after that run")
+    unpinned = [f"{n}={c['autotune_mode'] or '<missing>'}" for n, c in known
+                if _pin(c) is None and not c["autotune_mode"].startswith("replay")]
+    if unpinned:
+        out.append(f"autotune record link: {', '.join(unpinned)} ran no recorded configs (tuned "
+                   "live) while the other side replayed a record: the sides did not run the same "
+                   "configs")
     known_pins = [(n, c, p) for n, c, p in pinned if None not in p[1:]]
     ref = next((x for x in known_pins if x[2][0] == "recorded"), known_pins[0] if known_pins else None)
     for n, c, p in known_pins:
