@@ -223,6 +223,54 @@ def test_shape_file_is_validated_at_preflight(zl_run, tmp_path, text, needle):
     assert r.log_text == ""
 
 
+def _alias_bomb():
+    lines = ["a0: &a0 [4, 64]"] + [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 10)]
+    return "\n".join(lines) + "\nrelu:\n  shapes: [*a9]\n"
+
+
+@pytest.mark.parametrize("text,needle", [
+    pytest.param("relu: &a\n  shapes: [*a]\n", "refers to a node that contains it (a recursive structure)",
+                 id="recursive_alias"),
+    pytest.param(b"relu:\n  shapes:\n    - [4, 64]  # \xff\n", "is not UTF-8 text (byte 0xff", id="not_utf8"),
+    pytest.param(_alias_bomb(), "yaml nodes with aliases expanded", id="alias_bomb"),
+    pytest.param("relu:\n  shapes:\n" + "    - [4, 64]\n" * 100_000, "bytes (the shape file limit)",
+                 id="oversized"),
+    pytest.param("relu:\n  shapes:\n    - [1000000000, 1000000000]\n",
+                 "needs a tensor of at least 1000000000000000000 elements x 2 B (float16)", id="cannot_fit"),
+    pytest.param(f"relu:\n  shapes:\n    - [{2 ** 63 + 5}, 4]\n", "which does not fit int64", id="over_int64"),
+    pytest.param("relu:\n  shapes:\n    - [1O24, 4]\n", "'1O24', a word that reads like a mistyped number",
+                 id="letter_O_typo"),
+])
+def test_shape_file_attacks_fail_preflight_by_name(zl_run, tmp_path, text, needle):
+    """Each of these once raised a traceback, hung preflight, or failed inside pytest."""
+    shapes = tmp_path / "s.yaml"
+    shapes.write_bytes(text if isinstance(text, bytes) else text.encode())
+    t0 = time.monotonic()
+    r = zl_run(OP="relu", OP_FILE="relu", SHAPE_FILE=shapes, DTYPES="float16")
+    assert r.returncode == 3, r.explain()
+    assert time.monotonic() - t0 < 60
+    line = [x for x in r.stderr.splitlines() if "PREFLIGHT_FAILED" in x]
+    assert len(line) == 1 and "check=shape_file" in line[0] and needle in line[0], r.stderr
+    assert "Traceback" not in r.stderr and r.log_text == ""
+
+
+def test_shape_file_must_fit_the_devices_memory(zl_run, tmp_path):
+    """With a GPU visible its total memory bounds the shapes: a fake nvidia-smi says 1 GiB,
+    so a 32768 x 32768 float16 tensor (2 GiB) is refused before pytest starts."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\ncase \"$*\" in *memory.total*) echo 1024 ;; *) exit 1 ;; esac\n")
+    smi.chmod(0o755)
+    shapes = tmp_path / "s.yaml"
+    shapes.write_text("relu:\n  shapes:\n    - [64, 128]\n    - [32768, 32768]\n")
+    r = zl_run(OP="relu", OP_FILE="relu", SHAPE_FILE=shapes, DTYPES="float16 float32", ZL_DEVICE="0",
+               PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    assert r.returncode == 3, r.explain()
+    assert ("'relu' shape [32768, 32768] needs a tensor of at least 1073741824 elements x 2 B (float16) "
+            "= 2 GiB, more than device 0's memory (1 GiB)") in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("shape,ok", [
     ([1, 2, 5, 5, 3, 3, 3, 1, "valid", 1], True),   # conv2d_padding's class-list tuple
     ([2, 4, 24, 24, 12, 12, True], True),            # align_corners as a flag

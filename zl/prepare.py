@@ -55,7 +55,7 @@ from zl.plan import AUTOTUNE_PLUGIN, missing_modules, plan_plugins, pytest_args 
 from zl.rundir import (EXIT_OUT_DIR_WRITE, TMP_PREFIXES, WRITE_ERRNOS,  # noqa: E402
                        WRITE_FAILED_MARKER, RunDirError, claim_out_dir, earlier_run_entries,
                        move_previous_run, probe_writable, reclaim_tmp, remove_new_entries)
-from zl.shapefile import ShapeFileError, inline_yaml, validate_shape_file  # noqa: E402
+from zl.shapefile import ShapeFileError, device_memory, inline_yaml, validate_shape_file  # noqa: E402
 from zl.switches import SwitchError, env_switch  # noqa: E402
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_.@-]+$")
@@ -217,7 +217,10 @@ def preflight(run: Run) -> None:
         if not os.path.isfile(run.shape_file):
             raise PreflightFailed("shape_file", f"shape file exists: {run.shape_file}")
         try:
-            note = validate_shape_file(run.shape_file, run.op)
+            # Bounded, typed, and every shape's largest tensor must fit the device's memory
+            # (the host's where no device answers): zl.shapefile, README's SHAPE_FILE row.
+            note = validate_shape_file(run.shape_file, run.op, run.dtypes,
+                                       device_memory(run.backend, run.env))
         except ShapeFileError as exc:
             raise PreflightFailed("shape_file", str(exc)) from None
         if note:

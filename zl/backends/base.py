@@ -120,6 +120,9 @@ class DeviceBackend:
     list_command: Optional[Tuple[Sequence[str], str]] = None
     # One-shot telemetry sampler argv; "{dev}" marks the device value. Empty = no sampler.
     telemetry_argv: Tuple[str, ...] = ()
+    # Total-memory query argv, one MiB number per device line; "{dev}" marks the device value.
+    # Empty = unknown (zl.shapefile then bounds shapes by the host's memory).
+    memory_query_argv: Tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"

@@ -43,6 +43,9 @@ class CudaBackend(DeviceBackend):
         "-i", "{dev}",
     )
 
+    memory_query_argv = ("nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits",
+                         "-i", "{dev}")
+
     def parse_telemetry(self, raw: str) -> List[Dict[str, str]]:
         rows: List[Dict[str, str]] = []
         for line in (raw or "").splitlines():
