@@ -95,7 +95,9 @@ def test_graph_port_times_replays_and_restores_nothing_on_success(timer, capsys)
     assert not marker_lines(capsys) and timer.calls == []  # upstream do_bench never called
     assert di.log.count("replay") == capture.N_REPLAYS
     assert di.log.index("capture_begin") < di.log.index("capture_end") < di.log.index("replay")
-    assert 0 < out < 2.0 * 1.5  # 2 ms per replay divided over >= 1 unrolled calls
+    # 2 ms per replay divided over >= 1 unrolled calls, not the 10 replays' 20 ms; the bound
+    # leaves a loaded machine's oversleeping room
+    assert 0 < out < 2.0 * 4
 
 
 def test_graph_port_summarises_quantiles_as_floats(timer):
