@@ -124,7 +124,7 @@ def test_cold_graph_subtracts_the_flushes_own_time(monkeypatch, torch_cuda):
         t.uninstall()
     assert sizes == [l2.DEFAULT_FLUSH_BYTES]  # the fake has no device properties
     assert di.log.count("capture_begin") == 2 and state.flushes > 0
-    assert 1.0 < out < 3.5  # the 2 ms call, not 6 ms with its flush
+    assert 1.0 < out < 5.0  # the 2 ms call, not 6 ms with its flush (room for oversleeping)
 
 
 def test_flush_size_is_twice_the_l2_the_device_reports():
