@@ -1,4 +1,4 @@
-"""Keep each benchmark shape's outputs, per side, for the A/B results check (issue 16).
+"""Keep each benchmark shape's outputs, per side, for the A/B results check.
 
 A compiler switch or a replayed config that makes an operator fast and wrong must not
 read as a speedup, and FlagGems' benchmark never compares outputs. This plugin calls

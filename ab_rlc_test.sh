@@ -143,7 +143,7 @@ if [[ -n "$RESCORE" ]]; then
     # Rows are re-read from disk too: the parser may have been fixed since.
     rb=$( [[ -d "$B" ]] && rows_of "$B" || echo 0 ); ra=$( [[ -d "$A" ]] && rows_of "$A" || echo 0 )
     cells="$(judge "$rb" "$ra" "${rcb:-0}" "${rca:-0}" "$B" "$A")"; v="${cells%%$'\t'*}"
-    # Columns a table from before issue 16 lacks are left out, never appended unnamed.
+    # Columns an older screen.tsv lacks are left out, never appended unnamed.
     idx=""; for name in $EXTRA_COLS; do idx+="${idx:+,}$(col "$name")"; done
     printf '%s\n' "$line" | awk -v FS='\t' -v OFS='\t' -v i="$c_v" -v v="$v" \
       -v irb="${c_rb:-0}" -v rb="$rb" -v ira="${c_ra:-0}" -v ra="$ra" -v idx="$idx" -v cells="$cells" \

@@ -488,9 +488,9 @@ def test_drivers_isolate_the_tuner_cache_unless_told_not_to(tmp_path):
 
 
 def test_variant_sets_that_differ_are_variants_differ_in_screen_and_round_1(tmp_path):
-    """Issue 16, the H200 dropout A/A: side A also compiled an i64 specialisation, every variant
-    both compiled is the same code. The screen must not send it on, nor call it the noise floor;
-    ab_repeat.sh's round 1 stops as for NO_IR_DIFF."""
+    """The H200 dropout A/A (docs/validation/ir.md): side A also compiled an i64
+    specialisation, every variant both compiled is the same code. The screen must not send it
+    on, nor call it the noise floor; ab_repeat.sh's round 1 stops as for NO_IR_DIFF."""
     env = stub_env(OPS="relu", ZL_STUB_IR="variants")
     r = run_zl(tmp_path / "w", script="ab_rlc_test.sh", AB_ROOT=tmp_path / "s", **env)
     row = tsv(tmp_path / "s" / "screen.tsv")[0]

@@ -457,7 +457,7 @@ def test_unreadable_record_is_a_named_fallback(env, monkeypatch, capfd):
     assert identity(env)["autotune_mode"] == "replay_fallback"
 
 
-# ----------------------------- autotune_mode is what ran (issue 15), never the intent
+# ----------------------------- autotune_mode is what ran, never the intent
 
 @pytest.mark.parametrize("damage,reason", [
     ("no_dir", "missing_records"),          # REPLAY_FROM run left no autotune_records/

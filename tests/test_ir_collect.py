@@ -203,7 +203,7 @@ def test_every_fixture_dumps_consistent_unique_names(fixture, tmp_path):
 
 
 def test_dump_says_how_long_the_callbacks_and_the_dump_took(capsys, tmp_path):
-    """Issue 18: the IR plugin's own seconds (callbacks over every launch, and the dump)."""
+    """The IR plugin's own seconds (callbacks over every launch, and the dump)."""
     import re
     collector = collect.IRCollector(str(tmp_path / "run" / "ttgir"), ["ttgir"])
     replay(collector, json.loads(HANDBUILT.read_text()), tmp_path)

@@ -1,5 +1,5 @@
 """VARIANTS_DIFFER: the verdict matches variants by identity when the two sides compiled
-different variant sets (issue 16).
+different variant sets.
 
 tests/fixtures/ir/dropout_aa_{before,after}_index.tsv are the index.tsv files of a real
 H200 A/A screen of dropout (FlagGems, private caches). Side A's ("before") time-based

@@ -1,4 +1,4 @@
-"""Issue 14's structural rules, checked on the tree itself: modules stay small, plugins stay
+"""The structural rules, checked on the tree itself: modules stay small, plugins stay
 apart, and the project's modules have no import cycle."""
 import ast
 from pathlib import Path

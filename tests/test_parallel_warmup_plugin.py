@@ -222,7 +222,7 @@ def test_a_failing_shard_discards_the_sweep(zl_run, tmp_path):
     assert len(_records(res)[SCALE]) == 5
 
 
-# ------------------------------------------------- structure (issue 14) and lifetime (issue 15)
+# ------------------------------------------------- structure and lifetime
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""Issue 16 results check: capture (zl.results.capture / recorder), compare, and the screen.
+"""The results check: capture (zl.results.capture / recorder), compare, and the screen.
 
 The end-to-end tests run ab_rlc_test.sh through the real run_pytest.sh on the fake tree:
 `ZL_TEST_SKEW=1` makes the fake abs kernel return 1.01 * |x| at the same speed.

@@ -7,7 +7,7 @@ from pathlib import Path
 from zl.runlog.trim import trimmed
 
 ROOT = Path(__file__).resolve().parents[1]
-# the shapes of session 10's upstream logs on the H200, with made-up source lines
+# the shapes of upstream's logs on the H200, with made-up source lines
 LOG = """collecting ... collected 1 item
 benchmark/test_x.py::test_x FAILED
 =================================== FAILURES ===================================
@@ -47,7 +47,7 @@ def test_time_stamped_lines_are_matched_past_their_stamp():
     last = 1796333812 + len(LOG.splitlines()) - 1
     assert out.splitlines()[-1] == f"{last}.25 [zl.runlog.trim: 4 quoted source line(s) trimmed]"
     tabbed = "".join(f"{i * 0.5:.3f}\t{line}\n" for i, line in enumerate(LOG.splitlines()))
-    out = trimmed(tabbed)                 # issue18.py's timeline.tsv
+    out = trimmed(tabbed)                 # graph_timer_cost.py's timeline.tsv
     assert not any(s in out for s in SECRETS) and "2.500\tE   torch.AcceleratorError" in out
 
 

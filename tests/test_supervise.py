@@ -29,8 +29,8 @@ def test_exit_status_is_the_commands_and_usage_errors_are_2():
 
 
 def test_a_backgrounded_function_is_refused_with_a_reason_not_a_silent_143():
-    """`tied CMD &` forks a subshell: the live $$ is then a grandparent (session 6's batch
-    never started and its log stayed empty)."""
+    """`tied CMD &` forks a subshell: the live $$ is then a grandparent (a device plan's
+    batch never started and its log stayed empty)."""
     r = _bash(f'tied() {{ {" ".join(SUP)} --parent "$$" -- "$@"; }}\n'
               'tied echo started > /dev/null & wait $!; echo "rc=$?"')
     assert "rc=2" in r.stdout

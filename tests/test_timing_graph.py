@@ -365,7 +365,7 @@ def test_forward_capture_on_torch_cuda_stays_upstream_verbatim(timer, monkeypatc
 
 
 def test_ledger_counts_calls_warmup_graph_and_fallbacks(timer, capsys, monkeypatch):
-    """Issue 18 asks where the graph path spends its time: every do_bench call lands in one
+    """Where the graph path spends its time: every do_bench call lands in one
     of warmup, capture and replays, or a fallback row, and the line says how much of each."""
     timer.setup(di=make_interface(replay_ms=1.0))
     run(lambda: time.sleep(0.002), warmup=20, rep=1)
@@ -392,7 +392,7 @@ def _call_from(module: str, **kw):
 @pytest.mark.parametrize("module", ["triton.runtime.autotuner", "flag_gems.utils.libentry",
                                     "flaggems_vllm.ops.x"])
 def test_an_autotuners_call_goes_to_tritons_do_bench_and_is_counted(timer, module):
-    """Session 10 on the H200: softmax_backward_out's sweep went through the graph timer
+    """On the H200 softmax_backward_out's sweep went through the graph timer
     (14 do_bench calls where the benchmark made 4; pytest 1.68x upstream's)."""
     di = timer.setup(di=make_interface())
     got = _call_from(module, warmup=7, rep=9, quantiles=(0.5, 0.2, 0.8))

@@ -1,4 +1,4 @@
-"""Issue 18: the bounded adaptive warmup before a capture, the cold-L2 graph, the host share
+"""The bounded adaptive warmup before a capture, the cold-L2 graph, the host share
 on fallback markers, and the two new settings (ZL_GRAPH_WARMUP_MS, ZL_L2) with their
 identity fields and caliber refusal. CPU only: fake device interfaces count every call.
 """

@@ -229,8 +229,8 @@ def checkout_commit(flaggems_dir: str, short: bool = False) -> str:
     """HEAD of `flaggems_dir` when it is itself the top of a git checkout, else "".
 
     An exported tree (`git archive`) inside another repository would otherwise report
-    that repository's commit: the H200 evidence of rounds 7-9 named zl_bench's own
-    commit as FlagGems'.
+    that repository's commit: H200 evidence once named zl_bench's own commit as
+    FlagGems'.
     """
     def git(*args: str) -> str:
         try:

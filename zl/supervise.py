@@ -85,8 +85,8 @@ def run(cmd: List[str], parent: Optional[int], cwd: Optional[str], grace: float)
     if parent is not None and os.getppid() != parent:
         if pid_alive(parent):
             # A backgrounded shell function (`f ... &`) runs in a forked subshell, so $$ is
-            # a grandparent: the tie would silently bind to the subshell instead. Session 6's
-            # plan did exactly that and its batch never started (rc 143, empty log).
+            # a grandparent: the tie would silently bind to the subshell instead (a device
+            # plan did exactly that and its batch never started).
             print(f"!!! zl.supervise: --parent {parent} is alive but is not this process's "
                   f"parent (that is {os.getppid()}): start zl.supervise directly from the shell "
                   "whose PID you pass, not from a backgrounded function or subshell",

@@ -112,8 +112,8 @@ class IRCollector:
         self.errors = 0
         self._lock = threading.Lock()
         # Host seconds inside our Triton callbacks: a graph capture of a microsecond kernel
-        # launches it ~rep/estimate (20000) times, each through on_launch; issue 18 asks where
-        # a run's extra time goes, so the dump line says (with `launches`).
+        # launches it ~rep/estimate (20000) times, each through on_launch; the dump line says
+        # how long they took (with `launches`), so a run's extra time can be placed.
         self.hook_s = 0.0
         # Launches inside torch's CUDAGraph.capture_begin (its RNG seed/offset fill_, which
         # FlagGems runs under use_gems(): fill_scalar_kernel, 2 per shape on the H200): the

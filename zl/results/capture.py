@@ -147,7 +147,7 @@ def _describe_large(tensor: Any, t: Any) -> Dict[str, Any]:
     A process pays for its first record, not for the arithmetic: on the H200 the first
     4096x4096 float16 record took 231-246 ms and the second 2 ms, and 72 ms with
     CUDA_MODULE_LOADING=EAGER, so most of it is CUDA loading each kernel on first use
-    (docs/validation/timing.md, session 12). So this uses few distinct kernels: every chunk
+    (docs/validation/timing.md, section 4). So this uses few distinct kernels: every chunk
     is widened to float64 once (exact for every float16/bfloat16/float32 value), finiteness
     comes from one abs and two comparisons, each chunk's results are stacked into a row on
     the device and the rows added up here, and the sample is gathered from the widened

@@ -1,7 +1,7 @@
 """Load the results capture's device kernels in a background thread while pytest starts up.
 
 Why: on the H200 a process's first large-output record cost 160-230 ms in a fresh process
-(describe_cost.py, sessions 12-13) and 0.17-0.49 s of a softmax or clamp run's pytest time
+(docs/validation/timing.md, section 4) and 0.17-0.49 s of a softmax or clamp run's pytest time
 (upstream's whole pytest time: 4-7 s), most of it CUDA loading torch's kernels on first use
 (72 ms with CUDA_MODULE_LOADING=EAGER); later records cost 2 ms. torch's Python bindings
 release the GIL while an operator runs, so that loading can overlap the benchmark's conftest

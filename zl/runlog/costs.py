@@ -1,9 +1,10 @@
 """Where a zl_bench run's seconds go, from its own log lines, next to upstream's.
 
 Each plugin logs what it cost at the end of a run (the graph timer's ledger, the results
-check, the IR fingerprints and the IR plugin's callbacks). Issue 18's per-run table and the
-batch's per-case table (`docs/validation/scripts/batch_costs.py`) read them here, so a wording
-change in one plugin line breaks one parser and its test, not two copies.
+check, the IR fingerprints and the IR plugin's callbacks). The cost table
+(`benchmarks/graph_timer_cost.py`) and the batch's per-case table (`benchmarks/batch_costs.py`)
+read them here, so a wording change in one plugin line breaks one parser and its test, not
+two copies.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ COUNTS = ("ir_launches", "tuner_calls")   # not seconds
 TIMER = ("timer_warmup_s", "timer_graph_s", "timer_fallback_s")
 EXTRA = ("results_s", "fingerprints_s", "ir_hooks_s", "ir_dump_s")
 # pytest -v: the outcome follows the node id on its line, or, under -s, on a later line of its
-# own after the benchmark's printed table (session 9's one-process log: all 17 finished nodes
+# own after the benchmark's printed table (an H200 one-process log: all 17 finished nodes
 # were missed by a same-line pattern and the rate read 0 nodes/hour).
 _NODE = re.compile(r"^\S+::test_\S+", re.M)
 # then an optional reason (`SKIPPED (needs x)`) and progress (`[ 50%]`) end the line
@@ -92,7 +93,7 @@ def node_seconds(stamped: str) -> list[tuple[str, str, float]]:
 
     A node's time runs from the line before its id line to its outcome line. Not from the id
     line itself: pytest writes the id without a newline, so through a pipe it is stamped when
-    the benchmark's table completes that line, after the node ran (session 10's H200 log read
+    the benchmark's table completes that line, after the node ran (an H200 log read
     0.0 s for all 40 nodes of a 285 s run that way)."""
     stamps, lines = _split_stamps(stamped)
     text = "".join(lines)

@@ -321,8 +321,9 @@ def _call_groups(intervals, calls: int):
 def call_period_us(intervals, calls: int) -> float:
     """Median time (us) from one call's first kernel start to the next call's: a call's
     kernels plus the gap before the next call, which is what a graph timer's per-call
-    reading holds (relu on the H200, session 10: graph 0.7-0.9 us above the kernel time,
-    softmax none; a period equal to the graph reading puts that excess in the gaps)."""
+    reading holds (relu on the H200: graph 0.7-0.9 us above the kernel time, softmax none,
+    docs/validation/timing.md; a period equal to the graph reading puts that excess in the
+    gaps)."""
     groups = _call_groups(intervals, calls)
     if len(groups) < 2:
         raise ValueError("a call period needs at least 2 calls")

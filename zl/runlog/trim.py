@@ -5,8 +5,8 @@ pytest and Python quote source in three places: the line under a traceback's
 pytest prints in its FAILURES/ERRORS section (`>   ...`). FlagGems code must not be
 committed, so those lines go; the `E ...` messages and `path:N: Error` locations stay, and
 they are what says why a node failed. Lines may carry a time stamp prefix
-(upstream_one_process.sh's `<epoch> <line>`, issue18.py's timeline.tsv `<seconds><TAB><line>`);
-it is kept and ignored when matching.
+(upstream_node_seconds.sh's `<epoch> <line>`, graph_timer_cost.py's timeline.tsv
+`<seconds><TAB><line>`); it is kept and ignored when matching.
 
     python3 -m zl.runlog.trim IN [OUT]     (OUT defaults to standard output)
 """

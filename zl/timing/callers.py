@@ -5,8 +5,9 @@ autotuner resolves the same name at its first sweep (`driver.active.get_benchmar
 FlagGems' LibTuner and flagtune inherit or wrap it, so without this check every config of a
 sweep went through zl_bench's timer: on the H200 softmax_backward_out's first run made 14
 do_bench calls where the benchmark made 4, and its pytest time was 1.68x upstream's, whose
-autotuner keeps Triton's own do_bench (session 10, `timing.md`). A tuner's call is handed to
-Triton's do_bench, as upstream's run would, so autotune picks and their cost match upstream's.
+autotuner keeps Triton's own do_bench (docs/validation/timing.md, section 4). A tuner's call
+is handed to Triton's do_bench, as upstream's run would, so autotune picks and their cost
+match upstream's.
 """
 
 from __future__ import annotations

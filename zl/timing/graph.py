@@ -99,7 +99,7 @@ class GraphTimer:
         # One bound method, so `triton.testing.do_bench is timer.do_bench` holds.
         self.do_bench = self.graph_do_bench
         self._patches = PatchStack()
-        # Where the timer's host seconds went (issue 18 asks per phase): logged at the end.
+        # Where the timer's host seconds went, per phase: logged at the end.
         self.ledger = {"calls": 0, "warmup_s": 0.0, "warmup_calls": 0, "graph_s": 0.0,
                        "fallbacks": 0, "fallback_s": 0.0, "tuner_calls": 0}
 

@@ -2,16 +2,16 @@
 read the graph): CUPTI's per-kernel device timestamps instead of events around the replay.
 
 Why: events around a replay time everything the graph does, and in a graph each kernel starts
-0.3-0.6 us after the work it depends on ends (H200, session 13). The events clock keeps those
-starts, as a model's graph pays them and as the warm reading does; CUPTI's kernel durations,
-the reference issue 18 validates against, leave them out. On the events clock a call of two
-kernels (sum 4096x4096: 12.3 us and 1.2 us) read 8-17 % above eager CUPTI, a single 11 us
-kernel 4-5 %, and softmax 4096x4096 read 23.0 or 23.9 us depending on which fill kernel did
-the flush (session 14). The kernel clock replays the (flush, call) graph once under
+0.3-0.6 us after the work it depends on ends (H200, docs/validation/timing.md, section 6). The
+events clock keeps those starts, as a model's graph pays them and as the warm reading does;
+CUPTI's kernel durations, the reference of the cold target, leave them out. On the events clock
+a call of two kernels (sum 4096x4096: 12.3 us and 1.2 us) read 8-17 % above eager CUPTI, a
+single 11 us kernel 4-7 %, and softmax 4096x4096 read 23.0 or 23.9 us depending on which fill
+kernel did the flush. The kernel clock replays the (flush, call) graph once under
 torch.profiler (CUPTI on torch.cuda) and sums, per call, the durations of the kernels that are
 not the flush's: the same device timestamps as the reference. The per-call sums are averaged
 in N_REPLAYS groups (`group_means`), so the samples have upstream's shape. On the H200 it read
-0.980-1.028 of eager CUPTI on seven cases in three calls (session 14).
+0.980-1.028 of eager CUPTI on seven cases in three calls.
 
 The flush's kernels are told apart by position: a captured graph of (flush, call) pairs runs
 its kernels in capture order, so every call contributes one chunk of `m` flush kernels
@@ -29,7 +29,7 @@ Kernel = Tuple[str, float, float]  # (name, start us, end us)
 
 # Calls per traced graph. A replay's trace comes back as one host-side event per kernel, so
 # its cost grows with the calls; 200 calls, in 10 groups of 20, traced in 0.06-0.12 s per
-# do_bench call on the H200 and read 0.980-1.028 of eager CUPTI (session 14).
+# do_bench call on the H200 and read 0.980-1.028 of eager CUPTI.
 MAX_TRACED_CALLS = 200
 
 
