@@ -41,38 +41,34 @@ first case); 3 cases left unstarted (--budget-s reached; rerun with --resume); 1
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import threading
 import time
-from collections import Counter
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
-from zl import atomic, locks
 from zl.backends import UnknownBackendError, get_backend, parse_device_list
 from zl.batch import inventory as inv
 from zl.batch import conditions as conds
+from zl.batch.batchdir import (BatchDirError, DirLock, load_started, open_tables, refuse_used,
+                               write_batch_record)
 from zl.batch import shard
-from zl.batch.case import COMPLETE_MARK, CaseConfig, CaseRunner, case_dir, inherited_env
-from zl.batch.executor import GroupGuard, LocalExecutor
+from zl.batch.case import inherited_env
+from zl.batch.execute import conclude, execute, warn_shared
 from zl.batch.partition import PartitionError
 from zl.batch.select import SelectionError, Selector, read_dismiss, read_names_file
-from zl.batch.screen import SIDES, ScreenTable, read_screen_rows, screen_row
-from zl.batch.status import COMPLETE, UNFINISHED, StatusTable, blank_row, read_rows
+from zl.batch.screen import SIDES
 from zl.flaggems import checkout_commit
-from zl.runlog.costs import write_batch_costs
 from zl.switches import SwitchError, env_switch
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 OPS_DIR = REPO_ROOT / "ops"
-EXIT_OK, EXIT_USAGE, EXIT_UNFINISHED, EXIT_INTERPRETER, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
+EXIT_OK, EXIT_USAGE, EXIT_INTERPRETER = 0, 2, 4
 LOG = "[batch]"
 
 
@@ -189,21 +185,6 @@ def select_cases(args, selector: Selector, batch_keys: Optional[List[str]]) -> L
     return cases
 
 
-def reusable(cases: List[inv.Entry], sides: List[str], side_dir: Dict[str, Path],
-             old: Dict[str, Dict], old_screen: Optional[Dict]) -> set:
-    """Keys of the cases a --resume keeps untouched: on every side a PASS/SKIP row whose case
-    directory has its .complete mark (written last, so a killed case never has it), and in a
-    screen, the pair's screen.tsv row. Anything less reruns the whole case, every side."""
-    out = set()
-    for c in cases:
-        key = (c.repo, c.run_name)
-        if all(old[n].get(key, {}).get("status") in COMPLETE
-               and (case_dir(side_dir[n], c) / COMPLETE_MARK).is_file() for n in sides) \
-                and (old_screen is None or key in old_screen):
-            out.add(key)
-    return out
-
-
 class InterpreterError(RuntimeError):
     """The interpreter the cases will use cannot import triton or flag_gems."""
 
@@ -230,54 +211,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except InterpreterError as exc:
         print(f"!!! {LOG} {exc}", file=sys.stderr)
         return EXIT_INTERPRETER
-    except (UsageError, SelectionError, inv.InventoryError, PartitionError, UnknownBackendError,
-            conds.ShapeFileError) as exc:
+    except (UsageError, BatchDirError, SelectionError, inv.InventoryError, PartitionError,
+            UnknownBackendError, conds.ShapeFileError) as exc:
         return _fail(str(exc))
-
-
-# ------------------------------------------------------------------ the batch directory
-
-BATCH_LOCK = ".batch.lock"
-# What a batch writes into its directory first: any of them means the directory holds one.
-USED_MARKS = ("batch.json", "ops_status.csv", f"{SIDES[0]}/ops_status.csv", "screen.tsv")
-
-
-def claim(batch_dir: Path) -> locks.Lock:
-    """One run_batch.py per batch directory: two would rewrite each other's tables. The lock
-    dies with its holder, so a killed batch never blocks its --resume."""
-    try:
-        return locks.acquire(batch_dir / BATCH_LOCK)
-    except locks.LockHeld as exc:
-        who = f"pid {exc.pid}" if exc.pid is not None else "a process whose pid is not written yet"
-        raise UsageError(f"--batch-dir {batch_dir} is in use by another run_batch.py ({who}); "
-                         "wait for it to end, or give another --batch-dir") from None
-    except OSError as exc:
-        raise UsageError(f"--batch-dir {batch_dir}: cannot lock {batch_dir / BATCH_LOCK}: "
-                         f"{exc.strerror or exc}") from None
-
-
-def refuse_used(batch_dir: Path) -> None:
-    found = [m for m in USED_MARKS if (batch_dir / m).exists()]
-    if found:
-        raise UsageError(f"--batch-dir {batch_dir} already holds a batch ({', '.join(found)}); "
-                         "continue it with --resume, or give a new directory")
-
-
-def load_started(batch_dir: Path) -> Dict:
-    """batch.json of the batch a --resume continues; it must carry the start's conditions."""
-    path = batch_dir / "batch.json"
-    try:
-        started = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"--resume: {batch_dir} holds no batch (no batch.json)") from None
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"--resume: {path} is unreadable: {exc}") from None
-    if not (isinstance(started, dict) and isinstance(started.get("conditions"), dict)
-            and isinstance(started.get("case_keys"), list)):
-        raise UsageError(f"--resume: {path} records no measurement conditions (started by an older "
-                         "run_batch.py): nothing proves its finished cases match this call; "
-                         "start a new --batch-dir")
-    return started
 
 
 # ------------------------------------------------------------------ options and conditions
@@ -344,27 +280,52 @@ def check_conditions(started: Dict, now: Dict) -> None:
                          + "\nResume with the batch's options and environment, or start a new --batch-dir")
 
 
-# ------------------------------------------------------------------ run
-
-def run(args) -> int:
-    check_args(args)
-    batch_dir = (args.batch_dir or Path(os.environ.get("ZL_RUNS_ROOT") or REPO_ROOT / "runs")
-                 / f"batch_{datetime.now():%Y%m%d-%H%M%S}").resolve()
-    # An existing directory is locked before it is read; a new one when it is first written.
-    held = claim(batch_dir) if batch_dir.is_dir() and not args.list else None
-    try:
-        return run_claimed(args, batch_dir, held)
-    finally:
-        if held is not None:
-            held.release()
+def check_resume_share(started: Dict, share: int) -> None:
+    """--resume keeps the batch's caliber: timing-valid (1) and shared (> 1) cases never mix in
+    one ops_status.csv / summary.csv. A different N > 1 is fine: both are functional only."""
+    before = started.get("share_device", 1)
+    if not isinstance(before, int) or before < 1:
+        raise UsageError(f"--resume: batch.json has share_device={before!r}, not an integer >= 1")
+    if (before > 1) != (share > 1):
+        raise UsageError(f"--resume: the batch was started with --share-device {before}, this call gives "
+                         f"--share-device {share}; a batch is either timing-valid (1) or shared (> 1), never both")
 
 
-def run_claimed(args, batch_dir: Path, held: Optional[locks.Lock]) -> int:
-    started: Dict = {}
-    if args.resume:
-        started = load_started(batch_dir)
-    elif not args.list:
-        refuse_used(batch_dir)
+# ------------------------------------------------------------------ the plan
+
+@dataclass
+class Plan:
+    """Everything decided before the first case: options settled, conditions checked, cases
+    selected and placed. Nothing in it changes while the batch runs."""
+    args: argparse.Namespace
+    batch_dir: Path
+    started: Dict                        # batch.json of the batch a --resume continues, else {}
+    backend: object                      # zl.backends DeviceBackend
+    run_script: Path
+    dtypes: str                          # normalised: space separated
+    shape_file: str                      # what the cases get (a path made absolute)
+    common_env: Dict[str, str]           # set for every case on every side
+    roots: Dict[str, str]                # repo -> resolved FlagGems tree
+    conditions: Dict
+    sides: List[Tuple[str, Dict[str, str]]]   # ("", {}) or before/after with the switch's value
+    cases: List[inv.Entry]
+    devices: List[str]
+    shards: Dict[str, List[inv.Entry]]
+
+    def side_dir(self, name: str) -> Path:
+        return self.batch_dir / name if name else self.batch_dir
+
+    @property
+    def keys(self) -> List[Tuple[str, str]]:
+        return [(c.repo, c.run_name) for c in self.cases]
+
+    def device_of(self) -> Dict[Tuple[str, str], str]:
+        return {(c.repo, c.run_name): d for d, cs in self.shards.items() for c in cs}
+
+
+def settle_measurement(args, started: Dict) -> Dict:
+    """The options, environment and trees the cases will measure under, as Plan fields; a
+    --resume's must equal the batch's start."""
     settle_options(args, started)
     if args.resume:
         check_resume_share(started, args.share_device)
@@ -383,18 +344,12 @@ def run_claimed(args, batch_dir: Path, held: Optional[locks.Lock]) -> int:
         case_env=inherited_env(common_env), roots=roots)
     if args.resume:
         check_conditions(started, conditions)
+    return dict(backend=backend, run_script=run_script, dtypes=dtypes, shape_file=shape["shape_file"],
+                common_env=common_env, roots=roots, conditions=conditions)
 
-    # Side directories: one plain batch, or before/after of a switch screen.
-    sides = [("", {})] if not args.switch else [(s, {args.switch: str(i)}) for i, s in enumerate(SIDES)]
-    side_dir = {name: batch_dir / name if name else batch_dir for name, _ in sides}
-    old = {name: read_rows(side_dir[name] / "ops_status.csv") if args.resume else {} for name, _ in sides}
-    old_screen = read_screen_rows(batch_dir / "screen.tsv") if args.switch and args.resume else {}
 
-    inventories = load_inventories()
-    cases = select_cases(args, Selector(inventories), started.get("case_keys") if args.resume else None)
-    missing_repo = sorted({c.repo for c in cases} - set(inv.repo_roots()))
-    if missing_repo:
-        raise UsageError(f"no checkout for repo(s) {missing_repo}")
+def place(args, backend, cases: List[inv.Entry]) -> Tuple[List[str], Dict[str, List[inv.Entry]]]:
+    """The devices and each one's cases (by measured weight with --balance, else by hash)."""
     # after the selection: without an explicit list this may probe the devices (seconds)
     explicit = args.devices if args.devices is not None else args.gpus
     devices = backend.enumerate_devices(explicit)
@@ -405,196 +360,70 @@ def run_claimed(args, batch_dir: Path, held: Optional[locks.Lock]) -> int:
         print(f"{LOG} balanced by {args.balance}; {unmeasured} case(s) without a measured time")
     else:
         shards = shard.by_hash(cases, devices)
-    device_of = {(c.repo, c.run_name): d for d, cs in shards.items() for c in cs}
-    if args.list:
-        for c in cases:
-            print(f"{c.repo}:{c.run_name}\tdevice={device_of[(c.repo, c.run_name)]}\t{c.test_file}::test_{c.op}")
-        return EXIT_OK
-    preflight_interpreter(backend.name)
-    if held is None:
-        batch_dir.mkdir(parents=True, exist_ok=True)
-        held = claim(batch_dir)
-        refuse_used(batch_dir)      # a batch that started here since the first look
+    return devices, shards
 
-    keys = [(c.repo, c.run_name) for c in cases]
-    reused = reusable(cases, [n for n, _ in sides], side_dir, old, old_screen if args.switch else None)
-    batch_id = f"{batch_dir.name}-{os.getpid()}-{int(time.time())}"
-    now = datetime.now().isoformat(timespec="seconds")
-    call = {"argv": sys.argv, "started": now, "batch_id": batch_id, "devices": devices,
-            "reused": len(reused), "to_run": len(cases) - len(reused), "op_timeout_s": args.op_timeout,
-            "share_device": args.share_device, "run_script": str(run_script)}
-    record = dict(started) if started else {
-        "argv": sys.argv, "backend": backend.name, "devices": devices, "cases": len(cases),
-        "op_timeout_s": args.op_timeout, "dtypes": dtypes, "switch": args.switch or "",
-        "run_script": str(run_script), "share_device": args.share_device, "started": now,
-        "batch_id": batch_id, "roots": inv.repo_roots(), "conditions": conditions,
-        "case_keys": [f"{r}:{n}" for r, n in keys]}
-    record["reused"] = len(reused)
-    record["calls"] = list(record.get("calls") or []) + [call]
-    # batch.json first: a directory with tables always says what they were measured under
-    atomic.write_json(batch_dir / "batch.json", record)
-    tables = {}
-    for name, _ in sides:
-        base = {k: old[name][k] if k in reused else
-                blank_row(c.repo, c.op, c.op_file, c.run_name, backend.name, device_of[k],
-                          str(case_dir(side_dir[name], c))) for c, k in zip(cases, keys)}
-        tables[name] = StatusTable(side_dir[name] / "ops_status.csv", keys, base)
-        tables[name].write()
-    screen = ScreenTable(batch_dir / "screen.tsv", keys, old_screen) if args.switch else None
+
+def plan_batch(args, batch_dir: Path) -> Plan:
+    started: Dict = {}
     if args.resume:
-        print(f"{LOG} resume: this call's conditions match the batch's start ({batch_dir / 'batch.json'})")
-    todo = {d: [c for c in cs if (c.repo, c.run_name) not in reused] for d, cs in shards.items()}
-    n_todo = sum(len(v) for v in todo.values())
-    print(f"{LOG} backend={backend.name} {len(cases)} case(s), {len(reused)} reused, {n_todo} to run "
-          f"on {len([d for d in todo if todo[d]])} device(s) {devices}  out={batch_dir}"
-          + (f"  screen of {args.switch}: before=0 (record), after=1 (replay)" if args.switch else "")
-          + (f"  {args.share_device} case(s) at a time per device" if args.share_device > 1 else ""))
-    warn_shared(args.share_device)
-
-    stop = threading.Event()
-    guard = GroupGuard(args.kill_grace)
-    runners = {}
-    for name, extra in sides:
-        replay = (args.replay_root.resolve() if args.replay_root else
-                  side_dir[SIDES[0]] if name == SIDES[1] else None)
-        runners[name] = CaseRunner(CaseConfig(
-            batch_dir=side_dir[name], run_script=run_script, roots=roots, backend=backend,
-            op_timeout=args.op_timeout, kill_grace=args.kill_grace, retries=args.retries,
-            dtypes=dtypes, replay_root=replay, shape_file=shape["shape_file"], batch_id=batch_id,
-            extra_env={**common_env, **extra}, device_share=args.share_device), guard, stop)
-    t0 = time.monotonic()
-    lock = threading.Lock()
-    progress = {"done": 0, "spent": 0.0}
-    worst_case = args.op_timeout * len(sides) + args.kill_grace + 5
-
-    def may_start() -> bool:
-        if stop.is_set():
-            return False
-        return args.budget_s is None or time.monotonic() - t0 + worst_case <= args.budget_s
-
-    def run_side(name: str, c: inv.Entry, device: str, dt: Optional[str]) -> Dict[str, str]:
-        key = (c.repo, c.run_name)
-        tables[name].set(key, status="RUNNING", device=device, gpu=device)
-        try:
-            row, _ = runners[name].run(c, device, dtypes=dt)
-        except Exception as exc:  # one case's harness error must not stop its device's shard
-            row = blank_row(c.repo, c.op, c.op_file, c.run_name, backend.name, device,
-                            str(case_dir(side_dir[name], c)), status="FAIL",
-                            notes=f"reason=harness error {type(exc).__name__}: {exc}")
-        tables[name].replace(key, row)
-        return row
-
-    def work(c: inv.Entry, device: str) -> None:
-        row = run_side(sides[0][0], c, device, None)
-        shown, verdict = row["status"], ""
-        if screen is not None and row["status"] != "INTERRUPTED":
-            # B measures what A measured: after a dtype fallback, without the restriction too
-            dt = "" if "dtype_" in row["notes"] else dtypes
-            if row["status"] == "PASS":
-                row_b = run_side(SIDES[1], c, device, dt)
-            else:
-                row_b = blank_row(c.repo, c.op, c.op_file, c.run_name, backend.name, device,
-                                  str(case_dir(side_dir[SIDES[1]], c)), status="NOT_RUN",
-                                  notes=f"side before ended {row['status']}")
-                tables[SIDES[1]].replace((c.repo, c.run_name), row_b)
-            if row_b["status"] != "INTERRUPTED":
-                srow = screen_row(row, row_b, dt)
-                screen.set((c.repo, c.run_name), srow)
-                verdict = f" {srow['verdict']}"
-            shown = f"{row['status']}/{row_b['status']}"
-            row = dict(row, elapsed_ms=str(int(row["elapsed_ms"] or 0) + int(row_b.get("elapsed_ms") or 0)))
-        with lock:
-            progress["done"] += 1
-            progress["spent"] += int(row.get("elapsed_ms") or 0) / 1000.0
-            done = progress["done"]
-            active = max(1, len([d for d in todo if todo[d]])) * args.share_device
-            eta = progress["spent"] / done * (n_todo - done) / active
-            print(f"{LOG} ({done:>{len(str(n_todo))}}/{n_todo}) {shown:<11}{verdict} "
-                  f"{int(row.get('elapsed_ms') or 0) / 1000:7.1f}s rows={row['rows_success']}/"
-                  f"{row['rows_total']} {c.repo}:{c.run_name} device={device} ETA {eta / 60:.1f}min"
-                  + (f"  {row['notes']}" if row.get("notes") else ""), flush=True)
-
-    executor = LocalExecutor(args.share_device)
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-    interrupted = False
-    try:
-        executor.run(todo, work, may_start)
-    except KeyboardInterrupt:
-        interrupted = True
-        stop.set()
-        print(f"\n!!! {LOG} interrupted: killing running cases", file=sys.stderr, flush=True)
-        guard.abort_all()
-        executor.join()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        guard.close()
-    for table in tables.values():
-        for key in table.order:
-            if table.get(key)["status"] == "RUNNING":   # a worker that never got to write its row
-                table.set(key, status="INTERRUPTED", notes="interrupted")
-    for exc in executor.errors:
-        print(f"!!! {LOG} worker error: {exc!r}", file=sys.stderr)
-    code = EXIT_OK
-    for name, _ in sides:
-        print(f"{LOG} ---- {name}" if name else f"{LOG} ----")
-        code = max(code, finish(tables[name], side_dir[name], interrupted,
-                                f"python run_batch.py --resume --batch-dir {batch_dir}"
-                                + (f" --switch {args.switch}" if args.switch else "")))
-    warn_shared(args.share_device)
-    if screen is not None:
-        verdicts = Counter(r["verdict"] for r in screen.rows.values())
-        print(f"{LOG} screen of {args.switch}: " + ", ".join(f"{k}={v}" for k, v in sorted(verdicts.items()))
-              + f" -> {batch_dir / 'screen.tsv'} (campaign.sh SCREEN=)")
-    return EXIT_INTERRUPTED if interrupted else code
+        started = load_started(batch_dir)
+    elif not args.list:
+        refuse_used(batch_dir)
+    measured = settle_measurement(args, started)
+    cases = select_cases(args, Selector(load_inventories()), started.get("case_keys") if args.resume else None)
+    missing_repo = sorted({c.repo for c in cases} - set(inv.repo_roots()))
+    if missing_repo:
+        raise UsageError(f"no checkout for repo(s) {missing_repo}")
+    devices, shards = place(args, measured["backend"], cases)
+    # one plain batch, or before/after of a switch screen
+    sides = [("", {})] if not args.switch else [(s, {args.switch: str(i)}) for i, s in enumerate(SIDES)]
+    return Plan(args=args, batch_dir=batch_dir, started=started, sides=sides, cases=cases,
+                devices=devices, shards=shards, **measured)
 
 
-SHARED_WARNING = ("TIMINGS OF THIS BATCH ARE FUNCTIONAL ONLY: {n} cases shared each device "
-                  "(--share-device {n}); statuses and screen verdicts hold, latencies and speedups "
-                  "do not (identity device_share={n}, refused by every comparison)")
-
-
-def warn_shared(share: int) -> None:
-    if share > 1:
-        print(f"!!! {LOG} " + SHARED_WARNING.format(n=share), flush=True)
-
-
-def check_resume_share(started: Dict, share: int) -> None:
-    """--resume keeps the batch's caliber: timing-valid (1) and shared (> 1) cases never mix in
-    one ops_status.csv / summary.csv. A different N > 1 is fine: both are functional only."""
-    before = started.get("share_device", 1)
-    if not isinstance(before, int) or before < 1:
-        raise UsageError(f"--resume: batch.json has share_device={before!r}, not an integer >= 1")
-    if (before > 1) != (share > 1):
-        raise UsageError(f"--resume: the batch was started with --share-device {before}, this call gives "
-                         f"--share-device {share}; a batch is either timing-valid (1) or shared (> 1), never both")
-
-
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
-def finish(table: StatusTable, batch_dir: Path, interrupted: bool, resume: str) -> int:
-    counts = table.counts()
-    print(f"{LOG} status: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
-    reasons = Counter()
-    for key in table.order:
-        for part in table.get(key).get("notes", "").split(";"):
-            if part.startswith("reason="):
-                reasons[part[len("reason="):][:80]] += 1
-    for reason, n in reasons.most_common(10):
-        print(f"{LOG}   {n:>4} x {reason}")
-    if any(batch_dir.glob("*/*/run.log")):
-        r = subprocess.run([sys.executable, str(REPO_ROOT / "batch_summary.py"), str(batch_dir)],
-                           capture_output=True, text=True)
-        print((r.stdout or r.stderr).strip())
-        # where each case's seconds went, from the plugins' own cost lines (issue 17)
-        for line in write_batch_costs(batch_dir):
-            print(f"{LOG} costs: {line}")
-    print(f"{LOG} table: {batch_dir / 'ops_status.csv'}")
-    if interrupted:
-        return EXIT_INTERRUPTED
-    left = sum(counts.get(s, 0) for s in UNFINISHED)
-    if left:
-        print(f"!!! {LOG} {left} case(s) not run; continue with: {resume}")
-        return EXIT_UNFINISHED
+def list_cases(plan: Plan) -> int:
+    where = plan.device_of()
+    for c in plan.cases:
+        print(f"{c.repo}:{c.run_name}\tdevice={where[(c.repo, c.run_name)]}\t{c.test_file}::test_{c.op}")
     return EXIT_OK
+
+
+# ------------------------------------------------------------------ run
+
+def run(args) -> int:
+    """Plan, (list and stop,) check the interpreter, lock the directory, write the tables, run
+    the cases, summarise. Each step raises UsageError / InterpreterError on what it refuses."""
+    check_args(args)
+    batch_dir = (args.batch_dir or Path(os.environ.get("ZL_RUNS_ROOT") or REPO_ROOT / "runs")
+                 / f"batch_{datetime.now():%Y%m%d-%H%M%S}").resolve()
+    held = DirLock(batch_dir)
+    try:
+        # an existing directory is locked before it is read; a new one when first written
+        if batch_dir.is_dir() and not args.list:
+            held.take()
+        plan = plan_batch(args, batch_dir)
+        if args.list:
+            return list_cases(plan)
+        preflight_interpreter(plan.backend.name)
+        if held.lock is None:
+            batch_dir.mkdir(parents=True, exist_ok=True)
+            held.take()
+            refuse_used(batch_dir)      # a batch that started here since the first look
+        tables = open_tables(plan)
+        batch_id = f"{batch_dir.name}-{os.getpid()}-{int(time.time())}"
+        write_batch_record(plan, len(tables.reused), batch_id)
+        for table in tables.status.values():
+            table.write()
+        if args.resume:
+            print(f"{LOG} resume: this call's conditions match the batch's start ({batch_dir / 'batch.json'})")
+        todo = {d: [c for c in cs if (c.repo, c.run_name) not in tables.reused] for d, cs in plan.shards.items()}
+        n_todo = sum(len(v) for v in todo.values())
+        print(f"{LOG} backend={plan.backend.name} {len(plan.cases)} case(s), {len(tables.reused)} reused, "
+              f"{n_todo} to run on {len([d for d in todo if todo[d]])} device(s) {plan.devices}  out={batch_dir}"
+              + (f"  screen of {args.switch}: before=0 (record), after=1 (replay)" if args.switch else "")
+              + (f"  {args.share_device} case(s) at a time per device" if args.share_device > 1 else ""))
+        warn_shared(args.share_device)
+        interrupted = execute(plan, tables, todo, batch_id)
+        return conclude(plan, tables, interrupted)
+    finally:
+        held.release()

@@ -1,0 +1,142 @@
+"""The batch directory: one run_batch.py at a time in it, whether it already holds a batch,
+batch.json (the start's conditions and cases, one entry per call) and the tables a call
+starts from (what a --resume reuses)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from zl import atomic, locks
+from zl.batch import inventory as inv
+from zl.batch.case import COMPLETE_MARK, case_dir
+from zl.batch.execute import Tables
+from zl.batch.screen import SIDES, ScreenTable, read_screen_rows
+from zl.batch.status import COMPLETE, StatusTable, blank_row, read_rows
+
+
+class BatchDirError(ValueError):
+    """The batch directory is in use, already holds a batch, or holds none to resume (exit 2)."""
+
+
+# ------------------------------------------------------------------ the batch directory
+
+BATCH_LOCK = ".batch.lock"
+# What a batch writes into its directory first: any of them means the directory holds one.
+USED_MARKS = ("batch.json", "ops_status.csv", f"{SIDES[0]}/ops_status.csv", "screen.tsv")
+
+
+def claim(batch_dir: Path) -> locks.Lock:
+    """One run_batch.py per batch directory: two would rewrite each other's tables. The lock
+    dies with its holder, so a killed batch never blocks its --resume."""
+    try:
+        return locks.acquire(batch_dir / BATCH_LOCK)
+    except locks.LockHeld as exc:
+        who = f"pid {exc.pid}" if exc.pid is not None else "a process whose pid is not written yet"
+        raise BatchDirError(f"--batch-dir {batch_dir} is in use by another run_batch.py ({who}); "
+                            "wait for it to end, or give another --batch-dir") from None
+    except OSError as exc:
+        raise BatchDirError(f"--batch-dir {batch_dir}: cannot lock {batch_dir / BATCH_LOCK}: "
+                            f"{exc.strerror or exc}") from None
+
+
+def refuse_used(batch_dir: Path) -> None:
+    found = [m for m in USED_MARKS if (batch_dir / m).exists()]
+    if found:
+        raise BatchDirError(f"--batch-dir {batch_dir} already holds a batch ({', '.join(found)}); "
+                            "continue it with --resume, or give a new directory")
+
+
+def load_started(batch_dir: Path) -> Dict:
+    """batch.json of the batch a --resume continues; it must carry the start's conditions."""
+    path = batch_dir / "batch.json"
+    try:
+        started = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BatchDirError(f"--resume: {batch_dir} holds no batch (no batch.json)") from None
+    except (OSError, ValueError) as exc:
+        raise BatchDirError(f"--resume: {path} is unreadable: {exc}") from None
+    if not (isinstance(started, dict) and isinstance(started.get("conditions"), dict)
+            and isinstance(started.get("case_keys"), list)):
+        raise BatchDirError(f"--resume: {path} records no measurement conditions (started by an older "
+                            "run_batch.py): nothing proves its finished cases match this call; "
+                            "start a new --batch-dir")
+    return started
+
+
+class DirLock:
+    """The batch directory's lock, taken once (see `claim`), released by `release`."""
+
+    def __init__(self, batch_dir: Path):
+        self.batch_dir = batch_dir
+        self.lock: Optional[locks.Lock] = None
+
+    def take(self) -> None:
+        if self.lock is None:
+            self.lock = claim(self.batch_dir)
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+
+def reusable(cases: List[inv.Entry], sides: List[str], side_dir: Dict[str, Path],
+             old: Dict[str, Dict], old_screen: Optional[Dict]) -> set:
+    """Keys of the cases a --resume keeps untouched: on every side a PASS/SKIP row whose case
+    directory has its .complete mark (written last, so a killed case never has it), and in a
+    screen, the pair's screen.tsv row. Anything less reruns the whole case, every side."""
+    out = set()
+    for c in cases:
+        key = (c.repo, c.run_name)
+        if all(old[n].get(key, {}).get("status") in COMPLETE
+               and (case_dir(side_dir[n], c) / COMPLETE_MARK).is_file() for n in sides) \
+                and (old_screen is None or key in old_screen):
+            out.add(key)
+    return out
+
+
+# ------------------------------------------------------------------ the batch's files
+
+def open_tables(plan) -> Tables:
+    """ops_status.csv per side, every case's row from the start (reused rows as they were,
+    the rest PENDING), and screen.tsv's table of a screen."""
+    resume = plan.args.resume
+    names = [n for n, _ in plan.sides]
+    old = {n: read_rows(plan.side_dir(n) / "ops_status.csv") if resume else {} for n in names}
+    old_screen = read_screen_rows(plan.batch_dir / "screen.tsv") if plan.args.switch and resume else {}
+    reused = reusable(plan.cases, names, {n: plan.side_dir(n) for n in names}, old,
+                      old_screen if plan.args.switch else None)
+    where = plan.device_of()
+    keys = plan.keys
+    status = {}
+    for n in names:
+        base = {k: old[n][k] if k in reused else
+                blank_row(c.repo, c.op, c.op_file, c.run_name, plan.backend.name, where[k],
+                          str(case_dir(plan.side_dir(n), c))) for c, k in zip(plan.cases, keys)}
+        status[n] = StatusTable(plan.side_dir(n) / "ops_status.csv", keys, base)
+    screen = ScreenTable(plan.batch_dir / "screen.tsv", keys, old_screen) if plan.args.switch else None
+    return Tables(status=status, screen=screen, reused=reused)
+
+
+def write_batch_record(plan, reused: int, batch_id: str) -> None:
+    """batch.json: the start (conditions, cases, the first call's settings) kept as written,
+    and one entry per call. Written before the tables, so a directory with tables always
+    says what they were measured under."""
+    args = plan.args
+    now = datetime.now().isoformat(timespec="seconds")
+    call = {"argv": sys.argv, "started": now, "batch_id": batch_id, "devices": plan.devices,
+            "reused": reused, "to_run": len(plan.cases) - reused, "op_timeout_s": args.op_timeout,
+            "share_device": args.share_device, "run_script": str(plan.run_script)}
+    record = dict(plan.started) if plan.started else {
+        "argv": sys.argv, "backend": plan.backend.name, "devices": plan.devices, "cases": len(plan.cases),
+        "op_timeout_s": args.op_timeout, "dtypes": plan.dtypes, "switch": args.switch or "",
+        "run_script": str(plan.run_script), "share_device": args.share_device, "started": now,
+        "batch_id": batch_id, "roots": inv.repo_roots(), "conditions": plan.conditions,
+        "case_keys": [f"{r}:{n}" for r, n in plan.keys]}
+    record["reused"] = reused
+    record["calls"] = list(record.get("calls") or []) + [call]
+    atomic.write_json(plan.batch_dir / "batch.json", record)

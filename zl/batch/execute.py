@@ -1,0 +1,218 @@
+"""Running a planned batch: every case to run on its device, the tables after each, and the
+closing summary. zl/batch/cli.py decides what runs (the Plan); this module runs it.
+
+One BatchRun object holds what the workers share (tables, screen, runners, the stop flag,
+the progress count), each piece with its own lock; `work(case, device)` is the callable an
+executor (zl/batch/executor.py) calls per case.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Set, Tuple
+
+from zl.batch import inventory as inv
+from zl.batch.case import CaseConfig, CaseRunner, case_dir
+from zl.batch.executor import GroupGuard, LocalExecutor
+from zl.batch.screen import SIDES, ScreenTable, screen_row
+from zl.batch.status import UNFINISHED, StatusTable, blank_row
+from zl.runlog.costs import write_batch_costs
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+EXIT_OK, EXIT_UNFINISHED, EXIT_INTERRUPTED = 0, 3, 130
+LOG = "[batch]"
+Key = Tuple[str, str]
+SHARED_WARNING = ("TIMINGS OF THIS BATCH ARE FUNCTIONAL ONLY: {n} cases shared each device "
+                  "(--share-device {n}); statuses and screen verdicts hold, latencies and speedups "
+                  "do not (identity device_share={n}, refused by every comparison)")
+
+
+def warn_shared(share: int) -> None:
+    if share > 1:
+        print(f"!!! {LOG} " + SHARED_WARNING.format(n=share), flush=True)
+
+
+@dataclass
+class Tables:
+    """The batch's output tables for this call: ops_status.csv per side, screen.tsv of a screen."""
+    status: Dict[str, StatusTable]
+    screen: Optional[ScreenTable]
+    reused: Set[Key]
+
+
+class Progress:
+    """The `(done/total) ... ETA` count, shared by the workers."""
+
+    def __init__(self, total: int, slots: int):
+        self.total, self.slots = total, max(1, slots)
+        self.done, self.spent = 0, 0.0
+        self.lock = threading.Lock()
+
+    def one_done(self, elapsed_s: float, line: Callable[[int, float], str]) -> None:
+        """Count a finished case and print `line(cases done, minutes left at the mean pace)`,
+        under the lock, so the console's counts come in order."""
+        with self.lock:
+            self.done += 1
+            self.spent += elapsed_s
+            print(line(self.done, self.spent / self.done * (self.total - self.done) / self.slots / 60),
+                  flush=True)
+
+
+class BatchRun:
+    """One call's cases: `work` runs a case (both sides of a screen) and records it."""
+
+    def __init__(self, plan, tables: Tables, todo: Dict[str, List[inv.Entry]], batch_id: str):
+        self.plan = plan
+        self.tables = tables
+        self.todo = todo
+        self.stop = threading.Event()
+        self.guard = GroupGuard(plan.args.kill_grace)
+        self.runners = {name: CaseRunner(self._config(name, extra, batch_id), self.guard, self.stop)
+                        for name, extra in plan.sides}
+        n_todo = sum(len(v) for v in todo.values())
+        self.progress = Progress(n_todo, len([d for d in todo if todo[d]]) * plan.args.share_device)
+        self.t0 = time.monotonic()
+        # a case that starts now may end this late: both sides timed out, then the kill grace
+        self.worst_case = plan.args.op_timeout * len(plan.sides) + plan.args.kill_grace + 5
+
+    def _config(self, name: str, extra: Dict[str, str], batch_id: str) -> CaseConfig:
+        p, a = self.plan, self.plan.args
+        replay = (a.replay_root.resolve() if a.replay_root else
+                  p.side_dir(SIDES[0]) if name == SIDES[1] else None)
+        return CaseConfig(
+            batch_dir=p.side_dir(name), run_script=p.run_script, roots=p.roots, backend=p.backend,
+            op_timeout=a.op_timeout, kill_grace=a.kill_grace, retries=a.retries, dtypes=p.dtypes,
+            replay_root=replay, shape_file=p.shape_file, batch_id=batch_id,
+            extra_env={**p.common_env, **extra}, device_share=a.share_device)
+
+    def may_start(self) -> bool:
+        if self.stop.is_set():
+            return False
+        budget = self.plan.args.budget_s
+        return budget is None or time.monotonic() - self.t0 + self.worst_case <= budget
+
+    def run_side(self, name: str, c: inv.Entry, device: str, dtypes: Optional[str]) -> Dict[str, str]:
+        key = (c.repo, c.run_name)
+        table = self.tables.status[name]
+        table.set(key, status="RUNNING", device=device, gpu=device)
+        try:
+            row, _ = self.runners[name].run(c, device, dtypes=dtypes)
+        except Exception as exc:  # one case's harness error must not stop its device's shard
+            row = blank_row(c.repo, c.op, c.op_file, c.run_name, self.plan.backend.name, device,
+                            str(case_dir(self.plan.side_dir(name), c)), status="FAIL",
+                            notes=f"reason=harness error {type(exc).__name__}: {exc}")
+        table.replace(key, row)
+        return row
+
+    def run_screen_side(self, c: inv.Entry, device: str, row_a: Dict[str, str]) -> Tuple[Dict[str, str], str]:
+        """Side B after side A (which did not stop on an interrupt): (B's row, screen verdict)."""
+        # B measures what A measured: after a dtype fallback, without the restriction too
+        dt = "" if "dtype_" in row_a["notes"] else self.plan.dtypes
+        if row_a["status"] == "PASS":
+            row_b = self.run_side(SIDES[1], c, device, dt)
+        else:
+            row_b = blank_row(c.repo, c.op, c.op_file, c.run_name, self.plan.backend.name, device,
+                              str(case_dir(self.plan.side_dir(SIDES[1]), c)), status="NOT_RUN",
+                              notes=f"side before ended {row_a['status']}")
+            self.tables.status[SIDES[1]].replace((c.repo, c.run_name), row_b)
+        if row_b["status"] == "INTERRUPTED":
+            return row_b, ""
+        srow = screen_row(row_a, row_b, dt)
+        self.tables.screen.set((c.repo, c.run_name), srow)
+        return row_b, f" {srow['verdict']}"
+
+    def work(self, c: inv.Entry, device: str) -> None:
+        row = self.run_side(self.plan.sides[0][0], c, device, None)
+        shown, verdict = row["status"], ""
+        if self.tables.screen is not None and row["status"] != "INTERRUPTED":
+            row_b, verdict = self.run_screen_side(c, device, row)
+            shown = f"{row['status']}/{row_b['status']}"
+            row = dict(row, elapsed_ms=str(int(row["elapsed_ms"] or 0) + int(row_b.get("elapsed_ms") or 0)))
+        elapsed = int(row.get("elapsed_ms") or 0) / 1000
+        total = self.progress.total
+        self.progress.one_done(elapsed, lambda done, eta_min: (
+            f"{LOG} ({done:>{len(str(total))}}/{total}) {shown:<11}{verdict} "
+            f"{elapsed:7.1f}s rows={row['rows_success']}/{row['rows_total']} {c.repo}:{c.run_name} "
+            f"device={device} ETA {eta_min:.1f}min" + (f"  {row['notes']}" if row.get("notes") else "")))
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def execute(plan, tables: Tables, todo: Dict[str, List[inv.Entry]], batch_id: str) -> bool:
+    """Run `todo` (device -> cases); True when Ctrl-C or SIGTERM stopped it. Running cases are
+    then killed with their process groups, and every row still RUNNING reads INTERRUPTED."""
+    batch = BatchRun(plan, tables, todo, batch_id)
+    executor = LocalExecutor(plan.args.share_device)
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    interrupted = False
+    try:
+        executor.run(todo, batch.work, batch.may_start)
+    except KeyboardInterrupt:
+        interrupted = True
+        batch.stop.set()
+        print(f"\n!!! {LOG} interrupted: killing running cases", file=sys.stderr, flush=True)
+        batch.guard.abort_all()
+        executor.join()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        batch.guard.close()
+    for table in tables.status.values():
+        for key in table.order:
+            if table.get(key)["status"] == "RUNNING":   # a worker that never got to write its row
+                table.set(key, status="INTERRUPTED", notes="interrupted")
+    for exc in executor.errors:
+        print(f"!!! {LOG} worker error: {exc!r}", file=sys.stderr)
+    return interrupted
+
+
+def conclude(plan, tables: Tables, interrupted: bool) -> int:
+    """The closing summary of every side (and the screen); the batch's exit code."""
+    args = plan.args
+    code = EXIT_OK
+    resume = (f"python run_batch.py --resume --batch-dir {plan.batch_dir}"
+              + (f" --switch {args.switch}" if args.switch else ""))
+    for name, _ in plan.sides:
+        print(f"{LOG} ---- {name}" if name else f"{LOG} ----")
+        code = max(code, finish(tables.status[name], plan.side_dir(name), interrupted, resume))
+    warn_shared(args.share_device)
+    if tables.screen is not None:
+        verdicts = Counter(r["verdict"] for r in tables.screen.rows.values())
+        print(f"{LOG} screen of {args.switch}: " + ", ".join(f"{k}={v}" for k, v in sorted(verdicts.items()))
+              + f" -> {plan.batch_dir / 'screen.tsv'} (campaign.sh SCREEN=)")
+    return EXIT_INTERRUPTED if interrupted else code
+
+
+def finish(table: StatusTable, batch_dir: Path, interrupted: bool, resume: str) -> int:
+    counts = table.counts()
+    print(f"{LOG} status: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
+    reasons = Counter()
+    for key in table.order:
+        for part in table.get(key).get("notes", "").split(";"):
+            if part.startswith("reason="):
+                reasons[part[len("reason="):][:80]] += 1
+    for reason, n in reasons.most_common(10):
+        print(f"{LOG}   {n:>4} x {reason}")
+    if any(batch_dir.glob("*/*/run.log")):
+        r = subprocess.run([sys.executable, str(REPO_ROOT / "batch_summary.py"), str(batch_dir)],
+                           capture_output=True, text=True)
+        print((r.stdout or r.stderr).strip())
+        # where each case's seconds went, from the plugins' own cost lines
+        for line in write_batch_costs(batch_dir):
+            print(f"{LOG} costs: {line}")
+    print(f"{LOG} table: {batch_dir / 'ops_status.csv'}")
+    if interrupted:
+        return EXIT_INTERRUPTED
+    left = sum(counts.get(s, 0) for s in UNFINISHED)
+    if left:
+        print(f"!!! {LOG} {left} case(s) not run; continue with: {resume}")
+        return EXIT_UNFINISHED
+    return EXIT_OK
