@@ -22,13 +22,13 @@ set -u
 source "$(dirname "$0")/../zl/sh/entry.sh" "$@"   # --help, and no arguments
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 : "${FLAGGEMS_DIR:?FLAGGEMS_DIR must point at a FlagGems checkout}"
-OUT="${OUT:-$HERE/runs/autotune_validate_out}"
+OUT="${OUT:-$HERE/runs/autotune_replay_check_out}"
 DTYPES="${DTYPES:-float16}"
 # CHECK_OPS="mm" skips the softmax pair (a short device call that only re-checks mm).
 CHECK_OPS="${CHECK_OPS:-mm softmax}"
 mkdir -p "$OUT"
 : >"$OUT/runs.log"
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/zl_autotune_validate.XXXXXX")"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/zl_autotune_replay_check.XXXXXX")"
 export ZL_PYTHON="${ZL_PYTHON:-python3}"
 
 # shellcheck source=_validate_run.sh

@@ -88,7 +88,7 @@ def _split_stamps(stamped: str) -> tuple[list[float], list[str]]:
 
 def node_seconds(stamped: str) -> list[tuple[str, str, float]]:
     """(node id, outcome, seconds) from a `pytest -v` log whose every line starts with the
-    epoch seconds it was printed at (upstream_one_process.sh). Lines without a stamp are
+    epoch seconds it was printed at (upstream_node_seconds.sh). Lines without a stamp are
     refused (ValueError).
 
     A node's time runs from the line before its id line to its outcome line. Not from the id
