@@ -280,3 +280,26 @@ def test_help_shows_the_whole_description():
     shown = " ".join(r.stdout.split())
     for line in cli.__doc__.splitlines():
         assert " ".join(line.split()) in shown, line
+
+
+def test_resume_refuses_another_switch_replay_root_or_backend(tmp_path):
+    bd = tmp_path / "b"
+    src = tmp_path / "src"
+    (src / "main" / "softmax").mkdir(parents=True)
+    r = batch(tmp_path, "--ops", "softmax", "--devices", "0", "--batch-dir", bd, "--replay-root", src)
+    assert r.returncode == 0, r.stdout + r.stderr
+    before = snapshot(bd)
+    other = tmp_path / "other"
+    other.mkdir()
+    for extra, needle in (
+            (("--replay-root", other), f"replay_root: batch '{src.resolve()}', this call '{other.resolve()}'"),
+            (("--backend", "musa"), "backend: batch 'cuda', this call 'musa'")):
+        r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0", *extra)
+        assert r.returncode == 2 and needle in r.stderr, r.stdout + r.stderr
+    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0", "--switch", "ZL_TEST_SWITCH")
+    assert r.returncode == 2 and "--switch replays its own side A; it cannot take --replay-root" in r.stderr
+    plain = tmp_path / "plain"
+    assert batch(tmp_path, "--ops", "softmax", "--devices", "0", "--batch-dir", plain).returncode == 0
+    r = batch(tmp_path, "--resume", "--batch-dir", plain, "--devices", "0", "--switch", "ZL_TEST_SWITCH")
+    assert r.returncode == 2 and "switch: batch '', this call 'ZL_TEST_SWITCH'" in r.stderr
+    assert snapshot(bd) == before
