@@ -252,6 +252,8 @@ def _run_mode(args) -> Dict:
         by_cell = {o["cell"]: o for o in result["ops"]}
         for cell in result["wrong_results"]:   # first, before any speed
             print(f"!!! [screen] {cell}: WRONG RESULTS: {by_cell[cell]['results']}")
+        for cell in result["torch_mismatches"]:
+            print(f"!!! [screen] {cell}: results vs torch: {by_cell[cell]['results_torch']}")
         print("[screen] verdicts: " + ", ".join(f"{k}={v}" for k, v in result["verdict_counts"].items()))
         band = result["noise_band_pct"]
         print("[screen] noise band: " + (f"{band[0]:+.2f}% ~ {band[1]:+.2f}% " if band else "unknown ")

@@ -416,15 +416,18 @@ def test_rounds_screen_and_batch_pages_put_wrong_results_first(tmp_path, capsys)
     tsv = screen / "screen.tsv"
     lines = tsv.read_text().splitlines()
     lines[0] += "\tresults\tresults_torch"
-    lines[1:] = [ln + ("\tMISMATCH (1/1 shapes, worst error abs 0.5)\tA match; B match" if ln.startswith("relu")
-                       else "\tmatch\tA match; B match") for ln in lines[1:]]
+    cells = {"relu": "\tMISMATCH (1/1 shapes, worst error abs 0.5)\tA match; B match",
+             "abs": "\tmatch\tA MISMATCH (1/1 shapes, worst error abs 0.2); B match"}
+    lines[1:] = [ln + cells.get(ln.split("\t")[0], "\tmatch\tA match; B match") for ln in lines[1:]]
     lines[2] = lines[2].replace("\tIR_CHANGED\t", "\tWRONG_RESULTS\t")
     tsv.write_text("\n".join(lines) + "\n")
     html = tmp_path / "s.html"
     assert run_bs("--screen", screen, "--html", html) == 0
     raw = html.read_text()
     wrong = raw.index('id="wrong-results"')
-    assert "relu@float16: WRONG_RESULTS: MISMATCH" in raw[wrong:raw.index("</div>", wrong)]
+    box = raw[wrong:raw.index("</div>", wrong)]
+    assert "relu@float16: WRONG_RESULTS: MISMATCH" in box and "abs@float16 vs torch: A MISMATCH" in box
+    assert "softmax" not in box
     assert wrong < raw.index("<svg") and "results B vs A" in raw
     assert "[screen] verdicts:" in capsys.readouterr().out
 

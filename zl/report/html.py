@@ -272,7 +272,9 @@ def page_screen(result: Dict) -> Page:
     page = Page(f"Screen {result['label']}", f"root {result['root']}")
     by_cell = {o["cell"]: o for o in result["ops"]}
     _wrong_results(page, [f"{c}: {by_cell[c]['verdict']}: {by_cell[c]['results']}"
-                          for c in result.get("wrong_results") or []])
+                          for c in result.get("wrong_results") or []]
+                   + [f"{c} vs torch: {by_cell[c]['results_torch']}"
+                      for c in result.get("torch_mismatches") or []])
     _top(page, result)
     if result.get("calibers_differ"):
         page.add('<div class="warn">[caliber] the operators were not all measured under one caliber '

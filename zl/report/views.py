@@ -25,9 +25,9 @@ from zl.runlog.parse import RunLogError, read_run_log
 from zl.runlog.stats import pair_logs
 
 # Identity fields shown in a page's header table: the caliber, then what explains it.
-IDENTITY_SHOWN = cal.CALIBER_FIELDS + (
+IDENTITY_SHOWN = tuple(dict.fromkeys(cal.CALIBER_FIELDS + (
     "autotune_mode", "graph_capture", "device_name", "device_arch", "triton_version",
-    "torch_version", "flag_gems_version", "flaggems_commit", "op", "replay_from", "demo")
+    "torch_version", "flag_gems_version", "flaggems_commit", "op", "replay_from", "demo")))
 # Set by demo.sh in both runs' run_identity.json; any run carrying it makes the page
 # say, above everything else, that its numbers mean nothing.
 DEMO_FIELD = "demo"
@@ -245,6 +245,7 @@ def screen_result(root: Path) -> Dict:
             "verdict_counts": _counts(o["verdict"] for o in ops),
             "wrong_results": [o["cell"] for o in ops
                               if o["verdict"] == WRONG_RESULTS or "MISMATCH" in o["results"]],
+            "torch_mismatches": [o["cell"] for o in ops if "MISMATCH" in o["results_torch"]],
             "failures": completion["failures"] + _group(ops),
             "completion": completion,
             "noise_band_pct": band,
