@@ -754,3 +754,42 @@ def test_ab_rounds_json_in_its_root_is_allowed_inside_a_cell_is_not(tmp_path, cl
     assert cli("--ab-rounds", tmp_path, "--json", tmp_path / "ab_rounds.json").returncode == 0
     r = cli("--ab-rounds", tmp_path, "--json", tmp_path / "r2_B" / "x.json")
     assert r.returncode == 2 and "inside the input run directory" in r.stderr
+
+
+def test_ab_rounds_states_the_code_verdict_of_r1_a_against_r1_b(tmp_path, cli):
+    from harness import report_fixtures as rf
+    make_rounds(tmp_path, 2, 0.0, 0.001, seed=6)
+    rf.write_fingerprints(tmp_path / "r1_A", rf.SAME_CODE)
+    rf.write_fingerprints(tmp_path / "r1_B", {**rf.SAME_CODE, "binary": "ee" * 32})
+    out = tmp_path / "rounds.json"
+    r = cli("--ab-rounds", tmp_path, "--label", "relu", "--json", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert _strict_json(out)["code"]["verdict"] == "BINARY_CHANGED"
+    assert "[ab-rounds] relu: IR r1_A vs r1_B: BINARY_CHANGED" in r.stdout
+
+
+def test_two_outputs_at_one_path_and_a_png_folder_that_is_a_file_are_refused(tmp_path, cli):
+    a = make_run(tmp_path / "a", ONE_ROW, mode="record")
+    b = make_run(tmp_path / "b", ONE_ROW_B)
+    same = tmp_path / "out" / "report"
+    r = cli("--ab", a, b, "--json", same, "--html", same)
+    assert r.returncode == 2 and "--json and --html are the same path" in r.stderr
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "afile").write_text("")
+    r = cli("--ab", a, b, "--png", tmp_path / "afile")
+    assert r.returncode == 2 and "--png" in r.stderr and "is not a directory" in r.stderr
+
+
+def test_batch_speedups_and_telemetry_keep_only_finite_numbers(tmp_path, cli):
+    from zl.report import views
+    assert [views.finite(x) for x in ("1.5", "inf", "-inf", "nan", "", None, "x")] == \
+        [1.5, None, None, None, None, None, None]
+    batch = tmp_path / "batch"
+    run = make_run(batch / "main" / "relu", [table("relu", "torch.float16", [
+        ("SUCCESS", 0.01, SHAPES[0]), ("SUCCESS", 0.02, SHAPES[1])])], mode="record")
+    log = run / "run.log"
+    log.write_text(log.read_text().replace(f"{0.01 / 0.02:.3f}", "inf"))
+    (batch / "ops_status.csv").write_text("repo,op,status,out_dir\nmain,relu,PASS," + str(run) + "\n")
+    out = tmp_path / "b.json"
+    assert cli("--batch", batch, "--json", out).returncode == 0
+    assert _strict_json(out)["ops"][0]["median_speedup"] == pytest.approx(1.0)
