@@ -168,7 +168,7 @@ def _identity_table(page: Page, identities: Dict[str, Dict[str, str]]) -> None:
 def _code_line(result: Dict, what: str = "code") -> str:
     code = result.get("code")
     if not code:
-        return f"{what}: not judged"
+        return f'<div class="flag" id="code-verdict">{esc(what)}: not judged (no r1_A and r1_B pair)</div>'
     text = code_text(code)
     css = "ok" if code.get("identical_everywhere") else "flag"
     return f'<div class="{css}" id="code-verdict">{esc(what)}: {esc(text)}; {esc(code["reason"])}</div>'
