@@ -793,3 +793,16 @@ def test_batch_speedups_and_telemetry_keep_only_finite_numbers(tmp_path, cli):
     out = tmp_path / "b.json"
     assert cli("--batch", batch, "--json", out).returncode == 0
     assert _strict_json(out)["ops"][0]["median_speedup"] == pytest.approx(1.0)
+
+
+def test_ab_rounds_json_carries_the_caliber_hazards_the_console_prints(tmp_path, cli):
+    make_rounds(tmp_path, 4, 0.05, 0.002, seed=6)
+    for ident in tmp_path.glob("r*_*/run_identity.json"):
+        data = json.loads(ident.read_text())
+        ident.write_text(json.dumps({**data, "tuner_cache": "shared(/root/.flaggems)"}))
+    out = tmp_path / "rounds.json"
+    r = cli("--ab-rounds", tmp_path, "--label", "relu", "--json", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    hazards = json.loads(out.read_text())["caliber_hazards"]
+    assert len(hazards) == 1 and "r1_A recorded on a shared tuner cache" in hazards[0]
+    assert hazards[0] in r.stdout

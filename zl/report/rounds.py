@@ -17,6 +17,7 @@ from zl.report.guard import (MARKER_LABELS, BadInput, NoReport, Refused, check_c
                              require_stats_libraries)
 from zl.report import results as results_report
 from zl.report.run import code_text, pair_code, unfinished_reason
+from zl.runlog import caliber as cal
 from zl.runlog.caliber import read_identity
 from zl.runlog.campaign import (CampaignChoice, MixedCampaigns, UnknownCampaign, cell_name,
                                 select_campaign)
@@ -80,6 +81,7 @@ def _key_fields(k) -> Dict:
 def _as_json(name: str, root: Path, res: Dict, data: RoundsData, choice: CampaignChoice,
              problems) -> Dict:
     out = {"mode": "ab-rounds", "label": name, "root": str(root), "caliber_problems": problems,
+           "caliber_hazards": cal.hazards([(cell_name(c), d) for c, d in sorted(choice.used.items())]),
            "campaign_id": choice.campaign_id,
            "cells_used": [cell_name(c) for c in sorted(choice.used)],
            "cells_ignored": {cell_name(c): cid for c, cid in sorted(choice.ignored.items())},
