@@ -13,7 +13,7 @@ Shared kit (every plugin and tool uses these, nothing re-implements them):
 - `zl.plan`      which `-p` plugins a run loads (plugin_plan.py is its CLI).
 - `zl.backends`  device adapters (cuda, musa, rocm, ascend); resolves ZL_BACKEND once.
 - `zl.flaggems`  FlagGems facts: node parsing, Benchmark classes, vendor env, commit.
-- `zl.prepare`   run_pytest.sh's pre-pytest step in one interpreter; campaign preflight.
+- `zl.prepare`   run_pytest.sh's pre-pytest steps, before and after it locks OUT_DIR; campaign preflight.
 - `zl.rundir`    claim a run directory, move an earlier run aside, reclaim dead runs' temporaries.
 - `zl.shapefile` SHAPE_FILE checks (preflight) and the inline shape yaml.
 - `zl.supervise` run a command tied to its driver (own process group, parent-death signal).
