@@ -58,7 +58,7 @@ cleanup() {
   if (( OWNED && OUT_DIR_CREATED && ! PREPARED )); then
     rm -f "$OUT_DIR/.zl.lock"; rmdir "$OUT_DIR" 2>/dev/null
   elif (( LOCKED )); then
-    : > "$OUT_DIR/.zl.lock" 2>/dev/null   # no pid of a process that no longer holds it
+    : 2>/dev/null > "$OUT_DIR/.zl.lock"   # no pid of a process that no longer holds it
   fi
   if (( tee_status == 6 || status == 6 )) && (( PREPARED )); then
     log_write_failed
@@ -116,6 +116,7 @@ eval "$claimed"
 # it ends when they do, however they die; no stale lock after kill -9 (zl.locks).
 if ! { exec {LOCK_FD}<>"$OUT_DIR/.zl.lock"; } 2>/dev/null; then
   echo "!!! OUT_DIR_WRITE_FAILED out=$OUT_DIR detail='cannot create $OUT_DIR/.zl.lock': OUT_DIR cannot take this run's files (full disk, read-only or no permission); nothing was run" >&2
+  (( OUT_DIR_CREATED )) && rmdir "$OUT_DIR" 2>/dev/null
   exit 6
 fi
 lock_msg="$("$PY" -m zl.locks hold "$LOCK_FD" "$OUT_DIR/.zl.lock" --pid "$$" 2>&1)"; lock_rc=$?
