@@ -191,7 +191,7 @@ def test_screen_page(tmp_path, capsys):
 
 
 def test_variants_differ_is_shown_verbatim_and_kept_out_of_the_noise_band(tmp_path, capsys):
-    """VARIANTS_DIFFER (issue 16): common code identical, but a side may have timed a
+    """VARIANTS_DIFFER: common code identical, but a side may have timed a
     specialisation the other never ran, so its range is not the A/A noise band."""
     root = rf.screen_root(tmp_path / "screen")
     tsv = root / "screen.tsv"

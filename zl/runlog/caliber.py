@@ -19,7 +19,7 @@ because changing it alone moved a measured result (seed, S5000 / H200):
   seed             data-dependent operators (sort, topk, nonzero) see different inputs
   shape_source     op=yaml|upstream|hardcoded per op: a yaml that did not reach a class
                    measured the class's own shapes under the same op name
-  graph_warmup_ms  the warmup before each capture (issue 18): `caller` vs an adaptive cap
+  graph_warmup_ms  the warmup before each capture: `caller` vs an adaptive cap
   l2               warm vs cold L2: a memory-bound kernel reads slower from a flushed cache
   device_share     N cases measured on one GPU at once (run_batch.py --share-device N) moved
                    every timing; absent on a solo run, so shared vs solo is a mismatch. Unlike
