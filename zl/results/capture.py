@@ -2,14 +2,25 @@
 
 `<run>/results/<op>.json`:
     {"schema_version": 1, "op": ..., "status": "captured" | "n/a", "reason": ...,
-     "entries": {"<dtype>|<shape label>#<n>": {"torch": [T...], "gems": [T...]}}}
+     "entries": {"<dtype>|<shape label>#<n>": {"torch": [T...], "gems": [T...],
+                                                "torch_upcast": [T...]}}}
 where each T describes one output tensor (outputs are flattened: tuples, lists, and for a
 backward benchmark the forward output followed by the input gradients):
     {"dtype", "shape", "numel", "digest", "nan", "inf",
      "min", "max", "mean", "abs_mean" (finite elements, float64),
      "values" (all, when numel <= FULL_CAP) | "sample_index" + "sample" (SAMPLE_SIZE
-     evenly spaced elements)}.
+     evenly spaced elements), "reduce" (reduction_size: input elements behind one output
+     element, for the reference tolerance)}.
 The digest decides "bitwise equal"; values or the sample decide "within tolerance".
+
+`torch_upcast` is the reference the "vs torch" check uses, made the way FlagGems' accuracy
+tests make theirs (tests/accuracy_utils.py `to_reference(x, upcast=True)`, then
+`ref.to(dtype)`): the torch operator on float32 copies of the float16/bfloat16 inputs, each
+floating output rounded back to the plain torch output's dtype (integer outputs, such as
+indices, are the plain torch call's). A float16 reduction compared with float16 torch
+compares two roundings of the same sum, not an answer with the truth. Absent when no input
+is float16/bfloat16 or the upcast call failed (the reason is kept in "reference_errors");
+the plain torch output is the reference then.
 
 The digest is `sha256:<hex>` of the raw bytes up to HOST_CAP elements (also kept as the
 "sha256" field, as before). Above it everything is computed where the tensor lives:
@@ -49,6 +60,12 @@ _W1, _W2 = 0x9E3779B97F4A7C15 - (1 << 64), 0xC2B2AE3D27D4EB4F - (1 << 64)
 RANDOM_RE = re.compile(r"(?:^|_)(dropout|randn|rand|randint|randperm|normal|multinomial|uniform|"
                        r"exponential|bernoulli|poisson|geometric|cauchy|log_normal|random)(?:_|$)")
 SIDES = ("torch", "gems")
+REFERENCE_SIDE = "torch_upcast"
+UPCAST = {"float16": "float32", "bfloat16": "float32"}
+# Operators that contract a dimension the output does not keep (matrix products,
+# convolutions): FlagGems' tests pass that length (K, C x kernel) as reduce_dim.
+CONTRACTION_RE = re.compile(r"^(?:addmm|addmv|addbmm|baddbmm|bmm|mm|mv|matmul|linear|dot|vdot|"
+                            r"conv\w*|tensordot|einsum)(?:_backward)?$")
 
 
 def not_comparable_reason(op_name: str, is_inplace: bool = False) -> Optional[str]:
@@ -88,6 +105,65 @@ def aliases_input(outputs: List[Any], inputs: List[Any]) -> bool:
             ptrs.add(t.untyped_storage().data_ptr())
     return any(torch.is_tensor(o) and o.numel() and o.untyped_storage().data_ptr() in ptrs
                for o in outputs)
+
+
+def reduction_size(op_name: str, inputs: List[Any], output: Any) -> int:
+    """How many input elements lie behind one output element: the `reduce_dim` FlagGems'
+    accuracy tests scale atol by (nll_loss: target.numel() for a reduced loss; mm: K).
+
+    The largest input's numel over the output's (a sum, a mean, a loss over N x H x W), and
+    for a contraction (CONTRACTION_RE) sqrt(numel(a) x numel(b) / numel(out)) of the two
+    largest inputs, which is K for (M,K) @ (K,N) and C x k for a convolution with a square
+    k x k kernel. At least 1; an elementwise output is 1.
+    """
+    import math
+
+    import torch
+    sizes = sorted((int(t.numel()) for t in flatten(list(inputs)) if torch.is_tensor(t)), reverse=True)
+    out = max(1, int(output.numel()))
+    if not sizes:
+        return 1
+    size = -(-sizes[0] // out)
+    if len(sizes) > 1 and CONTRACTION_RE.match((op_name or "").lower()):
+        size = max(size, math.ceil(math.sqrt(sizes[0] * sizes[1] / out)))
+    return max(1, size)
+
+
+def upcast(value: Any, depth: int = 0) -> tuple:
+    """(value with every float16/bfloat16 tensor replaced by a float32 copy, how many were).
+    A copy keeps requires_grad (a backward reference takes gradients of the copies)."""
+    import torch
+    if depth > 6:
+        return value, 0
+    if torch.is_tensor(value):
+        name = str(value.dtype).replace("torch.", "")
+        if name not in UPCAST:
+            return value, 0
+        copy = value.detach().to(getattr(torch, UPCAST[name]))
+        return (copy.requires_grad_() if value.requires_grad else copy), 1
+    if isinstance(value, (list, tuple)):
+        parts = [upcast(v, depth + 1) for v in value]
+        items = [p[0] for p in parts]
+        return (type(value)(items) if isinstance(value, list) else tuple(items)), sum(p[1] for p in parts)
+    if isinstance(value, dict):
+        parts = {k: upcast(v, depth + 1) for k, v in value.items()}
+        return {k: p[0] for k, p in parts.items()}, sum(p[1] for p in parts.values())
+    return value, 0
+
+
+def round_like(reference: List[Any], plain: List[Any]) -> List[Any]:
+    """The upcast outputs rounded back to the plain outputs' dtypes; a non-floating plain
+    output (indices, masks) is kept as is. ValueError when the two do not line up."""
+    import torch
+    if len(reference) != len(plain):
+        raise ValueError(f"{len(reference)} upcast outputs vs {len(plain)} plain ones")
+    out = []
+    for r, p in zip(reference, plain):
+        if not (torch.is_tensor(r) and torch.is_tensor(p)) or tuple(r.shape) != tuple(p.shape):
+            raise ValueError("an upcast output's shape differs from the plain one's")
+        floating = p.is_floating_point() or p.is_complex()
+        out.append(r.detach().to(p.dtype) if floating else p)
+    return out
 
 
 def _float(x: float) -> Optional[float]:
@@ -230,8 +306,16 @@ class ResultsFile:
         self._occurrence[(side, base)] = n + 1
         return f"{base}#{n}"
 
-    def add(self, key: str, side: str, outputs: List[Any]) -> None:
-        self.doc["entries"].setdefault(key, {})[side] = [describe(t) for t in outputs]
+    def add(self, key: str, side: str, outputs: List[Any], reduce: Optional[List[int]] = None) -> None:
+        records = [describe(t) for t in outputs]
+        for rec, size in zip(records, reduce or []):
+            rec["reduce"] = int(size)
+        self.doc["entries"].setdefault(key, {})[side] = records
+        self.write()
+
+    def reference_failed(self, key: str, why: str) -> None:
+        """The upcast reference of `key` could not be made: "vs torch" uses the plain output."""
+        self.doc.setdefault("reference_errors", {})[key] = why[:300]
         self.write()
 
     def not_comparable(self, reason: str) -> None:

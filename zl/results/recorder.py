@@ -12,6 +12,12 @@ upstream's run() measures latency_base and latency. A backward benchmark records
 forward output and the input gradients for a fixed-seed upstream gradient (upstream's own
 `randn_like` would differ between the extra call and any later one).
 
+On the torch side a second extra call makes the reference "vs torch" compares with, as
+FlagGems' accuracy tests do: the operator on float32 copies of float16/bfloat16 inputs,
+rounded back to the output dtype (capture.REFERENCE_SIDE; a failure there is noted in the
+file and the plain torch output stays the reference). Each record also carries its
+`reduce` size (capture.reduction_size), which scales atol for that comparison.
+
 Inside `use_gems()` every aten op dispatches to FlagGems, the statistics too: on the H200
 the capture of a 4096x4096 abs compiled and ran FlagGems' isnan, sum and nonzero kernels,
 which the IR dump filed under abs's shape, and whose numerics a compiler switch can move.
@@ -43,6 +49,7 @@ class ResultsRecorder:
         self.patch = BenchmarkMethodPatch("get_latency", self._wrap, "run")
         self.stack = PatchStack()
         self.errors = 0
+        self.reference_failures = 0
         self.active = True
         self.captures = 0
         self.seconds = 0.0  # host time spent in record() and flush(): what the results check costs a run
@@ -137,7 +144,7 @@ class ResultsRecorder:
         except Exception as exc:
             self._failed(op_name, side, results, exc)
             return
-        job = (op_name, results, key, side, outputs, grad_of)
+        job = (op_name, results, key, side, outputs, grad_of, (bench, op, args, kwargs))
         if self.gems_depth > 0:
             self.pending.append(job)
         else:
@@ -152,13 +159,44 @@ class ResultsRecorder:
 
     def _describe(self, job: tuple, in_gems: bool) -> None:
         """`in_gems`: the job was captured inside use_gems() (so its gradient is FlagGems')."""
-        op_name, results, key, side, outputs, grad_of = job
+        op_name, results, key, side, outputs, grad_of, call = job
         try:
+            inputs = list(call[2]) + list(call[3].values())
+            forward = len(outputs)
             if grad_of is not None:
                 outputs = outputs + self._gradients(*grad_of, in_gems=in_gems)
-            results.add(key, side, outputs)
+            reduce = [capture.reduction_size(op_name, inputs if i < forward else inputs + outputs[:forward], t)
+                      for i, t in enumerate(outputs)]
+            results.add(key, side, outputs, reduce)
         except Exception as exc:
             self._failed(op_name, side, results, exc)
+            return
+        if side == "torch":
+            self._reference(op_name, results, key, call, outputs, reduce)
+
+    def _reference(self, op_name: str, results: capture.ResultsFile, key: str, call: tuple,
+                   plain: List[Any], reduce: List[int]) -> None:
+        """The upcast reference of one torch-side capture (module doc); never raises."""
+        import torch
+        bench, op, args, kwargs = call
+        try:
+            up_args, n_args = capture.upcast(args)
+            up_kwargs, n_kwargs = capture.upcast(kwargs)
+            if not n_args + n_kwargs:
+                return
+            if getattr(bench, "is_backward", False):
+                out = op(*up_args, **up_kwargs)
+                xs = [a for a in up_args if torch.is_tensor(a) and a.requires_grad]
+                ref = [out] + self._gradients(out, xs, in_gems=False, round_to=plain[0].dtype)
+            else:
+                with torch.no_grad():
+                    ref = capture.flatten(op(*up_args, **up_kwargs))
+            results.add(key, capture.REFERENCE_SIDE, capture.round_like(ref, plain), reduce)
+        except Exception as exc:
+            self.reference_failures += 1
+            if self.reference_failures <= 3:
+                self.log(f"upcast reference of {op_name} not made ({exc!r}); vs torch uses the plain torch output")
+            results.reference_failed(key, f"{type(exc).__name__}: {exc}")
 
     def _failed(self, op_name: str, side: str, results: capture.ResultsFile, exc: Exception) -> None:
         self.errors += 1
@@ -178,13 +216,16 @@ class ResultsRecorder:
         out = op(*args, **kwargs)
         return [out], (out, [a for a in args if torch.is_tensor(a) and a.requires_grad])
 
-    def _gradients(self, out: Any, xs: List[Any], in_gems: bool) -> List[Any]:
+    def _gradients(self, out: Any, xs: List[Any], in_gems: bool, round_to: Any = None) -> List[Any]:
+        """Input gradients for the fixed-seed upstream gradient; `round_to`: the dtype that
+        gradient is first rounded to (the plain output's, for an upcast reference)."""
         import torch
         # Drawn where the output lives once it is large: a host randn of a 2^30-element
         # gradient plus its copy took seconds per shape on the H200 (capture.HOST_CAP).
         where = out.device if out.numel() > capture.HOST_CAP else torch.device("cpu")
         gen = torch.Generator(device=where).manual_seed(0)
-        dout = torch.randn(out.shape, generator=gen, dtype=torch.float32, device=where).to(out.dtype).to(out.device)
+        dout = torch.randn(out.shape, generator=gen, dtype=torch.float32, device=where)
+        dout = dout.to(round_to or out.dtype).to(out.dtype).to(out.device)
         ctx = contextlib.nullcontext()
         if in_gems and self.gems_ctx is not None:
             use_gems, args, kwargs = self.gems_ctx
