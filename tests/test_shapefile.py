@@ -179,8 +179,10 @@ def _tool(tmp_path, body):
     tool = tmp_path / "fake-smi"
     tool.write_text("#!/bin/sh\n" + body)
     tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    from zl.backends import get_backend
+    cuda = get_backend("cuda")
     return types.SimpleNamespace(memory_query_argv=(str(tool), "--total", "-i", "{dev}"),
-                                 inherited_devices=lambda env: [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d])
+                                 inherited_devices=cuda.inherited_devices)
 
 
 def test_device_memory_reads_the_pinned_card_else_the_largest(tmp_path):
