@@ -1,29 +1,49 @@
 #!/usr/bin/env bash
-# Reference A/B: FlagGems' FLAGGEMS_MXFP4_FOLDSCALE switch on fused_marlin_moe_mxfp4 over
-# the real trace shape sets in shape/. Per set: FOLD=0 records the autotune picks, FOLD=1
-# replays them, so the pair differs by the switch alone; each pair's summary is printed
-# as it completes. What is reusable is the caliber (pinned configs, graph timing, real
-# trace shapes, one pair per set); for another switch or operator change the variables.
+# Shape-set A/B: one switch on one operator, one record/replay pair per fold set (a shape yaml,
+# usually the shapes of one serving scenario). Per set: FOLD_SWITCH=0 records the autotune picks,
+# FOLD_SWITCH=1 replays them, so the pair differs by the switch alone; each pair's --ab summary
+# is printed as it completes.
 #
-#   FLAGGEMS_DIR=/path/to/FlagGems bash ab_fold_test.sh
-#   SHAPE_SETS="shape/DeepSeek-V4-Flash-p1024d1024.yaml" bash ab_fold_test.sh
+#   # The shipped public sets (shape/Llama-3-8B-decode-b1.yaml, -b8.yaml) on the CPU, from the
+#   # repository root: the bundled fake FlagGems tree in Triton's interpreter, whose relu reads
+#   # ZL_TEST_SWITCH (about 2 min; the latencies mean nothing, the pairs and summaries are the job)
+#   FLAGGEMS_DIR=$PWD/tests/fake_flaggems PYTHONPATH=$PWD/tests/fake_flaggems/src TRITON_INTERPRET=1 \
+#     FOLD_SWITCH=ZL_TEST_SWITCH OP=relu OP_FILE=relu bash ab_fold_test.sh
+#   # The same sets on a GPU: your FlagGems checkout, a switch its src/ reads, and an operator
+#   # the sets list (relu, silu_and_mul, rms_norm, softmax, mm, bmm, topk, sort)
+#   FLAGGEMS_DIR=/path/to/FlagGems FOLD_SWITCH=MY_SWITCH OP=silu_and_mul OP_FILE=silu_and_mul \
+#     bash ab_fold_test.sh
+#   # DeepSeek-V4-Flash's MXFP4 MoE (the reference job; FOLD_SWITCH and OP default to it): your sets
+#   SHAPE_SETS="ds/DeepSeek-V4-Flash-p1024d1024.yaml ds/DeepSeek-V4-Flash-p4096d1024.yaml" \
+#     FLAGGEMS_DIR=/path/to/FlagGems bash ab_fold_test.sh
 #
-# Variables: SHAPE_SETS (space separated yaml paths; default every shape/*.yaml of this
-# repo), FOLD_SWITCH (default FLAGGEMS_MXFP4_FOLDSCALE), OP / OP_FILE (default
+# DeepSeek fold sets are yours to supply: the trace shapes are not public, so none ship
+# (shape/DeepSeek-V4-Flash.md: the known dimensions and what each set still needs). One yaml per
+# serving scenario, named after it (the name labels its pair), in FlagGems' --shape_file format
+# with OP as the key, one row per MoE call shape of the trace:
+#     fused_marlin_moe_mxfp4:
+#       shapes:                        # num_tokens, experts, hidden, expert intermediate, topk
+#         - [NUM_TOKENS, 256, 4096, 2048, 6]
+# FlagGems from ed2508bcb on calls that benchmark fused_marlin_moe_w4a16_mxfp4 (OP and OP_FILE)
+# and no longer reads FLAGGEMS_MXFP4_FOLDSCALE: name the switch under test in FOLD_SWITCH.
+#
+# Variables: SHAPE_SETS (space separated yaml paths; default every shape/*.yaml of this repo: the
+# shipped example sets), FOLD_SWITCH (default FLAGGEMS_MXFP4_FOLDSCALE), OP / OP_FILE (default
 # fused_marlin_moe_mxfp4 / fused_marlin_moe), FLAGGEMS_DIR, CELL_TIMEOUT (default 2400 s;
 # `!!! CELL_TIMEOUT` / `!!! CELL_KILLED` say which ended a cell), AB_ROOT (claimed; one that
 # already holds a campaign is refused), ZL_ISOLATE_TUNER_CACHE (default 1 here),
 # ZL_RUN_PYTEST (tests only).
 #
-# Before measuring, it checks that the switch is still read somewhere under
-# $FLAGGEMS_DIR/src. Upstream removed this switch once; a dead switch runs the same code on
-# both sides and the pair reports a false "no difference", silently.
+# Before measuring, it checks that the switch is still read somewhere under $FLAGGEMS_DIR/src
+# (upstream removed this switch once; a dead switch runs the same code on both sides and the
+# pair reports a false "no difference", silently), and that every set has OP's entry (without
+# it the benchmark would measure its own shapes under the set's name).
 #
 # Output: <root>/<set>_fold0, <set>_fold1, <root>/summary.log (ANSI stripped).
 # Quick check: grep -E '^#####|FAILED|INCOMPLETE' <root>/summary.log
-# Exit: 0 done; 2 no shape set / bad variables / an AB_ROOT already used; 3 the switch is not
-# read under $FLAGGEMS_DIR/src, or the interpreter cannot import triton / flag_gems; 128+N
-# stopped by signal N.
+# Exit: 0 done; 2 no shape set / a set without OP's entry / bad variables / an AB_ROOT already
+# used; 3 the switch is not read under $FLAGGEMS_DIR/src, or the interpreter cannot import
+# triton / flag_gems; 128+N stopped by signal N.
 set -uo pipefail
 
 ZL_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -67,6 +87,27 @@ if ! grep -rqs --include='*.py' -- "$FOLD_SWITCH" "$FLAGGEMS_DIR/src"; then
 fi
 
 campaign_preflight ab_fold
+# Every set holds OP's entry, or its cells would fail one by one (or, with only a Benchmark
+# class key, measure whatever that class resolves to): the shipped sets are the public Llama
+# example, while OP defaults to the DeepSeek reference job's operator.
+"$PY" - "$OP" "${SETS[@]}" <<'PY' || exit 2
+import sys
+from zl.shapefile import ShapeFileError, validate_shape_file
+op, bad = sys.argv[1], []
+for path in sys.argv[2:]:
+    try:
+        note = validate_shape_file(path, op)
+    except ShapeFileError as exc:
+        bad.append(path)
+        print(f"!!! shape set {path}: {exc}", file=sys.stderr)
+        continue
+    if note:
+        print(f">>> shape set {path}: {note}", file=sys.stderr)
+if bad:
+    print(f"!!! OP={op}: {len(bad)} shape set(s) unusable; set OP/OP_FILE to an operator the sets "
+          "list, or SHAPE_SETS to your own sets (--help: the fold set format)", file=sys.stderr)
+    sys.exit(2)
+PY
 if [[ -t 1 && -z "${NO_COLOR:-}" ]]; then export FLAGGEMS_PERF_COLOR=always; fi
 claim_root ab_fold
 LOG="$ROOT/summary.log"

@@ -260,6 +260,94 @@ def test_fold_pairs_each_set(tmp_path):
     assert "\x1b[" not in (root / "summary.log").read_text()
 
 
+def _fold_help_example(marker: str) -> str:
+    """The first command of ab_fold_test.sh --help whose text contains `marker`, with its
+    continuation lines joined."""
+    r = subprocess.run(["bash", str(REPO_ROOT / "ab_fold_test.sh"), "--help"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    commands, current = [], ""
+    for line in r.stdout.splitlines():
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        current += text[:-1] + " " if text.endswith("\\") else text
+        if not text.endswith("\\"):
+            commands.append(current)
+            current = ""
+    found = [c for c in commands if marker in c and c.endswith("bash ab_fold_test.sh")]
+    assert found, r.stdout
+    return found[0]
+
+
+def test_fold_help_example_runs_the_shipped_sets_on_the_fake_tree(tmp_path):
+    """The help's CPU example, as printed, from the repository root: every shipped set
+    (shape/*.yaml) gets its own record/replay pair with the set as SHAPE_FILE, and a summary.
+    The run script is the stub (a real one is ~40 s per set in the interpreter)."""
+    from harness.runner import base_env
+
+    example = _fold_help_example("tests/fake_flaggems")
+    sets = sorted((REPO_ROOT / "shape").glob("*.yaml"))
+    assert {s.stem for s in sets} >= {"Llama-3-8B-decode-b1", "Llama-3-8B-decode-b8"}
+    trace, root = tmp_path / "cells.tsv", tmp_path / "fold"
+    run_script = tmp_path / "run.sh"
+    run_script.write_text("#!/usr/bin/env bash\n"
+                          f"printf '%s\\t%s\\t%s\\t%s\\t%s\\n' \"$(basename \"$OUT_DIR\")\" \"$SHAPE_FILE\" "
+                          f"\"$OP\" \"$ZL_TEST_SWITCH\" \"$REPLAY_FROM\" >> {trace}\n"
+                          f"exec bash {STUB}\n")
+    (tmp_path / "home").mkdir()
+    env = base_env(tmp_path / "home", AB_ROOT=root, ZL_RUNS_ROOT=tmp_path / "runs",
+                   **stub_env(ZL_RUN_PYTEST=run_script, ZL_STUB_EFFECT="0.1"))
+    r = subprocess.run(["bash", "-c", example], cwd=str(REPO_ROOT), env=env, capture_output=True,
+                       text=True, timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    cells = [line.split("\t") for line in trace.read_text().splitlines()]
+    expected = []
+    for s in sets:
+        expected += [[f"{s.stem}_fold0", str(s), "relu", "0", ""],
+                     [f"{s.stem}_fold1", str(s), "relu", "1", str(root / f"{s.stem}_fold0")]]
+    assert cells == expected
+    for s in sets:
+        assert (root / f"{s.stem}_fold0" / "run.log").is_file()
+        assert (root / f"{s.stem}_fold1" / "run_identity.json").is_file()
+        assert f"[ab] relu@{s.stem}: 6 paired rows" in r.stdout
+    log = (root / "summary.log").read_text()
+    assert "ALL DONE" in log and "FAILED" not in log and "\x1b[" not in log
+
+
+def test_shipped_fold_sets_are_llama_decode_rows_and_pass_the_shape_check():
+    """Provenance as the headers state it: every row but relu's is a row of
+    shape/llm/Llama-3-8B.yaml under the same key; every entry passes run_pytest.sh's check."""
+    import yaml
+
+    from zl.shapefile import validate_shape_file
+
+    source = yaml.safe_load((REPO_ROOT / "shape" / "llm" / "Llama-3-8B.yaml").read_text())
+    for path in sorted((REPO_ROOT / "shape").glob("Llama-3-8B-decode-*.yaml")):
+        text = path.read_text()
+        assert "Provenance: every decode row of shape/llm/Llama-3-8B.yaml" in text
+        data = yaml.safe_load(text)
+        for key, entry in data.items():
+            assert validate_shape_file(str(path), key) is None, (path, key)
+            if key != "relu":
+                missing = [s for s in entry["shapes"] if s not in source[key]["shapes"]]
+                assert missing == [], (path.name, key, missing)
+        assert data["relu"]["shapes"] == data["silu_and_mul"]["shapes"]
+
+
+def test_fold_refuses_sets_without_the_operators_entry_before_any_cell(tmp_path):
+    """The shipped sets with the default OP (the DeepSeek reference job's operator): exit 2
+    naming each set, before a root or a cell exists."""
+    runs = tmp_path / "runs"
+    r = run_zl(tmp_path / "w", script="ab_fold_test.sh", **stub_env(
+        FOLD_SWITCH="ZL_TEST_SWITCH", ZL_RUNS_ROOT=runs))
+    assert r.returncode == 2, r.explain()
+    assert "has no 'fused_marlin_moe_mxfp4:' entry" in r.stderr
+    assert "Llama-3-8B-decode-b1.yaml" in r.stderr and "Llama-3-8B-decode-b8.yaml" in r.stderr
+    assert "set OP/OP_FILE to an operator the sets list" in r.stderr
+    assert not runs.exists()
+
+
 # ---------------------------------------------------------------- real run_pytest.sh (CPU)
 
 def test_screen_through_run_pytest_on_the_cpu(tmp_path):
