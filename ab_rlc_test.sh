@@ -75,6 +75,8 @@ CAL_HEADER="$("$PY" "$ZL_ROOT/batch_summary.py" --caliber-header)" || die2 "batc
 EXTRA_COLS="$("$PY" -m zl.screen_verdict --header)" || die2 "zl.screen_verdict --header failed"
 VO_COL="$(printf '%s\n' "$EXTRA_COLS" | tr '\t' '\n' | grep -nxF variants_only | cut -d: -f1)"
 [[ -n "$VO_COL" ]] || die2 "zl.screen_verdict --header has no variants_only column"
+LV_COL="$(printf '%s\n' "$EXTRA_COLS" | tr '\t' '\n' | grep -nxF ir_levels | cut -d: -f1)"
+[[ -n "$LV_COL" ]] || die2 "zl.screen_verdict --header has no ir_levels column"
 SCREEN_HEADER="op	op_file	dtypes	rows_before	rows_after	kernels_before	kernels_after	cvt_before	cvt_after	elapsed_before	elapsed_after	rc_before	rc_after	verdict	$CAL_HEADER	$EXTRA_COLS"
 
 # "success failed ..." of a run through the one run.log parser.
@@ -244,8 +246,16 @@ for i in "${!OPS_OP[@]}"; do
         echo "!!! $cell: WRONG_RESULTS: $res"
         echo "!!! $cell: the range below times a different answer, not a gain of $SWITCH." ;;
       NO_IR_DIFF)
-        echo ">>> $cell: both sides ran the same generated code; the range below is this machine's"
-        echo ">>> NOISE FLOOR for $cell, not a gain of $SWITCH." ;;
+        # An A/A only when the binary was compared too (as every report judges it): without
+        # it the backend may still have emitted other machine code from the same PTX.
+        levels="$(printf '%s' "$extra" | cut -f"$LV_COL")"
+        if [[ ",$levels," == *",binary,"* ]]; then
+          echo ">>> $cell: both sides ran the same generated code; the range below is this machine's"
+          echo ">>> NOISE FLOOR for $cell, not a gain of $SWITCH."
+        else
+          echo ">>> $cell: identical at $levels only, no binary hash on both sides: the range below is"
+          echo ">>> not shown to be the noise floor, nor a gain of $SWITCH."
+        fi ;;
       VARIANTS_DIFFER)
         # Not the noise floor either: a side may have timed a specialisation the other never ran.
         echo ">>> $cell: the code both sides compiled is the same; a side also compiled variants the other"

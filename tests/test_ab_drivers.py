@@ -589,3 +589,14 @@ def test_variant_sets_that_differ_are_variants_differ_in_screen_and_round_1(tmp_
     r = run_zl(tmp_path / "w2", script="ab_repeat.sh", AB_ROOT=tmp_path / "rp", ROUNDS="2", **env)
     assert "!!! SWITCH_NO_IR_DIFF op=relu switch=ZL_TEST_SWITCH" in r.stdout, r.explain()
     assert "round 1 is VARIANTS_DIFFER" in r.stdout and "[ab-rounds]" not in r.stdout
+
+
+def test_identical_code_without_a_binary_hash_is_not_called_the_noise_floor(tmp_path):
+    root = tmp_path / "screen"
+    r = run_zl(tmp_path / "w", script="ab_rlc_test.sh", **stub_env(
+        OPS="abs", AB_ROOT=root, ZL_STUB_IR_MAP="abs=same", ZL_STUB_NO_BINARY="1"))
+    assert r.returncode == 0, r.explain()
+    row, = tsv(root / "screen.tsv")
+    assert row["verdict"] == "NO_IR_DIFF" and row["ir_levels"] == "ttgir,llir,ptx"
+    assert "NOISE FLOOR" not in r.stdout
+    assert "abs: identical at ttgir,llir,ptx only, no binary hash on both sides" in r.stdout
