@@ -5,12 +5,16 @@
 #
 # Two screens (ab_rlc_test.sh: side A records, side B replays A's autotune picks), then the
 # A/B report of each pair (batch_summary.py --ab, console + --json + --html):
-#   switch  SWITCH (default DISABLE_LLVM_OPT) on SWITCH_OPS (default logsumexp, float16). The
+#   switch  SWITCH (default DISABLE_LLVM_OPT) on SWITCH_OPS (default vector_norm, autotuned,
+#           and logsumexp, float16). The
 #           switch acts below TTGIR, so the report must say the code changed at llir (not
 #           "identical TTGIR: an A/A") and show the results verdict on the page.
-#   aa      a variable nothing reads on AA_OPS (default mse_loss and nll_loss2d_forward,
+#   aa      a variable nothing reads on AA_OPS (default vector_norm and nll_loss2d_forward,
 #           float16): every level identical, so the report shows the pair's range as a noise
 #           band; nll_loss2d_forward's results-vs-torch verdict is the reduction-aware one.
+# Per pair it also checks the replay link on real autotuner configs: side B's
+# replay_record_digest equals side A's autotune_record_digest, and no
+# AUTOTUNE_REPLAY_FOREIGN_CONFIG marker (a replayed config the tuner does not list) appears.
 # Writes $OUT/summary.txt (the screen tables and each report's IR, results and band lines,
 # read back from the --json) and $OUT/ab_report_truth.tgz (run.log, run_identity.json,
 # screen.tsv, report JSON/HTML; compiled IR left out), rewritten after every stage.
@@ -24,8 +28,8 @@ if [[ -z "${FLAGGEMS_DIR:-}" || -z "${OUT:-}" ]]; then
 fi
 PY="${ZL_PYTHON:-$(command -v python3 || command -v python)}"
 SWITCH="${SWITCH:-DISABLE_LLVM_OPT}"
-SWITCH_OPS="${SWITCH_OPS:-logsumexp:logsumexp:float16}"
-AA_OPS="${AA_OPS:-mse_loss:mse_loss:float16 nll_loss2d_forward:nll_loss2d:float16}"
+SWITCH_OPS="${SWITCH_OPS:-vector_norm:vector_norm:float16 logsumexp:logsumexp:float16}"
+AA_OPS="${AA_OPS:-vector_norm:vector_norm:float16 nll_loss2d_forward:nll_loss2d:float16}"
 STAGE_S="${STAGE_S:-240}"
 export FLAGGEMS_DIR NO_COLOR=1 CELL_TIMEOUT="${CELL_TIMEOUT:-150}"
 W="$OUT/work"; mkdir -p "$W"
@@ -63,7 +67,17 @@ for key, value in rep.items():
     if key not in ("paired", "unpaired") and re.search(r"status|ir|noise|result|verdict|complete|code", key):
         print(f"  {key}: {json.dumps(value)[:400]}")
 PY
-    grep -iE "ir:|results|noise|a/a" "${cell}.report.out" | head -8 | sed 's/^/  console: /' >> "$SUM"
+    grep -iE "ir:|code|results|noise|a/a|incomplete|!!!" "${cell}.report.out" | head -10 \
+      | sed 's/^/  console: /' >> "$SUM"
+    "$PY" - "${cell}_before" "${cell}_after" >> "$SUM" 2>&1 <<'PY'
+import json, sys
+a, b = (json.load(open(f"{d}/run_identity.json")) for d in sys.argv[1:3])
+foreign = open(f"{sys.argv[2]}/run.log", errors="replace").read().count("AUTOTUNE_REPLAY_FOREIGN_CONFIG")
+print(f"  link: A record={a.get('autotune_record_digest')} B replayed={b.get('replay_record_digest')} "
+      f"equal={a.get('autotune_record_digest') == b.get('replay_record_digest')} "
+      f"B mode={b.get('autotune_mode')} foreign_markers={foreign} "
+      f"device={b.get('device_name')}/{b.get('device_arch')} finished={b.get('finished')}")
+PY
   done
   bundle
 }
