@@ -9,6 +9,10 @@ file is the evidence that the cards ran under the same conditions.
                         [--parent-pid PID]
     python telemetry.py --print-command [--device D] [--backend B]
 
+--run, the first telemetry.py's "sample until killed" flag, is accepted beside OUT.tsv. Alone it
+sampled to stdout; that form exits 2 naming OUT.tsv: a file keeps the reason for no samples beside
+it (OUT.err), where `--run > file` emptied an earlier campaign's samples.
+
 OUT.tsv gets one row per device per sample, the same columns on every backend:
 
     timestamp  index  sm_clock_mhz  mem_clock_mhz  temp_c  power_w  util_pct
@@ -23,7 +27,8 @@ a driver killed with SIGKILL runs no cleanup trap, and its telemetry used to app
 Missing telemetry is a missing piece of evidence, not a reason to fail a batch: when the backend
 has no sampler, or the sampler binary is missing, not permitted or unreadable, the reason goes to
 OUT.err (beside OUT.tsv, e.g. telemetry.err), nothing else is written, and the exit status is 0.
-Exit 2: bad usage (bad interval, unknown backend, OUT holding another file's header).
+Exit 2: bad usage (bad interval, unknown backend, OUT holding another file's header, --run
+without OUT.tsv or with --print-command).
 """
 
 from __future__ import annotations
@@ -250,6 +255,8 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="stop when this process (default: the parent at start) is gone; 0 = never")
     p.add_argument("--print-command", action="store_true",
                    help="print the sampler command for this backend/device and exit")
+    p.add_argument("--run", action="store_true",
+                   help="the first telemetry.py's spelling of sampling; only with OUT.tsv")
     return p
 
 
@@ -264,6 +271,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         backend = get_backend(args.backend)
         device = resolve_device(
             backend, args.device if args.device is not None else os.environ.get("ZL_DEVICE", ""))
+        if args.run and args.print_command:
+            raise UsageError("--run samples and --print-command only prints; give one")
+        if args.run and not args.out:
+            raise UsageError("--run no longer writes to stdout; name the file instead: "
+                             "telemetry.py OUT.tsv [--interval S] (the reason for no samples "
+                             "goes to OUT.err)")
         if args.print_command:
             print(shlex.join(backend.telemetry_command(device)))
             return EXIT_OK

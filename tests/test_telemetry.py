@@ -137,6 +137,28 @@ def test_usage_errors(env, tmp_path, capsys):
     assert telemetry.main([str(tmp_path / "t.tsv"), "--count", "0"]) == 2
 
 
+def test_the_first_telemetry_py_command_lines(env, tmp_path, capsys):
+    """`--run` was the first telemetry.py's "sample until killed" flag (stdout, no file): beside
+    OUT.tsv it samples as OUT.tsv alone does; alone, or with --print-command, it is a usage
+    error naming OUT.tsv, with no sampler started. Without --run that tool printed the
+    command; now that needs --print-command, and the error says so."""
+    env.nvsmi()
+    out = tmp_path / "telemetry.tsv"
+    assert telemetry.main(["--backend", "cuda", "--interval", "0.01", "--run", str(out),
+                           "--count", "2"]) == 0
+    header, rows = _rows(out)
+    assert header == telemetry.HEADER and len(rows) == 4
+    capsys.readouterr()
+    assert telemetry.main(["--backend", "musa", "--device", "7", "--interval", "5", "--run"]) == 2
+    err = capsys.readouterr().err
+    assert "--run no longer writes to stdout; name the file instead: telemetry.py OUT.tsv" in err
+    assert telemetry.main([str(out), "--run", "--print-command"]) == 2
+    assert "--run samples and --print-command only prints" in capsys.readouterr().err
+    assert len(env.argv_log()) == 2   # the two samples of the accepted form, nothing after
+    assert telemetry.main(["--backend", "cuda"]) == 2
+    assert "OUT.tsv is required (or --print-command)" in capsys.readouterr().err
+
+
 def test_unknown_zl_backend_is_a_usage_error(env, tmp_path, monkeypatch):
     monkeypatch.setenv("ZL_BACKEND", "tpu")
     assert telemetry.main([str(tmp_path / "t.tsv"), "--count", "1"]) == 2
