@@ -17,16 +17,18 @@
 # Variables:
 #   SWITCH, SCREEN (required)  the switch under test; an ab_rlc_test.sh / run_batch.py screen.tsv
 #   DEVICES        comma separated (default: the backend's visible devices)
-#   ROUNDS=6  CELL_TIMEOUT=2400  VERDICT=IR_CHANGED,BINARY_CHANGED (IR_CHANGED also matches
-#                  IR_CHANGED@<level>; "" = every row; NO_IR_DIFF and VARIANTS_DIFFER rows, whose
-#                  common code is identical, are not planned by default)
+#   ROUNDS=6  CELL_TIMEOUT=2400  VERDICT=IR_CHANGED,BINARY_CHANGED (IR_CHANGED, the earlier
+#                  screens' one code verdict, matches every IR_CHANGED@<level>; "" = every row;
+#                  NO_IR_DIFF and VARIANTS_DIFFER rows, whose common code is identical, are not
+#                  planned by default; a word that names no verdict exits 2)
 #   EXTRA_OPS      OPS words not in the screen (e.g. a benchmark just fixed): least loaded device
 #   DRY_RUN=1      print the plan and each device's command; start nothing, create nothing
 #   CAMPAIGN_ROOT  output root (default <runs>/campaign_<SWITCH>_<timestamp>)
 #   ZL_RUN_PYTEST  passed to ab_repeat.sh (tests point it at a stub)
 # Output: <root>/plan.tsv, <root>/device<D>/ (ab_repeat.sh's AB_ROOT), <root>/device<D>.log,
 # <root>/status.tsv (every device's status.tsv, first column `device`), non-zero cells and
-# marker totals printed at the end.
+# marker totals printed at the end. <root>/card<D> and card<D>.log are links to device<D> and
+# device<D>.log, the names the first campaign.sh used, so paths written for it still resolve.
 # Exit: 0 done (a failed device is reported, its log named); 2 bad variables or screen;
 # 3 nothing to plan (no row with that verdict).
 set -uo pipefail
@@ -103,6 +105,10 @@ for row in "${PLAN[@]}"; do
     SWITCH="$SWITCH" ROUNDS="$ROUNDS" CELL_TIMEOUT="$CELL_TIMEOUT" OPS="$ops" NO_COLOR=1 \
     bash "$ZL_ROOT/ab_repeat.sh" > "$ROOT/device$dev.log" 2>&1 &
   PIDS+=("$!"); DEVS+=("$dev")
+  # Relative links (they survive moving the root); never over something already there.
+  for name in "card$dev" "card$dev.log"; do
+    [[ -e "$ROOT/$name" || -L "$ROOT/$name" ]] || ln -s "${name/#card/device}" "$ROOT/$name"
+  done
   echo ">>> device $dev: pid $! OPS=\"$ops\""
 done
 
@@ -137,6 +143,6 @@ if [[ -s "$ROOT/status.tsv" ]]; then
           printf ">>> markers: replay_fallback=%d no_cudagraph=%d capture_poisoned=%d\n", fb, ng, po }' "$ROOT/status.tsv"
 fi
 echo ">>> merged per-cell status: $ROOT/status.tsv"
-echo ">>> reports: python batch_summary.py --ab-rounds $ROOT/device<D>/<op> --label <op>"
+echo ">>> reports: python batch_summary.py --ab-rounds $ROOT/device<D>/<op> --label <op> (card<D> links to device<D>)"
 echo ">>> tuner caches were isolated: do not compare these absolute latencies with shared-cache runs"
 exit 0

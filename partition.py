@@ -4,12 +4,15 @@
     python partition.py --screen runs/ab_rlc_X/screen.tsv --devices 0,1,2,3 [--rounds 6]
     python partition.py --screen ... --devices 0,1 --extra "topk:topk" --format shell
 
-Only rows whose verdict is in --verdict are planned (a comma list; IR_CHANGED also matches
-IR_CHANGED@<level>; default IR_CHANGED,BINARY_CHANGED; "" = every row).
+Only rows whose verdict is in --verdict are planned (a comma list; IR_CHANGED, the earlier
+screens' one code verdict, matches every IR_CHANGED@<level>, as does IR_CHANGED@*; default
+IR_CHANGED,BINARY_CHANGED; "" = every row; a word that names no verdict exits 2).
 --extra adds unscreened OPS words to the least loaded device afterwards (no weight known).
-text: the plan, critical path, even share, imbalance, and whether the heaviest operator
-alone sets the floor. shell: one line per device `DEVICE<TAB>OPS<TAB>PAIR_SECONDS<TAB>EST_SECONDS`.
-Exit codes: 0 planned; 2 bad arguments or unreadable screen; 3 nothing to plan.
+text (also spelled human): the plan, critical path, even share, imbalance, and whether the
+heaviest operator alone sets the floor. shell: one line per device
+`DEVICE<TAB>OPS<TAB>PAIR_SECONDS<TAB>EST_SECONDS`.
+Exit codes: 0 planned; 2 bad arguments, unreadable screen or unknown verdict word; 3 nothing
+to plan.
 """
 
 from __future__ import annotations
@@ -22,15 +25,17 @@ from zl.batch import partition as pt
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                epilog="exit codes: 0 planned, 2 bad input, 3 nothing to plan")
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--screen", required=True, help="screen.tsv of ab_rlc_test.sh")
     p.add_argument("--devices", required=True, help="comma separated device ids")
     p.add_argument("--verdict", default=pt.REPEAT_VERDICTS,
-                   help='comma list of verdicts to plan; a word also matches its @level forms ("" = all)')
+                   help='comma list of verdicts to plan; a word also matches its @level forms, so '
+                        'IR_CHANGED is every IR_CHANGED@<level> ("" = all)')
     p.add_argument("--rounds", type=int, default=6, help="rounds per operator (estimate = pair x rounds)")
     p.add_argument("--extra", default="", help="space separated OPS words to append")
-    p.add_argument("--format", choices=("text", "shell"), default="text")
+    # `human` is text's name in the first partition.py; scripts written for it keep working.
+    p.add_argument("--format", choices=("text", "human", "shell"), default="text",
+                   help="text (also human) for people, shell for campaign.sh")
     args = p.parse_args(argv)
     devices = parse_device_list(args.devices)
     if not devices or len(set(devices)) != len(devices):
@@ -46,6 +51,11 @@ def main(argv=None) -> int:
         return 2
     for w in warnings:
         print(f"!!! [partition] {w}", file=sys.stderr)
+    unknown = pt.unknown_verdict_words(args.verdict, rows)
+    if unknown:
+        print(f"!!! [partition] --verdict {','.join(unknown)} names no verdict: screen verdicts are "
+              f"{', '.join(pt.VERDICT_WORDS)} (IR_CHANGED: every IR_CHANGED@<level>)", file=sys.stderr)
+        return 2
     chosen = [r for r in rows if pt.verdict_selected(r.verdict, args.verdict)]
     left = [f"{r.op}({r.verdict})" for r in rows if r not in chosen]
     extra = args.extra.split()

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
+from zl import screen_verdict as sv
+from zl.ir import fingerprint as fp
+
 Item = Tuple[str, float]
 
 
@@ -118,10 +121,32 @@ def read_screen(path: Path) -> Tuple[List[ScreenRow], List[str]]:
 # never NO_IR_DIFF, whose range is the noise floor, nor VARIANTS_DIFFER: every variant both
 # sides compiled is identical, only the argument-value specialisations compiled differ).
 REPEAT_VERDICTS = "IR_CHANGED,BINARY_CHANGED"
+# The words a screen.tsv verdict can be (zl/screen_verdict.py). IR_CHANGED alone was the only
+# code verdict of the first screens (their TTGIR differed); as a filter it is every level's.
+IR_CHANGED = fp.IR_CHANGED_AT.rstrip("@")
+VERDICT_WORDS = (sv.NO_ROWS, sv.WRONG_RESULTS, sv.NO_TRITON, IR_CHANGED, fp.BINARY_CHANGED,
+                 fp.VARIANTS_DIFFER, fp.NO_IR_DIFF, fp.NO_IR)
+
+
+def verdict_filter(wanted: str) -> List[str]:
+    """The words of a comma list; `WORD@*` (as campaign.sh and ab_rlc_test.sh print
+    `IR_CHANGED@*`) is WORD, which matches every level anyway."""
+    words = [w.strip() for w in wanted.split(",") if w.strip()]
+    return [w[:-2] if w.endswith("@*") else w for w in words]
+
+
+def unknown_verdict_words(wanted: str, rows: Sequence[ScreenRow]) -> List[str]:
+    """Filter words that name no verdict: neither a screen verdict (IR_CHANGED@<level> with a
+    level of zl.ir.fingerprint.LEVEL_ORDER) nor a verdict this screen holds. A typo would
+    otherwise plan nothing and read as `nothing to plan`."""
+    present = {r.verdict for r in rows}
+    levels = {fp.IR_CHANGED_AT + lv for lv in fp.LEVEL_ORDER if lv != "binary"}
+    return [w for w in verdict_filter(wanted)
+            if w not in VERDICT_WORDS and w not in levels and w not in present]
 
 
 def verdict_selected(verdict: str, wanted: str) -> bool:
     """`wanted` is a comma list; a word matches itself and its `@<level>` forms
     (IR_CHANGED matches IR_CHANGED@llir); an empty `wanted` matches every verdict."""
-    words = [w.strip() for w in wanted.split(",") if w.strip()]
+    words = verdict_filter(wanted)
     return not words or any(verdict == w or verdict.startswith(w + "@") for w in words)
