@@ -22,6 +22,8 @@ SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 # shellcheck source=zl/sh/entry.sh
 source "$SCRIPT_DIR/zl/sh/entry.sh" "$@"
+# shellcheck source=zl/sh/records.sh
+source "$SCRIPT_DIR/zl/sh/records.sh"
 die2() { echo "!!! $*" >&2; exit 2; }
 [[ -n "$PY" ]] || die2 "no python on PATH (set ZL_PYTHON)"
 export PYTHONPATH="$SCRIPT_DIR${PYTHONPATH:+:$PYTHONPATH}"
@@ -108,8 +110,9 @@ YAML
 # zl/prepare.py in two steps around the OUT_DIR lock. `claim` validates the variables
 # (exit 2), resolves the node, backend and plugin plan, runs the preflight checks (exit 3),
 # checks TMPDIR (exit 2) and creates OUT_DIR, changing nothing inside an existing one.
-claimed="$("$PY" -m zl.prepare claim)" || exit $?
-eval "$claimed"
+# Its output is NUL-terminated records (zl/sh/records.sh), read as data, never run as code.
+PREP_NOTES=(); PLUGINS=(); PYTEST_ARGS=()
+zl_read_records < <("$PY" -m zl.prepare claim; printf 'ZL_RC=%s\0' "$?") || exit $?
 # One run per OUT_DIR: two runs on one directory both exited 0 and left it mixed (the second
 # one's log and identity, the first one's shapes, results and records). The flock belongs to
 # this shell's descriptor and the children that inherit it (the tee, pytest's supervisor):
@@ -126,33 +129,32 @@ case "$lock_rc" in
      exit 2 ;;
   *) OWNED=1; PREP_NOTES+=("!!! OUT_DIR lock unavailable (${lock_msg#zl.locks: }): a second run on this OUT_DIR would not be refused") ;;
 esac
-# `run` (OUT_DIR ours now) makes the private caches, checks OUT_DIR takes a write (exit 6),
-# moves an earlier run's files to prev-*/ and writes the identity stub.
-prepared="$(INLINE_YAML="$INLINE_YAML" "$PY" -m zl.prepare run --owner-pid "$$")" || exit $?
-eval "$prepared"
-PREPARED=1
 
 # ------------------------------------------------------------------ colour
-FLAGGEMS_PERF_COLOR="${FLAGGEMS_PERF_COLOR:-}"
-case "${FLAGGEMS_PERF_COLOR,,}" in
-  always) USE_COLOR=1 ;;
-  never) USE_COLOR=0 ;;
+# Chosen here, where the console is known (claim checked the word), and recorded in the run
+# configuration; run.log is always plain.
+case "${FLAGGEMS_PERF_COLOR:-}" in
+  [Aa][Ll][Ww][Aa][Yy][Ss]) USE_COLOR=1 ;;
+  [Nn][Ee][Vv][Ee][Rr]) USE_COLOR=0 ;;
   *) if [[ -z "${NO_COLOR:-}" && -t 1 ]]; then USE_COLOR=1; else USE_COLOR=0; fi ;;
 esac
 if (( USE_COLOR )); then
   C_BOLD=$'\e[1m'; C_DIM=$'\e[2m'; C_GREEN=$'\e[32m'; C_RED=$'\e[31m'; C_RESET=$'\e[0m'
-  PYTEST_COLOR=(--color=yes); export FLAGGEMS_PERF_COLOR=always
+  PYTEST_COLOR=(--color=yes); COLOR_WORD=always
 else
   C_BOLD=""; C_DIM=""; C_GREEN=""; C_RED=""; C_RESET=""
-  PYTEST_COLOR=(--color=no); export FLAGGEMS_PERF_COLOR=never
+  PYTEST_COLOR=(--color=no); COLOR_WORD=never
 fi
 
+# `run` (OUT_DIR ours now) makes the private caches, checks OUT_DIR takes a write (exit 6),
+# moves an earlier run's files to prev-*/, writes the identity stub and the run configuration
+# (OUT_DIR/run_config.json); its `env.` records are the environment pytest gets
+# (zl.childenv), derived from that configuration.
+zl_read_records < <(OUT_DIR="$OUT_DIR" INLINE_YAML="$INLINE_YAML" "$PY" -m zl.prepare run --owner-pid "$$" \
+                      --color "$COLOR_WORD"; printf 'ZL_RC=%s\0' "$?") || exit $?
+PREPARED=1
+
 # ------------------------------------------------------------------ run
-export ZL_DEVICE="${ZL_DEVICE:-}"
-export ZL_OP="$OP" ZL_OP_FILE="$OP_FILE" FLAGGEMS_PERF_CURRENT_OP="$OP"
-export ZL_BENCH_LEVEL="$BENCH_LEVEL" ZL_SHAPE_MODE="$SHAPE_MODE"
-export FLAGGEMS_PERF_TTGIR_DUMP_DIR="$OUT_DIR/ttgir"
-export PYTHONUNBUFFERED=1
 
 # Everything from here goes to the console and, ANSI-stripped, to run.log. The tee ignores
 # SIGINT so a Ctrl-C still lets it write pytest's last words.
@@ -169,8 +171,7 @@ echo ">>> plugins: ${PLUGINS[*]}"
 # `benchmark` imports as a package.
 "$PY" -m zl.supervise --parent "$$" --cwd "$FLAGGEMS_DIR" -- \
   "$PY" -u -m pytest -s "$TEST_FILE" "${PLUGINS[@]}" "${PYTEST_COLOR[@]}" \
-  ${SHAPE_ARGS[@]+"${SHAPE_ARGS[@]}"} ${DTYPE_ARGS[@]+"${DTYPE_ARGS[@]}"} \
-  --level "$BENCH_LEVEL" --mode kernel &
+  "${PYTEST_ARGS[@]}" --mode kernel &
 CHILD_PID=$!
 wait "$CHILD_PID"
 status=$?

@@ -80,6 +80,14 @@ def test_default_run_leaves_a_complete_run_directory(zl_run, tmp_path):
     assert "source: yaml" in shapes and "[64, 128]" in shapes
     # Private Triton cache removed afterwards.
     assert not list(tmp_dir.glob("zl_triton_cache.*"))
+    # The run configuration the plugins read: the resolved facts the identity stub states.
+    from zl.config import load
+    cfg = load(str(run / "run_config.json"))
+    assert (cfg.op, cfg.op_file, cfg.test_file, cfg.out_dir) == ("relu", "relu", ident["test_file"], str(run))
+    assert (cfg.backend, cfg.bench_level, cfg.shape_mode, cfg.tuner_cache) == \
+        ("cuda", "core", "inline", ident["tuner_cache"])
+    assert cfg.record_dir == f"{run}/autotune_records" and cfg.replay_dir == "" and cfg.color == "always"
+    assert cfg.triton_cache_dir.startswith(str(tmp_dir / "zl_triton_cache."))
 
 
 def test_test_node_dtypes_and_upstream_shapes(zl_run):

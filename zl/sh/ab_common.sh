@@ -8,6 +8,8 @@ set -f
 
 # shellcheck source=entry.sh
 source "$ZL_ROOT/zl/sh/entry.sh" "$@"
+# shellcheck source=records.sh
+source "$ZL_ROOT/zl/sh/records.sh"
 export ZL_PYTHON="$PY"
 export PYTHONPATH="$ZL_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 RUN_PYTEST="${ZL_RUN_PYTEST:-$ZL_ROOT/run_pytest.sh}"
@@ -83,9 +85,7 @@ parse_ops() {
 # run_identity.json as campaign_id) and the marker names (M_CELL_TIMEOUT, M_CELL_KILLED ...).
 # The drivers isolate the tuner cache unless told ZL_ISOLATE_TUNER_CACHE=0.
 campaign_preflight() {
-  local lines
-  lines="$("$PY" -m zl.prepare campaign --driver "$1")" || exit $?
-  eval "$lines"
+  zl_read_records < <("$PY" -m zl.prepare campaign --driver "$1"; printf 'ZL_RC=%s\0' "$?") || exit $?
 }
 
 # claim_root PREFIX: sets ROOT. With AB_ROOT: that directory, claimed by creating

@@ -1,0 +1,124 @@
+"""The checks before a run or a campaign starts, each failure named.
+
+- `preflight(run)`: run_pytest.sh's exit-3 checks (`!!! PREFLIGHT_FAILED check=<name>`): the
+  FlagGems directory, the benchmark file, the shape file (zl.shapefile), the replay run, and
+  that the interpreter finds triton and flag_gems.
+- `check_tmpdir(env)`: TMPDIR (else the system's) takes new entries; ConfigError (exit 2).
+- `prepare_campaign(env, driver)`: an A/B driver's preflight. It imports triton and
+  flag_gems for real, once, in the interpreter the cells will use (a broken install otherwise
+  fails once per cell and burns a campaign), on a throwaway tuner store: FlagGems creates its
+  sqlite store at import, and a preflight must not write the user's ~/.flaggems while the
+  campaign says `tuner=isolated`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List, Mapping, Tuple
+
+from zl import flaggems, markers
+from zl.backends import UnknownBackendError, get_backend
+from zl.childenv import set_in_process, tuner_store
+from zl.config import ConfigError, switch
+from zl.shapefile import ShapeFileError, device_memory, validate_shape_file
+
+
+class PreflightFailed(Exception):
+    """A preflight check failed: exit 3, `!!! PREFLIGHT_FAILED check=<check>`."""
+
+    def __init__(self, check: str, detail: str):
+        super().__init__(detail)
+        self.check = check
+        self.detail = detail
+
+
+def preflight(run: Any) -> None:
+    """Exit 3 checks, each named: a missing benchmark dir otherwise surfaces as pytest's
+    "unrecognized arguments" (its conftest never loaded), which reads like a version problem."""
+    if not os.path.isdir(run.fg_dir):
+        raise PreflightFailed("flaggems_dir", f"FlagGems directory exists: {run.fg_dir}")
+    bench_file = run.test_file.split("::", 1)[0]
+    if not os.path.isfile(bench_file):
+        raise PreflightFailed("benchmark_file", f"benchmark file exists: {bench_file}")
+    if run.shape_file:
+        if not os.path.isfile(run.shape_file):
+            raise PreflightFailed("shape_file", f"shape file exists: {run.shape_file}")
+        try:
+            # Bounded, typed, and every shape's largest tensor must fit the device's memory
+            # (the host's where no device answers): zl.shapefile, README's SHAPE_FILE row.
+            note = validate_shape_file(run.shape_file, run.op, list(run.vars.dtypes),
+                                       device_memory(run.backend, run.env))
+        except ShapeFileError as exc:
+            raise PreflightFailed("shape_file", str(exc)) from None
+        if note:
+            run.notes.append(f">>> {note}")
+    if run.replay_from and not os.path.isdir(run.replay_from):
+        raise PreflightFailed("replay_from", f"replay run directory exists: {run.replay_from}")
+    # Locate, not import: `import triton, flag_gems` cost ~10 s per run, paid again by pytest a
+    # moment later, where a broken package still fails loudly. Campaigns import once (`campaign`).
+    if not all(importlib.util.find_spec(m) is not None for m in ("triton", "flag_gems")):
+        raise PreflightFailed("interpreter", f"interpreter finds triton + flag_gems ({sys.executable})")
+
+
+def check_tmpdir(env: Mapping[str, str]) -> str:
+    """TMPDIR (else the system default) as a directory this run can create entries in;
+    ConfigError otherwise. Checked before OUT_DIR exists: a missing TMPDIR used to end in a
+    traceback after OUT_DIR and its subdirectories had been made."""
+    raw = env.get("TMPDIR", "")
+    try:
+        tmpdir = raw or tempfile.gettempdir()
+    except FileNotFoundError as exc:   # gettempdir() found no usable directory
+        raise ConfigError(f"TMPDIR is unset and no usable temporary directory exists ({exc}); "
+                          "set TMPDIR to a writable directory") from None
+    if not os.path.isdir(tmpdir):
+        raise ConfigError(f"TMPDIR={tmpdir!r} is not a directory (the run's private Triton cache "
+                          "and shape yaml go there); create it or point TMPDIR at a writable directory")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix="zl_tmpdir_probe.", dir=tmpdir))
+    except OSError as exc:
+        raise ConfigError(f"TMPDIR={tmpdir!r} is not writable ({exc.strerror}); "
+                          "point TMPDIR at a writable directory") from None
+    return tmpdir
+
+
+def prepare_campaign(env: Mapping[str, str], driver: str) -> List[Tuple[str, Any]]:
+    """Import triton and flag_gems for real; the campaign id and marker names as records.
+
+    Campaigns isolate the tuner cache unless the user says ZL_ISOLATE_TUNER_CACHE=0: a shared
+    store hands the first side's winners to the other. The import itself always runs on a
+    throwaway store (removed afterwards), isolated campaign or not.
+    """
+    isolate = switch(env, "ZL_ISOLATE_TUNER_CACHE", True)
+    allow_no_ir_diff = switch(env, "SWITCH_ALLOW_NO_IR_DIFF", False)
+    try:
+        backend = get_backend(env.get("ZL_BACKEND") or "cuda")
+    except UnknownBackendError as exc:
+        raise ConfigError(str(exc)) from None
+    # GEMS_VENDOR before flag_gems: FlagGems otherwise probes every vendor's CLI at import.
+    flaggems.apply_vendor_env(backend)
+    scratch = tempfile.mkdtemp(prefix=f"zl_preflight_cache.{os.getpid()}.", dir=check_tmpdir(env))
+    for name, value in tuner_store(scratch, "zl_preflight.db").items():
+        set_in_process(name, value)
+    try:
+        for module in ("triton", "flag_gems"):
+            try:
+                __import__(module)
+            except BaseException as exc:  # noqa: BLE001 - any import failure ends the campaign here
+                first = (str(exc).splitlines() or [""])[0]
+                raise PreflightFailed("interpreter", f"{sys.executable} cannot import {module}: "
+                                      f"{type(exc).__name__}: {first}") from None
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    campaign_id = f"{driver}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{os.urandom(3).hex()}"
+    return [("env.ZL_CAMPAIGN_ID", campaign_id), ("env.ZL_ISOLATE_TUNER_CACHE", int(isolate)),
+            ("SWITCH_ALLOW_NO_IR_DIFF", int(allow_no_ir_diff)),
+            ("M_CELL_TIMEOUT", markers.CELL_TIMEOUT), ("M_CELL_KILLED", markers.CELL_KILLED),
+            ("M_PREFLIGHT_FAILED", markers.PREFLIGHT_FAILED),
+            ("M_SWITCH_NO_IR_DIFF", markers.SWITCH_NO_IR_DIFF)]
+
+
