@@ -59,12 +59,12 @@ def read_settings(config) -> control.Settings:
         backend = get_backend().name
     except UnknownBackendError as exc:
         raise pytest.UsageError(str(exc)) from None
-    op = (value(config, "--zl-op").strip() or value(config, "--zl-current-op").strip() or "unknown_op")
+    op = value(config, "--zl-op").strip() or "unknown_op"
     return control.Settings(
         op=op,
         record_dir=value(config, "--zl-autotune-record-dir").strip(),
         replay_dir=value(config, "--zl-autotune-replay-dir").strip(),
-        preswept=autotune_options.switch(config, "--zl-autotune-preswept"),
+        preswept=autotune_options.preswept(config),
         out_dir=value(config, "--zl-out-dir").strip(),
         provider=value(config, "--zl-provider").strip() or "flaggems",
         backend=backend,

@@ -30,8 +30,9 @@ import sys
 
 import pytest
 
+from zl import config as run_config
 from zl import options, registry
-from zl.backends import UnknownBackendError
+from zl.backends import UnknownBackendError, normalize_backend_name
 from zl.flaggems import PACKAGES
 from zl.device import (DEVICE_SHARE_ENV, DeviceSetup, DeviceShareError, foreign_vendor_modules,  # noqa: F401
                        log, record_device_share)  # (foreign_vendor_modules, log: re-exported for the alias)
@@ -43,7 +44,7 @@ _STASH = pytest.StashKey[DeviceSetup]()
 def _prepare_at_import() -> DeviceSetup:
     setup = DeviceSetup()
     try:
-        setup.prepare()
+        setup.prepare(record=False)
     except UnknownBackendError as exc:  # run_pytest.sh already refused; ad-hoc use only
         log(f"cannot resolve backend ({exc}); leaving GEMS_VENDOR to flag_gems")
     return setup
@@ -89,7 +90,21 @@ def pytest_load_initial_conftests(early_config, parser, args):
     if _STASH in early_config.stash:  # loaded under both names
         return
     ns = early_config.known_args_namespace
-    early_config.stash[_STASH] = _setup_for(getattr(ns, "zl_backend", None), getattr(ns, "zl_device", None))
+    backend, device = getattr(ns, "zl_backend", None), getattr(ns, "zl_device", None)
+    cfg = run_config.early_of(early_config)   # the session's configuration from here on
+    if getattr(ns, run_config.OPTION_DEST, None) and (backend, device) == (None, None) \
+            and not _is_import_time(cfg):
+        backend, device = cfg.backend, cfg.device   # the file names another backend or device
+    setup = _setup_for(backend, device)
+    setup.record_identity()
+    early_config.stash[_STASH] = setup
+
+
+def _is_import_time(cfg) -> bool:
+    """The import-time setup already stands for the configuration's backend and device."""
+    return (not _AT_IMPORT.closed and _AT_IMPORT.backend is not None
+            and _AT_IMPORT.backend.name == normalize_backend_name(cfg.backend)
+            and _AT_IMPORT.device == cfg.device.strip())
 
 
 def pytest_configure(config):
@@ -101,6 +116,7 @@ def pytest_configure(config):
     if setup is None:  # a configure without the early hook (in-process tests)
         setup = _setup_for(config.getoption("zl_backend", default=None),
                            config.getoption("zl_device", default=None))
+        setup.record_identity()
     registry.register(config, NAME, setup)   # first: unconfigure restores GEMS_VENDOR even after a refusal
     try:
         record_device_share(options.value(config, "--zl-device-share"))

@@ -5,13 +5,12 @@ With many shapes nearly all wall time is the autotune sweep, not the measurement
 pytest subprocesses, each pinned to one device through the backend's visibility
 variable and recording its own picks. The picks are merged into this run's
 `autotune_records/<op>.json`, and the measurement then runs serially in this process,
-on one device, seeded from the merge (`_autotune_record_plugin` reads
-ZL_AUTOTUNE_PRESWEPT=1). Artifacts and the latency table are those of a run without it.
+on one device, seeded from the merge (handed to `_autotune_record_plugin` as
+`zl.autotune.options.PRESWEPT` in the session's stash). Artifacts and the latency table are those of a run without it.
 Code: zl.warmup (plan, shards, sweep); the record store is zl.autotune.records.
 
-What it patches, only while active (N >= 2, not itself a shard): the environment
-variable ZL_AUTOTUNE_PRESWEPT, through a PatchStack undone in pytest_unconfigure; and,
-for the sweep's duration only, SIGTERM/SIGHUP handlers and an atexit hook that kill
+What it patches, only while active (N >= 2, not itself a shard), for the sweep's
+duration only: SIGTERM/SIGHUP handlers and an atexit hook that kill
 the shards' process groups (zl.warmup.shards: shards never outlive the sweep, are
 bounded by ZL_PARALLEL_WARMUP_TIMEOUT, default 3600 s, and die with this process).
 
@@ -30,17 +29,16 @@ merge to. Unset or < 2: silent no-op.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-from zl.autotune import PRESWEPT_ENV
+from zl import childenv
+from zl import config as run_config
 from zl.autotune import options as zl_options
 from zl.backends import UnknownBackendError, get_backend
 from zl.identity import update_identity
 from zl.options import value
-from zl.patching import PatchStack
 from zl.term import log as _term_log
 from zl.warmup import plan as sweep_plan
 from zl.warmup.sweep import run_sweep
@@ -65,7 +63,6 @@ class WarmupControl:
         self.backend = backend
         self.want = want
         self.out_dir = value(config, "--zl-out-dir").strip()
-        self.stack = PatchStack()
         self.isolate = False
 
     def identity(self, **fields) -> None:
@@ -110,13 +107,11 @@ class WarmupControl:
                             Path(self.config.invocation_params.dir), self.backend,
                             value(self.config, "--zl-autotune-record-dir").strip(),
                             value(self.config, "--zl-provider").strip() or "flaggems",
-                            timeout_s, os.environ, _log, isolate=self.isolate)
+                            timeout_s, childenv.inherited(), _log, isolate=self.isolate,
+                            parent=run_config.of(self.config))
         if outcome.preswept:
-            self.stack.setenv(PRESWEPT_ENV, "1")
+            self.config.stash[zl_options.PRESWEPT] = True
         self.identity(**outcome.identity)
-
-    def close(self) -> None:
-        self.stack.undo_all()
 
 
 def _option(config, name: str):
@@ -129,7 +124,7 @@ def _option(config, name: str):
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
     """Sweep before any measurement plugin configures (tryfirst), then hand the
-    merge to _autotune_record_plugin through ZL_AUTOTUNE_PRESWEPT."""
+    merge to _autotune_record_plugin through the session's stash (PRESWEPT)."""
     if zl_options.switch(config, "--zl-parallel-worker"):
         return
     want = sweep_plan.requested_gpus(value(config, "--zl-parallel-warmup-gpus"), _log)
@@ -145,8 +140,7 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
-    """Drop the hand-over variable so a later session in this process starts clean."""
+    """Unregister the session's sweep object."""
     plugin = config.pluginmanager.get_plugin(NAME)
     if plugin is not None:
         config.pluginmanager.unregister(plugin, NAME)
-        plugin.close()

@@ -10,8 +10,7 @@ When it steps back: `--zl-pretty-fold` / ZL_PRETTY_FOLD off keeps upstream's Siz
 verbatim (colour only); a table whose details are not safely reversible is left unfolded.
 Colour follows `--zl-color` / FLAGGEMS_PERF_COLOR (always / never; empty = when the
 terminal is one) and NO_COLOR; run.log is stripped of it anyway. A command-line colour
-is exported as FLAGGEMS_PERF_COLOR for the session (every zl log line follows it) and
-the previous value restored at unconfigure. A fold word that is neither on nor off, or a
+is part of the session's run configuration, so every zl log line follows it. A fold word that is neither on nor off, or a
 colour other than always/never/empty, is a usage error (exit 4).
 
 Why: a 40-row table whose Size Detail repeats the same dtype and dim on every row hides
@@ -56,9 +55,7 @@ def pytest_configure(config):
     color = options.value(config, "--zl-color").strip().lower()
     if color not in COLOR_WORDS:
         raise pytest.UsageError(f"{COLOR_ENV}={color!r} must be always, never or empty")
-    report = registry.register(config, NAME, PrettyReport(fold_inputs))
-    if config.getoption("zl_color", default=None) is not None:
-        report.patches.setenv(COLOR_ENV, color)
+    registry.register(config, NAME, PrettyReport(fold_inputs))
 
 
 def pytest_unconfigure(config):

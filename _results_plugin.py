@@ -82,10 +82,10 @@ def _wanted(early_config) -> bool:
         if not (parse_switch(options.early_value(early_config, FLAG), True, name=ENV)
                 and parse_switch(options.early_value(early_config, PREWARM_FLAG), True, name=PREWARM_ENV)):
             return False
-        backend = get_backend(getattr(early_config.known_args_namespace, "zl_backend", None))
+        backend = get_backend(options.early_value(early_config, "--zl-backend"))
     except (SwitchError, UnknownBackendError):  # named by the configure hooks
         return False
-    return bool(os.environ.get("OUT_DIR", "").strip()) and backend.torch_namespace == "cuda"
+    return bool(options.early_value(early_config, "--zl-out-dir").strip()) and backend.torch_namespace == "cuda"
 
 
 def pytest_load_initial_conftests(early_config, parser, args):
@@ -104,7 +104,7 @@ def pytest_configure(config):
         parse_switch(options.value(config, PREWARM_FLAG), True, name=PREWARM_ENV)
     except SwitchError as exc:
         raise pytest.UsageError(str(exc))
-    out = os.environ.get("OUT_DIR", "").strip()
+    out = options.value(config, "--zl-out-dir").strip()
     if not on or not out:
         return
     from zl.results.recorder import ResultsRecorder

@@ -19,8 +19,6 @@ SHAPE_FILE for a rerun; the starting yaml is kept as shapes.source.yaml).
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from zl import options, registry
@@ -40,7 +38,7 @@ def pytest_configure(config):
     try:
         injector = ShapeInjector(options.value(config, "--zl-shape-file"),
                                  options.value(config, "--zl-shape-mode"),
-                                 os.environ.get("OUT_DIR", ""))
+                                 options.value(config, "--zl-out-dir"))
     except ShapeModeError as exc:
         raise pytest.UsageError(str(exc))
     registry.register(config, NAME, injector)

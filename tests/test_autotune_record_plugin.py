@@ -28,7 +28,8 @@ import triton.language as tl  # noqa: E402
 import _autotune_record_plugin as plug  # noqa: E402
 from harness.pluginconfig import PluginConfig  # noqa: E402
 from zl import markers  # noqa: E402
-from zl.autotune import PRESWEPT_ENV, RECORD_DIR_ENV, REPLAY_DIR_ENV  # noqa: E402
+from zl.autotune import RECORD_DIR_ENV, REPLAY_DIR_ENV  # noqa: E402
+from zl.autotune.options import PRESWEPT  # noqa: E402
 from zl.autotune.configs import config_to_dict, key_to_str, off_candidates, record_dict  # noqa: E402
 from zl.autotune.isolation import isolation_problems  # noqa: E402
 
@@ -97,7 +98,7 @@ def unconfigure():
 
 @pytest.fixture
 def env(tmp_path, monkeypatch):
-    for k in (RECORD_DIR_ENV, REPLAY_DIR_ENV, PRESWEPT_ENV,
+    for k in (RECORD_DIR_ENV, REPLAY_DIR_ENV,
               "ZL_ISOLATE_TUNER_CACHE", "FLAGGEMS_DB_URL", "FLAGGEMS_CACHE_DIR"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("ZL_OP", "add_one")
@@ -579,8 +580,10 @@ def test_preswept_records_seed_a_recording_run(env, monkeypatch, capfd):
     (rec / "add_one.json").write_text(json.dumps(
         {KERNEL: {"100,torch.float32,torch.float32": cfg}, "other.kernel": {"1": cfg}}))
     monkeypatch.setenv(RECORD_DIR_ENV, str(rec))
-    monkeypatch.setenv(PRESWEPT_ENV, "1")
-    configure()
+    # The parallel sweep's hand-over, in the session's stash (set by its tryfirst configure).
+    _CONFIG["current"] = PluginConfig(plug, {})
+    _CONFIG["current"].stash[PRESWEPT] = True
+    plug.pytest_configure(_CONFIG["current"])
     tuner, bench = make_tuner()
     launch(tuner, 100)
     assert bench.calls == 0 and tuner.best_config.kwargs == {"BLOCK": 64}

@@ -112,3 +112,23 @@ def test_command_line_backend_after_flag_gems_was_imported_is_a_usage_error(tmp_
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert "after FlagGems was imported" in proc.stderr
     assert _pytest_in(tmp_path, "-p", "flag_gems", "-p", "_device_setup_plugin").returncode == 0
+
+
+def test_the_run_configuration_names_the_backend_before_the_conftest_imports_flag_gems(tmp_path):
+    """--zl-config is read before the benchmark's conftest imports flag_gems: the file's backend
+    and device, not the environment's, reach GEMS_VENDOR and the identity in its OUT_DIR."""
+    from dataclasses import replace
+    from zl import config as zc
+    (tmp_path / "conftest.py").write_text(
+        "import os, pathlib\n"
+        "pathlib.Path('seen').write_text(os.environ.get('GEMS_VENDOR', '(unset)'))\n")
+    (tmp_path / "test_x.py").write_text("def test_x():\n    pass\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    path = zc.write(replace(zc.RunConfig(), backend="musa", device="2", out_dir=str(run)), str(run))
+    proc = _pytest_in(tmp_path, "-p", "_device_setup_plugin", zc.OPTION, str(path))   # env: cuda
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "seen").read_text() == "mthreads"
+    ident = ri.load_identity(str(run))
+    assert (ident["backend"], ident["device"], ident["flaggems_vendor"]) == ("musa", "2", "mthreads")
+    assert ident["finished"]["status"] == "complete"

@@ -1,4 +1,5 @@
-"""zl.options: one zl_bench group, env defaults, shared flags declared once, no silent defaults."""
+"""zl.options: one zl_bench group, each option one setting of zl.config, shared flags declared
+once, no silent defaults."""
 import pytest
 from _pytest.config.argparsing import Parser
 
@@ -31,37 +32,42 @@ class FakeConfig:
 
 def test_value_order_command_line_env_default(monkeypatch):
     parser = FakeParser()
-    options.add(parser, "--zl-test-opt", "ZL_TEST_OPT", "a test option", "dflt")
-    assert parser.groups[options.GROUP].added == ["--zl-test-opt"]
-    monkeypatch.delenv("ZL_TEST_OPT", raising=False)
-    assert options.value(FakeConfig(), "--zl-test-opt") == "dflt"
-    monkeypatch.setenv("ZL_TEST_OPT", "from-env")
-    assert options.value(FakeConfig(), "--zl-test-opt") == "from-env"
-    assert options.value(FakeConfig(zl_test_opt="cli"), "--zl-test-opt") == "cli"
+    options.add(parser, "--zl-l2", "ZL_L2", "L2 mode", "warm")
+    assert parser.groups[options.GROUP].added == ["--zl-config", "--zl-l2"]
+    monkeypatch.delenv("ZL_L2", raising=False)
+    assert options.value(FakeConfig(), "--zl-l2") == "warm"
+    monkeypatch.setenv("ZL_L2", "from-env")
+    assert options.value(FakeConfig(), "--zl-l2") == "from-env"
+    assert options.value(FakeConfig(zl_l2="cli"), "--zl-l2") == "cli"
 
 
 def test_a_shared_flag_is_declared_once_per_parser_and_must_agree():
     parser = FakeParser()
-    options.add(parser, "--zl-test-shared", "ZL_TEST_SHARED", "shared", "")
-    options.add(parser, "--zl-test-shared", "ZL_TEST_SHARED", "shared again", "")
-    assert parser.groups[options.GROUP].added == ["--zl-test-shared"]
+    options.add(parser, "--zl-op", "ZL_OP", "shared", "")
+    options.add(parser, "--zl-op", "ZL_OP", "shared again", "")
+    assert parser.groups[options.GROUP].added == ["--zl-config", "--zl-op"]
     other = FakeParser()
-    options.add(other, "--zl-test-shared", "ZL_TEST_SHARED", "shared", "")
-    assert other.groups[options.GROUP].added == ["--zl-test-shared"]
-    with pytest.raises(ValueError, match=r"\$ZL_TEST_SHARED and \$ZL_OTHER"):
-        options.add(parser, "--zl-test-shared", "ZL_OTHER", "conflict", "")
+    options.add(other, "--zl-op", "ZL_OP", "shared", "")
+    assert other.groups[options.GROUP].added == ["--zl-config", "--zl-op"]
+    with pytest.raises(ValueError, match=r"--zl-op is declared for \$ZL_OTHER .* names \$ZL_OP"):
+        options.add(parser, "--zl-op", "ZL_OTHER", "conflict", "")
+    with pytest.raises(ValueError, match=r"--zl-op is declared for \$ZL_OP \(default 'x'\)"):
+        options.add(parser, "--zl-op", "ZL_OP", "another default", "x")
 
 
 def test_undeclared_flag_is_an_error_not_a_default():
-    with pytest.raises(LookupError, match="never declared"):
+    with pytest.raises(LookupError, match="is not a zl_bench setting"):
         options.value(FakeConfig(), "--zl-never-declared")
+    with pytest.raises(ValueError, match="names no setting"):
+        options.add(FakeParser(), "--zl-never-declared", "ZL_NEVER", "no such setting")
 
 
 def test_a_second_identical_declaration_is_a_no_op_and_a_conflicting_one_is_named():
     parser = Parser(_ispytest=True)
-    options.add(parser, "--zl-test-shared", "ZL_TEST_SHARED", "shared by two plugins")
-    options.add(parser, "--zl-test-shared", "ZL_TEST_SHARED", "shared by two plugins")
+    options.add(parser, "--zl-seed", "ZL_SEED", "shared by two plugins", "0")
+    options.add(parser, "--zl-seed", "ZL_SEED", "shared by two plugins", "0")
     group = options.group(parser)
-    assert [o.names() for o in group.options].count(["--zl-test-shared"]) == 1
-    with pytest.raises(ValueError, match=r"--zl-test-shared is declared for both \$ZL_TEST_SHARED and \$OTHER"):
-        options.add(parser, "--zl-test-shared", "OTHER", "another meaning")
+    assert [o.names() for o in group.options].count(["--zl-seed"]) == 1
+    assert [o.names() for o in group.options].count(["--zl-config"]) == 1
+    with pytest.raises(ValueError, match=r"--zl-seed is declared for \$OTHER"):
+        options.add(parser, "--zl-seed", "OTHER", "another meaning", "0")

@@ -132,10 +132,12 @@ def test_child_argv_replaces_the_shape_file():
     args = ["t.py::test_x", "-p", "_a", "--shape_file", "old.yaml", "--shape_file=o2", "--level", "core"]
     assert child_argv(args, "new.yaml") == ["t.py::test_x", "-p", "_a", "--level", "core",
                                                 "--shape_file", "new.yaml"]
-    # The shard's own record dir, OUT_DIR and worker flag come from its environment: the
-    # parent's command-line values would send every shard's records into the parent's run.
+    # The shard's own record dir, OUT_DIR, device and worker flag come from its own run
+    # configuration: the parent's command-line values (its --zl-config too) would send every
+    # shard's records into the parent's run.
     args = ["t.py", "--zl-autotune-record-dir", "/run/a", "--zl-out-dir=/run", "--zl-op", "mm",
-            "--zl-parallel-warmup-gpus", "2", "--zl-shape-file", "s.yaml"]
+            "--zl-parallel-warmup-gpus", "2", "--zl-shape-file", "s.yaml", "--zl-config",
+            "/run/run_config.json", "--zl-device=3", "--zl-ttgir-dump-dir", "/run/ttgir"]
     assert child_argv(args, "new.yaml") == ["t.py", "--zl-op", "mm", "--shape_file", "new.yaml"]
 
 
@@ -151,6 +153,14 @@ def test_shards_respect_an_inherited_device_selection(monkeypatch, tmp_path):
                       {"CUDA_VISIBLE_DEVICES": "5,6", "HIP_VISIBLE_DEVICES": "1"})
     env = jobs[1].env
     assert env["CUDA_VISIBLE_DEVICES"] == "6" and "HIP_VISIBLE_DEVICES" not in env
+    # Each shard reads its own run configuration: its directory, device, shapes, record dir.
+    from zl import config as zc
+    cmd = jobs[1].cmd
+    assert cmd.count(zc.OPTION) == 1
+    shard_cfg = zc.load(cmd[cmd.index(zc.OPTION) + 1])
+    assert (shard_cfg.out_dir, shard_cfg.device, shard_cfg.parallel_worker) == (str(tmp_path / "shard1"), "6", "1")
+    assert shard_cfg.record_dir == str(tmp_path / "shard1" / "autotune_records") and shard_cfg.replay_dir == ""
+    assert shard_cfg.shape_file == str(tmp_path / "shard1" / "shapes.yaml")
 
 
 # ----------------------------------------------------------------- end to end
@@ -236,7 +246,6 @@ def test_help_lists_both_plugins_options_in_the_zl_bench_group(tmp_path):
     text = out.stdout.split("zl_bench", 1)[1]
     for flag, variable in [("--zl-autotune-record-dir", "FLAGGEMS_PERF_AUTOTUNE_RECORD_DIR"),
                            ("--zl-autotune-replay-dir", "FLAGGEMS_PERF_AUTOTUNE_REPLAY_DIR"),
-                           ("--zl-autotune-preswept", "ZL_AUTOTUNE_PRESWEPT"),
                            ("--zl-parallel-warmup-gpus", "PARALLEL_WARMUP_GPUS"),
                            ("--zl-parallel-devices", "ZL_PARALLEL_DEVICES"),
                            ("--zl-parallel-warmup-timeout", "ZL_PARALLEL_WARMUP_TIMEOUT"),
@@ -255,7 +264,7 @@ def test_neither_plugin_imports_another_plugin():
                     or m in ("plugin_plan", "zl.plan")], (name, imported)
 
 
-def test_an_active_sweep_registers_and_undoes_its_hand_over(plan_env, monkeypatch, tmp_path):
+def test_an_active_sweep_registers_and_leaves_no_hand_over_behind(plan_env, monkeypatch, tmp_path):
     """A bad timeout steps back by name; the object is registered only while active."""
     monkeypatch.setenv(GPUS_ENV, "2")
     monkeypatch.setenv("ZL_PARALLEL_WARMUP_TIMEOUT", "0")
@@ -267,11 +276,12 @@ def test_an_active_sweep_registers_and_undoes_its_hand_over(plan_env, monkeypatc
     assert ident["autotune_sweep"] == "serial" and ident["autotune_sweep_reason"] == "bad_timeout"
     plugin = config.pluginmanager.get_plugin(pw.NAME)
     assert isinstance(plugin, pw.WarmupControl)
-    monkeypatch.delenv("ZL_AUTOTUNE_PRESWEPT", raising=False)
-    plugin.stack.setenv("ZL_AUTOTUNE_PRESWEPT", "1")  # what a finished sweep hands over
+    # A sweep that stepped back hands nothing over (the stash is the session's own).
+    from zl.autotune.options import PRESWEPT, preswept
+    assert PRESWEPT not in config.stash and not preswept(config)
     pw.pytest_unconfigure(config)
     assert config.pluginmanager.get_plugin(pw.NAME) is None
-    assert "ZL_AUTOTUNE_PRESWEPT" not in os.environ
+    assert not any(k.startswith("ZL_AUTOTUNE") for k in os.environ)
 
 
 def test_a_worker_never_sweeps(plan_env, monkeypatch):

@@ -299,21 +299,29 @@ def run_variables(env: Mapping[str, str]) -> RunVariables:
 
 # ------------------------------------------------------------------ the pytest side
 
-_CURRENT: List[RunConfig] = []
+# The active session: (its pytest config, its configuration with the command line applied).
+_ACTIVE: List[Any] = []
 
 
 def _base(pytest_config: Any, path: Optional[str]) -> RunConfig:
-    """The file's or the environment's config, once per pytest config (its stash)."""
+    """The file's or the environment's config, once per pytest config (its stash). A real
+    session (one that runs cleanups at its end) becomes the process's `current()` until then."""
     stash = getattr(pytest_config, "stash", None)
     if stash is not None and _STASH_KEY is not None and _STASH_KEY in stash:
         return stash[_STASH_KEY]
     cfg = load(path) if path else from_environ()
     if stash is not None and _STASH_KEY is not None:
         stash[_STASH_KEY] = cfg
-        _CURRENT[:] = [cfg]
         cleanup = getattr(pytest_config, "add_cleanup", None)
         if cleanup is not None:
-            cleanup(_CURRENT.clear)
+            _ACTIVE[:] = [pytest_config, cfg]
+            cleanup(_ACTIVE.clear)
+    return cfg
+
+
+def _activate(pytest_config: Any, cfg: RunConfig) -> RunConfig:
+    if _ACTIVE and _ACTIVE[0] is pytest_config:
+        _ACTIVE[1] = cfg
     return cfg
 
 
@@ -333,7 +341,7 @@ def of(pytest_config: Any) -> RunConfig:
     base = _base(pytest_config, _getoption(pytest_config, OPTION_DEST))
     given = {s.flag: w for s in SETTINGS
              if (w := _getoption(pytest_config, s.flag.lstrip("-").replace("-", "_"))) is not None}
-    return with_words(base, given) if given else base
+    return _activate(pytest_config, with_words(base, given) if given else base)
 
 
 def early_of(early_config: Any) -> RunConfig:
@@ -343,12 +351,12 @@ def early_of(early_config: Any) -> RunConfig:
     base = _base(early_config, getattr(ns, OPTION_DEST, None))
     given = {s.flag: w for s in SETTINGS
              if (w := getattr(ns, s.flag.lstrip("-").replace("-", "_"), None)) is not None}
-    return with_words(base, given) if given else base
+    return _activate(early_config, with_words(base, given) if given else base)
 
 
 def current() -> RunConfig:
     """The active session's configuration, else this process's environment."""
-    return _CURRENT[0] if _CURRENT else from_environ()
+    return _ACTIVE[1] if _ACTIVE else from_environ()
 
 
 try:   # pytest is there for the plugins; zl.prepare and the CLIs run without it

@@ -29,6 +29,7 @@ from typing import Any, Dict, Iterable, List, Optional
 
 import pytest
 
+from zl import config as run_config
 from zl import markers
 from zl.backends import get_backend
 from zl.flaggems import PACKAGES, apply_vendor_env, configured_vendor
@@ -152,10 +153,14 @@ class DeviceSetup:
         self.backend = None
         self.vendor: Optional[str] = None
         self.requested: tuple = (None, None)
+        self.device = ""
         self.closed = False
 
-    def prepare(self, backend_name: Optional[str] = None, device: Optional[str] = None) -> None:
-        """Resolve the backend (None: $ZL_BACKEND), set GEMS_VENDOR, record backend/device.
+    def prepare(self, backend_name: Optional[str] = None, device: Optional[str] = None,
+                record: bool = True) -> None:
+        """Resolve the backend (None: the run configuration's), set GEMS_VENDOR, and (record)
+        write backend/device to the identity. At plugin import the session's configuration is
+        not known yet (its --zl-config is not parsed), so that call records nothing.
 
         Raises zl.backends.UnknownBackendError for a name no backend answers to.
         """
@@ -164,14 +169,20 @@ class DeviceSetup:
         user_choice = configured_vendor()
         vendor = apply_vendor_env(backend, self.patches)
         self.backend, self.vendor = backend, vendor
-        device = (os.environ.get("ZL_DEVICE", "") if device is None else device).strip()
+        self.device = (run_config.current().device if device is None else device).strip()
+        if record:
+            self.record_identity()
+        how = "kept user's choice" if user_choice else "set from backend"
+        log(f"backend={backend.name} GEMS_VENDOR={vendor or '(unset)'} ({how})")
+
+    def record_identity(self) -> None:
+        """backend, device (else the inherited visibility list's first), vendor."""
+        backend, device = self.backend, self.device
         if not device:
             inherited = backend.inherited_devices()
             device = inherited[0] if inherited else ""
-        update_identity(backend=backend.name, device=device, flaggems_vendor=vendor or "",
+        update_identity(backend=backend.name, device=device, flaggems_vendor=self.vendor or "",
                         visibility_env=backend.visibility_env_keys[0] if backend.visibility_env_keys else "")
-        how = "kept user's choice" if user_choice else "set from backend"
-        log(f"backend={backend.name} GEMS_VENDOR={vendor or '(unset)'} ({how})")
 
     def probe(self) -> Dict[str, str]:
         """Record device name/arch and the compiler/framework versions."""

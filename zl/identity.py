@@ -44,7 +44,10 @@ SCHEMA_VERSION = 1
 
 
 def identity_path(out_dir: Optional[str] = None) -> Optional[Path]:
-    root = out_dir if out_dir is not None else os.environ.get("OUT_DIR", "").strip()
+    if out_dir is None:
+        from zl.config import current
+        out_dir = current().out_dir.strip()
+    root = out_dir
     if not root:
         return None
     return Path(root) / IDENTITY_NAME

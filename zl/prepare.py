@@ -323,12 +323,7 @@ def prepare_run(env: Dict[str, str], owner_pid: int, color: str = "") -> List[Re
             remove_new_entries(run.out)
         raise
     exports = childenv.child_environ(cfg, run.backend, env)
-    # The plugins still read their settings from the environment: each one's variable,
-    # from the configuration, and the operator under its second name.
-    exports.update({s.env: getattr(cfg, s.attr) for s in run_config.SETTINGS})
-    exports.update(ZL_OP_FILE=cfg.op_file, FLAGGEMS_PERF_CURRENT_OP=cfg.op,
-                   ZL_ENABLE_AUTOTUNE=str(int(run.autotune_on)))
-    pytest_argv = (["--shape_file", passed] if passed else []) \
+    pytest_argv = [run_config.OPTION, str(path)] + (["--shape_file", passed] if passed else []) \
         + [a for d in cfg.dtypes for a in ("--dtypes", d)] + ["--level", cfg.bench_level]
     return (run.records + [(f"env.{k}", v) for k, v in exports.items()]
             + [("PLUGINS[]", a) for a in pytest_args(run.plugins)]

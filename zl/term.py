@@ -25,12 +25,16 @@ _CODES = {
 
 
 def color_enabled(stream=None) -> bool:
-    forced = os.environ.get("FLAGGEMS_PERF_COLOR", "").strip().lower()
+    """The run configuration's colour (FLAGGEMS_PERF_COLOR / --zl-color, then NO_COLOR),
+    else whether `stream` (stderr) is a terminal."""
+    from zl.config import current
+    cfg = current()
+    forced = cfg.color.strip().lower()
     if forced in ("always", "1", "yes", "on"):
         return True
     if forced in ("never", "0", "no", "off"):
         return False
-    if os.environ.get("NO_COLOR", "") != "":
+    if cfg.no_color:
         return False
     stream = stream if stream is not None else sys.stderr
     try:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, Optional
 
 from _pytest.config.argparsing import Parser
+from pytest import Stash
 
 
 _NOTSET = object()
@@ -49,6 +50,7 @@ class PluginConfig:
         self._options = dict(options or {})
         self.pluginmanager = _PluginManager(plugins)
         self.invocation_params = types.SimpleNamespace(args=tuple(args), dir=Path(cwd or Path.cwd()))
+        self.stash = Stash()   # per session, as pytest's (the plugins' hand-overs live there)
 
     def getoption(self, name: str, default: Any = _NOTSET, skip: bool = False) -> Any:
         """Like pytest's: a declared or given option's value, else `default`, else ValueError."""

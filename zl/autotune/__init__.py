@@ -8,11 +8,8 @@ parallel sweep in `zl.warmup` publishes into).
 - `tuner`    the Autotuner.run wrapper and its cache proxy, installed through a PatchStack.
 - `libentry` FlagGems' LibEntry dispatch caches, emptied for the session and restored.
 - `isolation` the check that ZL_ISOLATE_TUNER_CACHE=1 really took effect.
-- `options`  the pytest options (and environment variables) both plugins read.
+- `options`  the pytest options both plugins read, and the sweep's hand-over (`PRESWEPT`).
 """
 
 RECORD_DIR_ENV = "FLAGGEMS_PERF_AUTOTUNE_RECORD_DIR"
 REPLAY_DIR_ENV = "FLAGGEMS_PERF_AUTOTUNE_REPLAY_DIR"
-# Set by the parallel sweep after it merged the shards' picks into the record dir:
-# the measuring process records as usual but seeds every lookup from that merge.
-PRESWEPT_ENV = "ZL_AUTOTUNE_PRESWEPT"

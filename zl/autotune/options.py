@@ -2,7 +2,9 @@
 
 Both plugins read the record/replay directories and a few run facts, so both call
 `declare`; `zl.options.add` declares each once, whichever plugin loads first.
-Every default is the environment variable run_pytest.sh exports, unchanged.
+Each is a setting of the run configuration (zl.config). `PRESWEPT` is the parallel
+sweep's hand-over to the autotune plugin in the session's stash: the record dir holds the
+sweep's merge, so the measuring process records as usual but seeds every lookup from it.
 """
 
 from __future__ import annotations
@@ -12,15 +14,13 @@ from typing import Any
 import pytest
 
 from zl import options
-from zl.autotune import PRESWEPT_ENV, RECORD_DIR_ENV, REPLAY_DIR_ENV
+from zl.autotune import RECORD_DIR_ENV, REPLAY_DIR_ENV
 from zl.switches import SwitchError, parse_switch
 
 AUTOTUNE = (
     ("--zl-autotune-record-dir", RECORD_DIR_ENV, "record mode: write <op>.json + meta.json here", ""),
     ("--zl-autotune-replay-dir", REPLAY_DIR_ENV, "replay mode: replay <op>.json from here (REPLAY_FROM/autotune_records)", ""),
-    ("--zl-autotune-preswept", PRESWEPT_ENV, "internal: 1 = the record dir holds a parallel sweep's merge to seed from", ""),
     ("--zl-op", "ZL_OP", "operator name (test function minus test_)", ""),
-    ("--zl-current-op", "FLAGGEMS_PERF_CURRENT_OP", "operator name read when --zl-op is empty", ""),
     ("--zl-out-dir", "OUT_DIR", "run directory (run_identity.json, autotune_records/)", ""),
     ("--zl-provider", "ZL_PROVIDER", "provider written to meta.json", "flaggems"),
     ("--zl-isolate-tuner-cache", "ZL_ISOLATE_TUNER_CACHE", "on/off: a private FlagGems tuner store was asked for (checked, warned)", "0"),
@@ -34,6 +34,16 @@ WARMUP = (
     ("--zl-bench-level", "ZL_BENCH_LEVEL", "core / comprehensive, read when --level is not given", ""),
     ("--zl-shape-file", "ZL_SHAPE_FILE", "the shape yaml, read when --shape_file is not given", ""),
 )
+
+
+# Set by _parallel_warmup_plugin's configure (tryfirst), read by _autotune_record_plugin's.
+PRESWEPT = pytest.StashKey[bool]()
+
+
+def preswept(config: Any) -> bool:
+    """True when this session's parallel sweep left its merge in the record dir."""
+    stash = getattr(config, "stash", None)
+    return bool(stash.get(PRESWEPT, False)) if stash is not None else False
 
 
 def declare(parser: Any, table=AUTOTUNE) -> None:

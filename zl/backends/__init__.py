@@ -55,10 +55,11 @@ def normalize_backend_name(name: Optional[str]) -> str:
 
 
 def get_backend(name: Optional[str] = None) -> DeviceBackend:
-    """Backend for name, or for $ZL_BACKEND (default cuda) when name is None."""
+    """Backend for name, or for the run configuration's (ZL_BACKEND, default cuda) when None."""
     source = "backend"
     if name is None:
-        name = os.environ.get("ZL_BACKEND", "")
+        from zl.config import current
+        name = current().backend
         source = "ZL_BACKEND"
     backend = _INSTANCES.get(normalize_backend_name(name))
     if backend is None:

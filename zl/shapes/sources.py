@@ -22,6 +22,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 import yaml
 
 from zl import atomic
+from zl.config import current
 from zl.identity import load_identity, update_identity
 
 YAML, UPSTREAM, HARDCODED = "yaml", "upstream", "hardcoded"
@@ -43,9 +44,10 @@ def arities(shapes: Iterable[Any]) -> List[int]:
 
 def requested_file() -> Optional[str]:
     """The shape yaml of this run; None when it measures upstream's own shapes."""
-    if os.environ.get("ZL_SHAPE_MODE", "").strip() == "upstream":
+    cfg = current()
+    if cfg.shape_mode.strip() == "upstream":
         return None
-    return os.environ.get("ZL_SHAPE_FILE", "").strip() or None
+    return cfg.shape_file.strip() or None
 
 
 def load_table(path: str, _cache: Dict[str, dict] = {}) -> dict:  # noqa: B006 - per-process cache
@@ -106,7 +108,7 @@ class Recorder:
         return entry
 
     def flush(self) -> None:
-        out_dir = os.environ.get("OUT_DIR", "").strip()
+        out_dir = current().out_dir.strip()
         if not self.entries or not out_dir or not os.path.isdir(out_dir):
             return
         merged = dict(load_identity(out_dir).get("shape_sources") or {})

@@ -28,7 +28,6 @@ without a graph type falls back on every shape, with the marker.
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import time
 from typing import Optional
@@ -122,13 +121,14 @@ class GraphTimer:
         self.flush.release()
 
     def current_op(self) -> str:
-        """The running item's operator; else ZL_OP / FLAGGEMS_PERF_CURRENT_OP; else '<unknown>'.
+        """The running item's operator; else the run configuration's (ZL_OP / --zl-op); else
+        '<unknown>'.
 
-        The item wins over the environment because a whole-file node runs several test
-        functions under one ZL_OP, and the deny list is keyed by function name.
+        The item wins because a whole-file node runs several test functions under one
+        ZL_OP, and the deny list is keyed by function name.
         """
-        return (self.op or os.environ.get("ZL_OP", "").strip()
-                or os.environ.get("FLAGGEMS_PERF_CURRENT_OP", "").strip() or "<unknown>")
+        from zl.config import current
+        return self.op or current().op.strip() or "<unknown>"
 
     def graph_do_bench(self, fn, warmup=25, rep=100, grad_to_none=None, quantiles=None,
                        return_mode="mean"):

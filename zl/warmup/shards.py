@@ -48,10 +48,11 @@ def merge(records: Sequence[Dict[str, Dict[str, Any]]]) -> Tuple[Dict[str, Dict[
     return merged, sum(len(v) for v in merged.values()), len(conflicted)
 
 
-# zl options a shard gets through its own environment (its record dir, OUT_DIR, shape
-# file, worker flag): copied from the parent's command line they would override it, and
-# every shard would write into the parent's run directory.
-SHARD_OWNED_PREFIXES = ("--zl-autotune-", "--zl-parallel-", "--zl-out-dir", "--zl-shape-file")
+# zl options a shard gets through its own run configuration (its record dir, OUT_DIR,
+# shape file, IR dump, device, worker flag): copied from the parent's command line they
+# would override it, and every shard would write into the parent's run directory.
+SHARD_OWNED_PREFIXES = ("--zl-autotune-", "--zl-parallel-", "--zl-out-dir", "--zl-shape-file",
+                        "--zl-config", "--zl-ttgir-dump-dir", "--zl-device")
 
 
 def child_argv(args: Sequence[str], shape_file: str) -> List[str]:

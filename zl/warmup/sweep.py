@@ -12,12 +12,14 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
-from zl.autotune import PRESWEPT_ENV, RECORD_DIR_ENV, REPLAY_DIR_ENV
+from zl import config as run_config
+from zl.autotune import RECORD_DIR_ENV, REPLAY_DIR_ENV
 from zl.autotune import records as store
+from zl.childenv import tuner_store
 from zl.warmup import GPUS_ENV, WORKER_ENV
 from zl.warmup.plan import Plan
 from zl.warmup.shards import Job, child_argv, merge, run_jobs, shard
@@ -30,9 +32,14 @@ class Outcome:
 
 
 def shard_jobs(plan: Plan, parts: List[List[Any]], scratch: Path, args: Sequence[str], cwd: Path,
-               backend: Any, environ: Mapping[str, str], isolate: bool = False) -> List[Job]:
+               backend: Any, environ: Mapping[str, str], isolate: bool = False,
+               parent: Optional[run_config.RunConfig] = None) -> List[Job]:
+    """One pytest per shard: its own run configuration (`--zl-config`: its OUT_DIR, device,
+    shape file, record dir, no replay, the worker flag) and environment (the device pinned,
+    with isolation its own tuner store)."""
     import yaml
 
+    parent = parent or run_config.current()
     jobs = []
     for i, shapes in enumerate(parts):
         w = scratch / f"shard{i}"
@@ -52,21 +59,27 @@ def shard_jobs(plan: Plan, parts: List[List[Any]], scratch: Path, args: Sequence
             RECORD_DIR_ENV: str(w / "autotune_records"),
         })
         env.pop(REPLAY_DIR_ENV, None)   # a shard must sweep
-        env.pop(PRESWEPT_ENV, None)
+        tuner_dir = ""
         if isolate:
             # One sqlite per shard: N writers on one store is what isolation avoids.
             fg = w / "flaggems_cache"
             (fg / "config_cache").mkdir(parents=True)
-            env["FLAGGEMS_CACHE_DIR"] = str(fg)
-            env["FLAGGEMS_DB_URL"] = f"sqlite:///{fg}/config_cache/zl_shard.db"
-        cmd = [sys.executable, "-m", "pytest"] + child_argv(args, str(shape_path))
+            tuner_dir = str(fg)
+            env.update(tuner_store(tuner_dir, "zl_shard.db"))
+        cfg = replace(parent, out_dir=str(w), device=device, shape_file=str(shape_path),
+                      ttgir_dump_dir=str(w / "ttgir"), record_dir=str(w / "autotune_records"),
+                      replay_dir="", parallel_worker="1", tuner_cache_dir=tuner_dir)
+        config_path = run_config.write(cfg, str(w))
+        cmd = [sys.executable, "-m", "pytest"] + child_argv(args, str(shape_path)) \
+            + [run_config.OPTION, str(config_path)]
         jobs.append(Job(cmd, str(cwd), env, str(w / "worker.log")))
     return jobs
 
 
 def run_sweep(plan: Plan, n: int, args: Sequence[str], cwd: Path, backend: Any, record_dir: str,
               provider: str, timeout_s: float, environ: Mapping[str, str],
-              log: Callable[[str], None], isolate: bool = False) -> Outcome:
+              log: Callable[[str], None], isolate: bool = False,
+              parent: Optional[run_config.RunConfig] = None) -> Outcome:
     """Sweep, merge and publish into `record_dir`; any failure -> serial, with the reason."""
     parts = shard(plan.shapes, n)
     scratch = Path(tempfile.mkdtemp(prefix=f"zl_warmup_{plan.op}_"))
@@ -77,7 +90,7 @@ def run_sweep(plan: Plan, n: int, args: Sequence[str], cwd: Path, backend: Any, 
     keep = True
     kept = f"(worker logs kept in {scratch})"
     try:
-        jobs = shard_jobs(plan, parts, scratch, args, cwd, backend, environ, isolate)
+        jobs = shard_jobs(plan, parts, scratch, args, cwd, backend, environ, isolate, parent)
         rcs, timed_out = run_jobs(jobs, timeout_s)
         elapsed = time.time() - t0
         if timed_out:
