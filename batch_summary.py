@@ -255,6 +255,8 @@ def _run_mode(args) -> Dict:
         for cell in result["torch_mismatches"]:
             print(f"!!! [screen] {cell}: results vs torch: {by_cell[cell]['results_torch']}")
         print("[screen] verdicts: " + ", ".join(f"{k}={v}" for k, v in result["verdict_counts"].items()))
+        if not result["ops"]:
+            raise NoReport("the screen judged no cell", result)
         band = result["noise_band_pct"]
         print("[screen] noise band: " + (f"{band[0]:+.2f}% ~ {band[1]:+.2f}% " if band else "unknown ")
               + f"({result['noise_source']})")

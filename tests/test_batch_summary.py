@@ -806,3 +806,20 @@ def test_ab_rounds_json_carries_the_caliber_hazards_the_console_prints(tmp_path,
     hazards = json.loads(out.read_text())["caliber_hazards"]
     assert len(hazards) == 1 and "r1_A recorded on a shared tuner cache" in hazards[0]
     assert hazards[0] in r.stdout
+
+
+def test_a_screen_stopped_in_its_first_cell_reads_incomplete_not_unreadable(tmp_path, cli):
+    root = tmp_path / "screen"
+    root.mkdir()
+    (root / "screen.tsv").write_text("op\top_file\tdtypes\tverdict\n")
+    (root / "screen.requested.tsv").write_text("cell\top\nrelu\trelu\nabs\tabs\n")
+    out = tmp_path / "screen.json"
+    r = cli("--screen", root, "--json", out)
+    assert r.returncode == 5, r.stdout + r.stderr
+    assert "!!! [screen] INCOMPLETE" in r.stdout and "relu abs" in r.stdout
+    assert "the screen judged no cell" in r.stdout
+    d = json.loads(out.read_text())
+    assert d["completion"]["never_judged"] == ["relu", "abs"] and d["exit_code"] == 5
+    # without the requested list a header-only table is still unusable input
+    (root / "screen.requested.tsv").unlink()
+    assert cli("--screen", root).returncode == 2

@@ -202,13 +202,19 @@ def _pair_summary(before: Path, after: Path) -> Dict:
     return out
 
 
-def _read_table(path: Path, what: str, need: set, delimiter: str = ",") -> List[Dict[str, str]]:
+def _read_table(path: Path, what: str, need: set, delimiter: str = ",",
+                allow_empty: bool = False) -> List[Dict[str, str]]:
     """The rows of a screen.tsv / ops_status.csv; ReportInputError when it is missing or lacks
-    the columns a page needs."""
+    the columns a page needs. `allow_empty`: a header with the needed columns and no row is
+    an empty table, not an error."""
     if not path.is_file():
         raise ReportInputError(f"{path.parent}: no {path.name} (is this {what}?)")
     with open(path, newline="", encoding="utf-8", errors="replace") as fh:
-        rows = list(csv.DictReader(fh, delimiter=delimiter))
+        reader = csv.DictReader(fh, delimiter=delimiter)
+        rows = list(reader)
+        header = set(reader.fieldnames or ())
+    if allow_empty and not rows and need <= header:
+        return []
     if not rows or not need <= set(rows[0]):
         raise ReportInputError(f"{path}: no rows with {' and '.join(sorted(need))} columns "
                                f"(expected columns {sorted(need)}, "
@@ -218,7 +224,10 @@ def _read_table(path: Path, what: str, need: set, delimiter: str = ",") -> List[
 
 def screen_result(root: Path) -> Dict:
     root = Path(root)
-    rows = _read_table(root / "screen.tsv", "an ab_rlc_test.sh root", {"op", "verdict"}, "\t")
+    # A screen stopped during its first cell has a header and no row; with its requested list
+    # it reports INCOMPLETE (every requested cell never judged) instead of an unreadable table.
+    rows = _read_table(root / "screen.tsv", "an ab_rlc_test.sh root", {"op", "verdict"}, "\t",
+                       allow_empty=(root / SCREEN_REQUESTED).is_file())
     rows = [{k: (v or "") for k, v in r.items() if k is not None} for r in rows]  # short rows
     ops = []
     for r in rows:
