@@ -167,24 +167,27 @@ class Ctx:
                                               "PYTHONPATH": f"{self.root}{os.pathsep}{self.fake / 'src'}", **over})
 
     def run(self, argv: Sequence, cwd: Path, env: dict, timeout: float = TOOL_TIMEOUT_S) -> Proc:
+        """Run a command in its own session; past `timeout` the whole session is killed (a
+        hung preflight's python outlives its shell otherwise) and the result is exit 124."""
+        proc = subprocess.Popen([str(a) for a in argv], cwd=str(cwd), env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True)
         try:
-            p = subprocess.run([str(a) for a in argv], cwd=str(cwd), env=env, capture_output=True,
-                               text=True, errors="replace", timeout=timeout)
-        except subprocess.TimeoutExpired as exc:
-            def txt(x):
-                return x.decode(errors="replace") if isinstance(x, bytes) else (x or "")
-            return Proc(124, txt(exc.stdout), txt(exc.stderr) + f"\n[report_attacks] killed after {timeout:.0f} s")
-        return Proc(p.returncode, p.stdout, p.stderr)
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_session(proc.pid)          # before the leader is reaped: its pid is still ours
+            out, err = proc.communicate()
+            return Proc(124, out, err + f"\n[report_attacks] killed after {timeout:.0f} s")
+        return Proc(proc.returncode, out, err)
 
     def run_pytest(self, out_dir: Optional[Path], cwd: Path, limit_kib: Optional[int] = None,
-                   home: Optional[Path] = None, **env) -> Proc:
+                   home: Optional[Path] = None, timeout: float = RUN_TIMEOUT_S, **env) -> Proc:
         """bash run_pytest.sh with the shared runs' variables (RUN_ENV) under `env`;
         `limit_kib` runs it under `ulimit -f` (every file write past it fails: a full disk)."""
         e = self.env(home, **{**RUN_ENV, **({"OUT_DIR": out_dir} if out_dir else {}), **env})
         script = str(self.root / "run_pytest.sh")
         argv = (["bash", "-c", f'ulimit -f {int(limit_kib)} && exec bash "$0"', script]
                 if limit_kib is not None else ["bash", script])
-        return self.run(argv, cwd, e, timeout=RUN_TIMEOUT_S)
+        return self.run(argv, cwd, e, timeout=timeout)
 
     def bs(self, cwd: Path, *args) -> Proc:
         """batch_summary.py with these arguments."""
@@ -326,6 +329,30 @@ FIXTURES: Dict[str, Fixture] = {
 
 
 # ------------------------------------------------------------------ process helpers
+HOLD_PLUGIN = '''"""Written by benchmarks/report_attacks.py: holds pytest in pytest_configure (the run
+directory prepared, locked and logging) until the attack creates ZL_ATTACK_GO."""
+import os
+import time
+
+
+def pytest_configure(config):
+    with open(os.environ["ZL_ATTACK_READY"], "w") as fh:
+        fh.write(str(os.getpid()))
+    deadline = time.monotonic() + 300
+    while not os.path.exists(os.environ["ZL_ATTACK_GO"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+'''
+
+
+def hold_env(ctx: "Ctx", d: Path) -> dict:
+    """Variables that make a run_pytest.sh run (or every case of a batch) wait inside pytest
+    until `d/go` exists; `d/ready` appears once it waits. A second writer then meets a first
+    one that is certainly running, however fast the machine."""
+    plug = d / "plug"
+    plug.mkdir(exist_ok=True)
+    (plug / "_zl_attack_hold.py").write_text(HOLD_PLUGIN)
+    return dict(ZL_EXTRA_PLUGINS="_zl_attack_hold", ZL_ATTACK_READY=d / "ready", ZL_ATTACK_GO=d / "go",
+                PYTHONPATH=os.pathsep.join(map(str, (ctx.root, ctx.fake / "src", plug))))
 def wait_for(cond: Callable[[], bool], proc: Optional[subprocess.Popen], timeout: float) -> bool:
     """Poll cond every 50 ms until it holds, proc ends, or timeout; the last reading."""
     deadline = time.monotonic() + timeout
@@ -338,28 +365,26 @@ def wait_for(cond: Callable[[], bool], proc: Optional[subprocess.Popen], timeout
     return cond()
 
 
-def lock_holder(path: Path) -> Optional[int]:
-    """The pid a zl.locks lock file names (written right after locking), else None."""
-    try:
-        text = Path(path).read_text().strip()
-    except OSError:
-        return None
-    first = text.splitlines()[0] if text else ""
-    return int(first) if first.isdigit() else None
-
-
 def stop(proc: subprocess.Popen, sig: int = signal.SIGKILL, timeout: float = 60) -> None:
-    """Signal a process started with start() and its session, then reap it."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            pass
+    """Signal a still running process started in its own session (start) and its group, and
+    reap it; one already reaped is left alone (its pid may belong to another process now)."""
+    if proc.returncode is not None:
+        return
+    _kill_session(proc.pid, sig)
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        _kill_session(proc.pid)
         proc.wait(timeout=timeout)
+
+
+def _kill_session(pid: int, sig: int = signal.SIGKILL) -> None:
+    """Signal the process group `pid` leads (its session's processes that kept the group);
+    nothing when it is gone."""
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def strict_json(path: Path):
