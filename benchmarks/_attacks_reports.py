@@ -195,12 +195,16 @@ def mathtext_label(ctx, d):
 
 @attack("report_output_inside_an_input_run", needs=("A", "B"))
 def output_inside_input(ctx, d):
-    """--html A/run.log, --json B/run_identity.json, --png A: a report written over its inputs"""
+    """--html A/run.log, --json B/run_identity.json, --png A, and through symlinks into A"""
     a, b = _pair(ctx, d)
-    j = Judge("--ab A B with --html A/run.log, --json B/run_identity.json, --png A")
+    (d / "link_to_A").symlink_to(a, target_is_directory=True)
+    (d / "page.html").symlink_to(a / "run.log")
+    j = Judge("--ab A B with --html A/run.log, --json B/run_identity.json, --png A, --html link_to_A/run.log, "
+              "--html page.html (a symlink to A/run.log)")
     before = {**tree(a), **{f"B/{k}": v for k, v in tree(b).items()}}
     said = []
-    for flag, target in (("--html", a / "run.log"), ("--json", b / "run_identity.json"), ("--png", a)):
+    for flag, target in (("--html", a / "run.log"), ("--json", b / "run_identity.json"), ("--png", a),
+                         ("--html", d / "link_to_A" / "run.log"), ("--html", d / "page.html")):
         r = ctx.bs(d, "--ab", a, b, flag, target)
         j.rc(r, 2)
         j.has(r.err, "inside the input run directory", f"{flag} {target.relative_to(d)}'s refusal")

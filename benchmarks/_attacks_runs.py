@@ -69,6 +69,23 @@ for _name, _label, _text, _needle in SHAPE_ATTACKS:
     attack(_name, summary=f"SHAPE_FILE with {_label}")(_shape_attack(_label, _text, _needle))
 
 
+@attack("shape_file_is_a_device_or_a_fifo")
+def shape_file_device(ctx, d):
+    """SHAPE_FILE=/dev/zero (endless, size 0), then a named pipe nobody writes (blocks a reader)"""
+    fifo = d / "shapes.fifo"
+    os.mkfifo(fifo)
+    j = Judge("SHAPE_FILE=/dev/zero, then SHAPE_FILE=<a fifo>")
+    said = []
+    for shapes in (Path("/dev/zero"), fifo):
+        r = ctx.run_pytest(d / "run", d, timeout=SHAPE_PREFLIGHT_S, OP="relu", OP_FILE="relu", SHAPE_FILE=shapes)
+        j.rc(r, 3)
+        j.has(r.err, "PREFLIGHT_FAILED check=shape_file", f"the refusal of {shapes}")
+        j.no_traceback(r)
+        said.append(f"{shapes}: exit {r.rc}: {quote_line(r.err, 'PREFLIGHT_FAILED')}")
+    j.did = " | ".join(said)
+    return j
+
+
 # ------------------------------------------------------------------ TMPDIR and OUT_DIR
 
 @attack("tmpdir_missing")

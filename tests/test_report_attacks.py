@@ -24,6 +24,7 @@ EXPECTED = [
     "run_log_cut_before_pytests_final_line", "identity_says_the_run_never_finished",
     "shape_file_recursive_alias", "shape_file_not_utf8", "shape_file_alias_bomb", "shape_file_of_100k_shapes",
     "shape_file_tensor_beyond_memory", "shape_file_dimension_beyond_int64", "shape_file_letter_o_for_zero",
+    "shape_file_is_a_device_or_a_fifo",
     "tmpdir_missing", "tmpdir_read_only", "out_dir_read_only", "out_dir_disk_full", "out_dir_fills_up_mid_run",
     "out_dir_is_dev_full", "two_runs_on_one_out_dir", "two_batches_on_one_batch_dir",
     "used_batch_dir_without_resume", "resume_with_other_dtypes", "resume_with_another_shape_file",
