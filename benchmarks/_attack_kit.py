@@ -158,6 +158,7 @@ class Ctx:
         self._built: Dict[str, Path] = {}
         self._failed: Dict[str, str] = {}
         self._lock = threading.Lock()
+        self._live: List[subprocess.Popen] = []
         self.log = log or (lambda msg: None)
 
     # ------------------------------------------------------------------ commands
@@ -169,8 +170,9 @@ class Ctx:
     def run(self, argv: Sequence, cwd: Path, env: dict, timeout: float = TOOL_TIMEOUT_S) -> Proc:
         """Run a command in its own session; past `timeout` the whole session is killed (a
         hung preflight's python outlives its shell otherwise) and the result is exit 124."""
-        proc = subprocess.Popen([str(a) for a in argv], cwd=str(cwd), env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True)
+        proc = self._track(subprocess.Popen([str(a) for a in argv], cwd=str(cwd), env=env, stdout=subprocess.PIPE,
+                                            stderr=subprocess.PIPE, text=True, errors="replace",
+                                            start_new_session=True))
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -178,6 +180,20 @@ class Ctx:
             out, err = proc.communicate()
             return Proc(124, out, err + f"\n[report_attacks] killed after {timeout:.0f} s")
         return Proc(proc.returncode, out, err)
+
+    def _track(self, proc: subprocess.Popen) -> subprocess.Popen:
+        with self._lock:
+            self._live = [p for p in self._live if p.returncode is None] + [proc]
+        return proc
+
+    def close(self) -> None:
+        """Stop every command this context started that still runs (each in its own
+        session, so a Ctrl-C at the terminal does not reach them)."""
+        with self._lock:
+            live, self._live = self._live, []
+        for proc in live:
+            if proc.poll() is None:
+                stop(proc)
 
     def run_pytest(self, out_dir: Optional[Path], cwd: Path, limit_kib: Optional[int] = None,
                    home: Optional[Path] = None, timeout: float = RUN_TIMEOUT_S, **env) -> Proc:
@@ -194,12 +210,10 @@ class Ctx:
         return self.run([PY, self.root / "batch_summary.py", *args], cwd, self.env())
 
     def start(self, argv: Sequence, cwd: Path, env: dict, log: Path) -> subprocess.Popen:
-        fh = open(log, "w")
-        try:
-            return subprocess.Popen([str(a) for a in argv], cwd=str(cwd), env=env, stdout=fh,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
-        finally:
-            fh.close()
+        """Start a command in its own session, output to `log`; stop() or close() ends it."""
+        with open(log, "w") as fh:
+            return self._track(subprocess.Popen([str(a) for a in argv], cwd=str(cwd), env=env, stdout=fh,
+                                                stderr=subprocess.STDOUT, start_new_session=True))
 
     # ------------------------------------------------------------------ shared runs
     def copy(self, name: str, dest: Path, skip_prev: bool = False) -> Path:
@@ -221,10 +235,11 @@ class Ctx:
         t0 = time.monotonic()
         try:
             path = builder.build(self, self.shared / name)
-        except FixtureError as exc:
+        except Exception as exc:
+            why = str(exc) if isinstance(exc, FixtureError) else f"{name}: {type(exc).__name__}: {exc}"
             with self._lock:
-                self._failed[name] = str(exc)
-            raise
+                self._failed[name] = why
+            raise FixtureError(why) from None
         self.log(f"[report_attacks] shared run {name} ({builder.what}) ready in {time.monotonic() - t0:.0f} s")
         with self._lock:
             self._built[name] = path
@@ -239,9 +254,14 @@ class Ctx:
         first = [n for n in wanted if not FIXTURES[n].deps]
         rest = sorted(wanted - set(first))
         for group in (sorted(first), rest):
-            with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+            try:
                 for fut in [pool.submit(self._try_build, n) for n in group]:
                     fut.result()
+            finally:
+                # On an interrupt the caller's close() stops the running commands; the
+                # threads then return instead of holding the exit up.
+                pool.shutdown(wait=False, cancel_futures=True)
 
     def _try_build(self, name: str) -> None:
         try:

@@ -207,6 +207,8 @@ def out_dir_fills(ctx, d):
         return Judge("", skipped=f"tmpfs cannot be mounted here: {quote_line(r.err)}")
     j = Judge("a replay of A into a 64 KiB filesystem, then --ab A <it>")
     j.want(r.rc != 0, "run_pytest.sh exited 0 on a full disk")
+    # 128+N reads as "stopped by signal N": a full disk once ended the run with 141 (SIGPIPE).
+    j.want(r.rc < 128 or r.rc == 124, f"run_pytest.sh exited {r.rc}, which reads as a signal, not a full disk")
     j.has(r.text, "No space left on device", "the console")
     rep = ctx.bs(d, "--ab", a, keep, "--label", "mm", "--json", d / "ab.json")
     complete = None
@@ -359,8 +361,8 @@ def resume_dtypes(ctx, d):
     j.has(r.err, "dtypes: batch 'float32', this call 'float16'", "the refusal")
     j.want(_status_bytes(bd) == before, "ops_status.csv or batch.json changed")
     same = _batch(ctx, d, "--resume", "--batch-dir", bd, "--devices", "0")
-    j.want(same.rc == 0 and "conditions match the batch's start" in same.out,
-           f"the same conditions are not accepted either (exit {same.rc}): no refusal can be credited")
+    j.want(same.rc == 0, f"a resume under the batch's own conditions exits {same.rc} too: the refusal "
+           "above may not be about the dtypes")
     return j
 
 

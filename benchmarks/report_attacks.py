@@ -28,13 +28,14 @@ then `attacks tried N, held M`.
 
 Exit: 0 every attack tried held; 1 an attack got through (or could not be judged: its
 shared run failed, a step timed out); 2 usage (unknown attack name, a --work-dir that is
-not empty).
+not empty); 130 interrupted (the commands it started are stopped with it).
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -46,7 +47,7 @@ import _attack_kit as kit  # noqa: E402
 import _attacks_reports  # noqa: E402,F401  (registers the report attacks)
 import _attacks_runs  # noqa: E402,F401  (registers the run, batch and environment attacks)
 
-EXIT_HELD, EXIT_BROKEN, EXIT_USAGE = 0, 1, 2
+EXIT_HELD, EXIT_BROKEN, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def parse_args(argv):
@@ -100,6 +101,11 @@ def line(a, j, work):
     return text.replace(f"{work}/attacks/{a.name}/", "").replace(str(work), "<work>")
 
 
+def _interrupted(signum, frame):
+    """SIGTERM ends the script like Ctrl-C: the commands it started are stopped first."""
+    raise KeyboardInterrupt
+
+
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
@@ -125,16 +131,21 @@ def main(argv=None):
         work = args.work_dir.resolve()
     else:
         work = Path(tempfile.mkdtemp(prefix="zl_report_attacks."))
+    signal.signal(signal.SIGTERM, _interrupted)
     t0 = time.monotonic()
     results = []
+    ctx = kit.Ctx(work, args.zl_root, log=lambda msg: print(msg, file=sys.stderr, flush=True))
     try:
-        ctx = kit.Ctx(work, args.zl_root, log=lambda msg: print(msg, file=sys.stderr, flush=True))
         ctx.prepare({n for a in attacks for n in a.needs}, jobs=args.jobs)
         for a in attacks:
             judge, secs = run_one(ctx, a)
             results.append((a, judge, secs))
             print(line(a, judge, work), flush=True)
+    except KeyboardInterrupt:
+        print(f"report_attacks.py: interrupted after {len(results)} attack(s)", file=sys.stderr)
+        return EXIT_INTERRUPTED
     finally:
+        ctx.close()
         if args.work_dir is None:
             shutil.rmtree(work, ignore_errors=True)
     tried = [r for r in results if not r[1].skipped]
