@@ -407,6 +407,14 @@ def _kill_session(pid: int, sig: int = signal.SIGKILL) -> None:
         pass
 
 
+def read_text(path: Path) -> str:
+    """A file's text, '' when it cannot be read (a log a failed step never wrote)."""
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
+
+
 def strict_json(path: Path):
     """json.load that refuses Infinity/NaN (not JSON; other readers reject them)."""
     import json

@@ -18,7 +18,8 @@ the output unwritten.
 
 The shared runs (a record run A of the fake mm, replays B and C of A, A recorded again, a
 replay of an edited record, a replay that misses every key) are made once at the start and
-copied per attack; the whole list takes about 3 minutes on two cores.
+copied per attack; the whole list takes 1.5 minutes on two idle CPU cores (80-90 s measured),
+longer on a loaded machine.
 
 Prints one line per attack:
     HELD <name>: <what was tried> -> <what zl_bench did>
@@ -45,7 +46,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _attack_kit as kit  # noqa: E402
 import _attacks_reports  # noqa: E402,F401  (registers the report attacks)
-import _attacks_runs  # noqa: E402,F401  (registers the run, batch and environment attacks)
+import _attacks_runs  # noqa: E402,F401  (registers the run, SHAPE_FILE and environment attacks)
+import _attacks_campaigns  # noqa: E402,F401  (registers the batch, screen and side-effect attacks)
 
 EXIT_HELD, EXIT_BROKEN, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
