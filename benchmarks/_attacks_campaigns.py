@@ -151,8 +151,9 @@ def resume_tree(ctx, d):
 SCREEN_SHAPES = "relu:\n  shapes:\n    - [64, 64]\nabs:\n  shapes:\n    - [64, 64]\nexp:\n  shapes:\n    - [64, 64]\n"
 
 
-def _screen_stopped(ctx, d: Path):
-    """ab_rlc_test.sh over relu, abs, exp with a private HOME, SIGTERM once relu is judged."""
+def _screen_stopped(ctx, d: Path, when):
+    """ab_rlc_test.sh over relu, abs, exp (private HOME), SIGTERM once `when(root)` holds;
+    (root, its exit status, whether the signal went out)."""
     root, home = d / "screen", d / "screen_home"
     home.mkdir()
     shapes = d / "screen_shapes.yaml"
@@ -161,38 +162,46 @@ def _screen_stopped(ctx, d: Path):
                   TELEMETRY_INTERVAL="0")
     proc = ctx.start(["bash", ctx.root / "ab_rlc_test.sh"], d, env, d / "screen.log")
     try:
-        judged = wait_for(lambda: len(_lines(root / "screen.tsv")) >= 2, proc, WAIT_S)
-        if judged:
+        reached = wait_for(lambda: when(root), proc, WAIT_S)
+        if reached:
             proc.send_signal(signal.SIGTERM)
         rc = proc.wait(timeout=WAIT_S)
     finally:
         stop(proc)
-    return root, home, rc, judged
+    return root, rc, reached
 
 
-def _lines(path: Path):
-    try:
-        return path.read_text().splitlines()
-    except OSError:
-        return []
+def _screen_report(ctx, d: Path, j: Judge, root: Path, code: int, never: list) -> Judge:
+    js = d / "screen.json"
+    r = ctx.bs(d, "--screen", root, "--json", js)
+    j.saw(r, "INCOMPLETE")
+    j.rc(r, code)
+    j.has(r.out, "!!! [screen] INCOMPLETE", "the console")
+    j.has(r.out, " ".join(never), "the console's list of cells never judged")
+    completion = (strict_json(js).get("completion") or {}) if js.is_file() else {}
+    j.want(completion.get("complete") is False and completion.get("never_judged") == never,
+           f"the JSON's completion is {completion}")
+    return j
 
 
 @attack("screen_stopped_mid_list")
 def screen_stopped(ctx, d):
     """ab_rlc_test.sh over relu, abs, exp stopped by SIGTERM after relu's verdict"""
-    root, _, rc, judged = _screen_stopped(ctx, d)
+    root, rc, judged = _screen_stopped(ctx, d, lambda root: len(read_text(root / "screen.tsv").splitlines()) >= 2)
     j = Judge("SIGTERM to ab_rlc_test.sh after 1 of 3 cells, then batch_summary.py --screen")
-    if not j.want(judged and rc == 143, f"the screen was not stopped mid-list (judged={judged}, exit {rc})"):
+    if not j.want(judged and rc == 143, f"the screen was not stopped mid-list (signalled={judged}, exit {rc})"):
         return j
-    js = d / "screen.json"
-    r = ctx.bs(d, "--screen", root, "--json", js)
-    j.saw(r, "INCOMPLETE")
-    j.rc(r, 0)
-    j.has(r.out, "!!! [screen] INCOMPLETE", "the console")
-    completion = strict_json(js).get("completion") or {}
-    j.want(completion.get("complete") is False and completion.get("never_judged") == ["abs", "exp"],
-           f"the JSON's completion is {completion}")
-    return j
+    return _screen_report(ctx, d, j, root, 0, ["abs", "exp"])
+
+
+@attack("screen_stopped_in_its_first_cell")
+def screen_first_cell(ctx, d):
+    """ab_rlc_test.sh over relu, abs, exp stopped by SIGTERM while relu's first side runs"""
+    root, rc, started = _screen_stopped(ctx, d, lambda root: (root / "relu_before" / "run.log").is_file())
+    j = Judge("SIGTERM to ab_rlc_test.sh during its first cell (nothing judged), then batch_summary.py --screen")
+    if not j.want(started and rc == 143, f"the screen was not stopped in its first cell (signalled={started}, exit {rc})"):
+        return j
+    return _screen_report(ctx, d, j, root, 5, ["relu", "abs", "exp"])
 
 
 @attack("campaign_preflight_writes_the_users_tuner_cache")

@@ -28,7 +28,7 @@ EXPECTED = [
     "tmpdir_missing", "tmpdir_read_only", "out_dir_read_only", "out_dir_disk_full", "out_dir_fills_up_mid_run",
     "out_dir_is_dev_full", "two_runs_on_one_out_dir", "two_batches_on_one_batch_dir",
     "used_batch_dir_without_resume", "resume_with_other_dtypes", "resume_with_another_shape_file",
-    "resume_with_another_flaggems_tree", "screen_stopped_mid_list",
+    "resume_with_another_flaggems_tree", "screen_stopped_mid_list", "screen_stopped_in_its_first_cell",
     "campaign_preflight_writes_the_users_tuner_cache", "demo_warns_about_its_own_defaults",
 ]
 # Attacks that start no shared run and stop at a refusal: about a second each.
