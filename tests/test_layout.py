@@ -4,7 +4,7 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SKIP = {"tests", "docs", ".fg", ".git", ".whl", "runs", ".venv"}
+SKIP = {"tests", "docs", ".fg", ".git", ".whl", "runs", ".venv", ".scratch", "build"}
 LIMIT = 500
 
 
