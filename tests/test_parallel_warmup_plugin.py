@@ -161,6 +161,13 @@ def test_shards_respect_an_inherited_device_selection(monkeypatch, tmp_path):
     assert (shard_cfg.out_dir, shard_cfg.device, shard_cfg.parallel_worker) == (str(tmp_path / "shard1"), "6", "1")
     assert shard_cfg.record_dir == str(tmp_path / "shard1" / "autotune_records") and shard_cfg.replay_dir == ""
     assert shard_cfg.shape_file == str(tmp_path / "shard1" / "shapes.yaml")
+    # Isolated: each shard its own tuner store, in its environment and its configuration.
+    iso = shard_jobs(Plan("zl_sweep", doc, "zl_sweep", [[64], [128]], ["5", "6"]), [[[64]], [[128]]],
+                     tmp_path / "iso", ["t.py"], FAKE, get_backend(), {}, isolate=True)
+    store = tmp_path / "iso" / "shard0" / "flaggems_cache"
+    assert iso[0].env["FLAGGEMS_CACHE_DIR"] == str(store)
+    assert iso[0].env["FLAGGEMS_DB_URL"] == f"sqlite:///{store}/config_cache/zl_shard.db"
+    assert zc.load(iso[0].cmd[-1]).tuner_cache_dir == str(store)
 
 
 # ----------------------------------------------------------------- end to end

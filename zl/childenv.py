@@ -53,3 +53,44 @@ def set_in_process(name: str, value: Optional[str]) -> Optional[str]:
     else:
         os.environ[name] = value
     return previous
+
+
+# A batch case is one run_pytest.sh run. Inherited from the batch's shell these would change
+# every case: the batch shards devices itself, each case records its own picks, and each
+# case has its own directory.
+BATCH_DROPPED = ("PARALLEL_WARMUP_GPUS", "REPLAY_FROM", "OUT_DIR", "TEST_NODE", "ZL_TEST_NODE",
+                 "OP", "OP_FILE", "SHAPE_MODE", "SHAPE_FILE", "DTYPES", "ZL_DEVICE_SHARE")
+# Each case gets a private tuner cache unless the user says otherwise: a shared store hands
+# one case's (or side A's) winners to the next (the A/B drivers do the same).
+BATCH_DEFAULTS = {"ZL_ISOLATE_TUNER_CACHE": "1"}
+
+
+def batch_case_base(extra: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """The environment every batch case starts from: the batch's, its defaults, minus what
+    the batch sets per case, plus `extra`. Also what batch.json's conditions record."""
+    env = inherited()
+    for key, value in BATCH_DEFAULTS.items():
+        env.setdefault(key, value)
+    for key in BATCH_DROPPED:
+        env.pop(key, None)
+    env.update(extra or {})
+    return env
+
+
+def batch_case_environ(backend: Any, device: str, base: Mapping[str, str],
+                       values: Mapping[str, str]) -> Dict[str, str]:
+    """One case's environment: `base` pinned to `device` through the backend's visibility
+    variable (every vendor's key cleared first), then the case's own variables."""
+    env = backend.apply_visibility(dict(base), device)
+    env.update(values)
+    return env
+
+
+def shard_environ(cfg: RunConfig, backend: Any, parent: Mapping[str, str]) -> Dict[str, str]:
+    """A parallel-sweep shard's environment: `parent` pinned to the shard's device (every
+    vendor's visibility key cleared first) and, when isolated, its own tuner store (N writers
+    on one sqlite store is what isolation avoids). Its settings are in its run_config.json."""
+    env = backend.apply_visibility(dict(parent), cfg.device)
+    if cfg.tuner_cache_dir:
+        env.update(tuner_store(cfg.tuner_cache_dir, "zl_shard.db"))
+    return env

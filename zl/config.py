@@ -11,16 +11,16 @@ options. This module is the one place that reads them:
   run_pytest.sh passes that file to pytest as `--zl-config FILE`.
 - `of(pytest_config)` is the accessor every plugin uses: the `--zl-config` file, else the
   same builder run on this process's environment (a direct `pytest -p _timing_plugin`
-  user), cached in the config's stash. `value(pytest_config, flag)` is one setting's word:
-  the command line wins over the file, as it wins over the variable.
+  user), cached in the config's stash; a `--zl-*` option given on the command line
+  replaces its setting (`zl.options.value` reads one setting's word through it).
 - `current()` is that configuration for code that holds no pytest config (log colour,
   the identity file's directory): the session's while one is active, else the environment.
 
-Why: a setting used to travel environment -> printed shell -> eval -> export -> option
-default -> plugin, and plugins handed facts to each other through os.environ; two
-components then read one variable two ways. A setting whose bad word is a pytest usage
-error (exit 4, where a `--zl-*` option is also checked) is kept as the word its plugin
-parses; the settings run_pytest.sh refuses before pytest (exit 2) are typed here.
+Why one reader: two readers of one variable once read `ZL_ENABLE_AUTOTUNE=' 0'` two ways,
+and a fact handed over through os.environ depends on hook order and leaks into every child
+process. A setting whose bad word is a pytest usage error (exit 4, where its `--zl-*` option
+is checked too) is kept as the word its plugin parses; what run_pytest.sh refuses before
+pytest (exit 2) is parsed and typed here (`RunVariables`, the run facts of `RunConfig`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 from zl import atomic
-from zl.switches import SwitchError, parse_switch
+from zl.onoff import SwitchError, parse_switch
 
 CONFIG_NAME = "run_config.json"
 SCHEMA_VERSION = 1
@@ -193,8 +193,9 @@ def setting(flag: str) -> Setting:
 # ------------------------------------------------------------------ building
 
 def environ() -> Dict[str, str]:
-    """A copy of this process's environment: the one read of it outside the child
-    environment builder (zl.childenv)."""
+    """A copy of this process's environment: the one read of the user's variables. Settings
+    go through `from_environ`; a driver's own variables (OP, TEST_NODE, ZL_RUNS_ROOT,
+    ZL_PYTHON, ...) are read from this copy by the code that resolves them."""
     return dict(os.environ)
 
 
@@ -271,7 +272,7 @@ def int_in_range(var: str, raw: Optional[str], default: int, lo: int, hi: int) -
 
 
 def switch(env: Mapping[str, str], name: str, default: bool) -> bool:
-    """An on/off variable through zl.switches; a bad word is a ConfigError naming it."""
+    """An on/off variable through zl.onoff; a bad word is a ConfigError naming it."""
     try:
         return parse_switch(env.get(name), default, name=name)
     except SwitchError as exc:

@@ -23,7 +23,6 @@ or error (3 internal error, 4 usage). A run killed before that (a signal, OOM) k
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any, Dict, Iterable, List, Optional
 
@@ -32,6 +31,7 @@ import pytest
 from zl import config as run_config
 from zl import markers
 from zl.backends import get_backend
+from zl.childenv import inherited
 from zl.flaggems import PACKAGES, apply_vendor_env, configured_vendor
 from zl.identity import load_identity, update_identity
 from zl.patching import PatchStack
@@ -134,7 +134,7 @@ def triton_interpreted() -> bool:
 
         return bool(knobs.runtime.interpret)
     except Exception:
-        return os.environ.get("TRITON_INTERPRET", "0").strip() == "1"
+        return inherited().get("TRITON_INTERPRET", "0").strip() == "1"
 
 
 def _module_version(name: str) -> str:

@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
+from zl.childenv import inherited, set_in_process
+from zl.config import environ
 from zl.patching import PatchStack
 
 _ROOT = Path(__file__).resolve().parent.parent
@@ -44,7 +46,7 @@ class NodeError(ValueError):
 
 
 def fallback_roots() -> List[str]:
-    raw = os.environ.get("ZL_FLAGGEMS_FALLBACK_ROOTS")
+    raw = environ().get("ZL_FLAGGEMS_FALLBACK_ROOTS")
     if raw is not None:
         return [p for p in raw.split(":") if p]
     return list(DEFAULT_FALLBACK_ROOTS)
@@ -52,8 +54,9 @@ def fallback_roots() -> List[str]:
 
 def configured_vendor() -> Optional[str]:
     """The vendor the user chose explicitly, if any (FlagGems reads these in order)."""
+    env = inherited()
     for key in VENDOR_ENV_KEYS:
-        value = os.environ.get(key, "").strip()
+        value = env.get(key, "").strip()
         if value:
             return value
     return None
@@ -72,7 +75,7 @@ def apply_vendor_env(backend, patches: Optional[PatchStack] = None) -> Optional[
         if patches is not None:
             patches.setenv("GEMS_VENDOR", vendor)
         else:
-            os.environ["GEMS_VENDOR"] = vendor
+            set_in_process("GEMS_VENDOR", vendor)
     return vendor or None
 
 

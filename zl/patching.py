@@ -8,8 +8,9 @@ unloaded and tested in one process without leaking state into the next session.
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable, List, Optional
+
+from zl.childenv import set_in_process
 
 _MISSING = object()
 
@@ -52,18 +53,12 @@ class PatchStack:
         return None if previous is _MISSING else previous
 
     def setenv(self, name: str, value: Optional[str]) -> None:
-        """Set (or, with None, remove) an environment variable, restoring it at undo."""
-        previous = os.environ.get(name)
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
+        """Set (or, with None, remove) a variable of this process's environment (through
+        zl.childenv, its one writer), restoring it at undo."""
+        previous = set_in_process(name, value)
 
         def undo() -> None:
-            if previous is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = previous
+            set_in_process(name, previous)
 
         self._undo.append(undo)
 

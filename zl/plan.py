@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
 import sys
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import List, Mapping, Optional, Sequence
 
 from zl.backends import UnknownBackendError, get_backend
+from zl.config import environ
 from zl.switches import SwitchError, env_switch
 
 _ROOT = Path(__file__).resolve().parent.parent
@@ -58,20 +58,23 @@ class PlanError(RuntimeError):
     """The requested plan cannot be loaded (missing module)."""
 
 
-def plan_plugins(backend_name: Optional[str] = None, extra: Optional[Sequence[str]] = None) -> List[str]:
+def plan_plugins(backend_name: Optional[str] = None, extra: Optional[Sequence[str]] = None,
+                 env: Optional[Mapping[str, str]] = None) -> List[str]:
+    """The `-p` list for the backend, from the switches in `env` (default: this process's)."""
+    env = environ() if env is None else env
     backend = get_backend(backend_name)
     plugins: List[str] = list(getattr(backend, "compat_plugins", ()) or ()) + list(CORE_PLUGINS)
     hooks = bool(getattr(backend, "supports_triton_hooks", True))
-    if hooks and env_switch("ZL_ENABLE_AUTOTUNE", True):
+    if hooks and env_switch("ZL_ENABLE_AUTOTUNE", True, environ=env):
         plugins.append(AUTOTUNE_PLUGIN)
     plugins.append(TIMING_PLUGIN)
     plugins.append(REPORT_PLUGIN)
     plugins.append(RESULTS_PLUGIN)
-    if hooks and env_switch("ZL_ENABLE_IR", True):
+    if hooks and env_switch("ZL_ENABLE_IR", True, environ=env):
         plugins.append(IR_PLUGIN)
-    if env_switch("ZL_ENABLE_MM_CLUSTER", False) and getattr(backend, "supports_mm_cluster_fix", False):
+    if env_switch("ZL_ENABLE_MM_CLUSTER", False, environ=env) and getattr(backend, "supports_mm_cluster_fix", False):
         plugins.append(MM_CLUSTER_PLUGIN)
-    extras = extra if extra is not None else os.environ.get("ZL_EXTRA_PLUGINS", "").split()
+    extras = extra if extra is not None else env.get("ZL_EXTRA_PLUGINS", "").split()
     for name in extras:
         if name and name not in plugins:
             plugins.append(name)

@@ -19,7 +19,7 @@ import shutil
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Mapping, Tuple
+from typing import Any, List, Mapping, Tuple
 
 from zl import flaggems, markers
 from zl.backends import UnknownBackendError, get_backend

@@ -120,7 +120,7 @@ def read_run(env: Dict[str, str]) -> Run:
                                     run.get("FLAGGEMS_DIR", "/workspace/dev/FlagGems"),
                                     run.get("SHAPE_FILE"), run.get("SHAPE_MODE"))
         run.backend = get_backend(run.get("ZL_BACKEND", "cuda"))
-        run.plugins = plan_plugins(run.backend.name)
+        run.plugins = plan_plugins(run.backend.name, env=env)
     except (ValueError, SwitchError) as exc:   # NodeError, UnknownBackendError, SwitchError
         raise BadValue(str(exc)) from None
     run.op, run.op_file = check_name("OP", res["OP"]), check_name("OP_FILE", res["OP_FILE"])

@@ -1,49 +1,23 @@
-"""The one reading of on/off values, for every plugin, planner and driver.
-
-Why one: the planner stripped `ZL_ENABLE_AUTOTUNE=' 0'` and dropped the autotune plugin
-while run_pytest.sh compared the raw string, wrote `autotune_mode=replay` and skipped its
-refusal; the pair then compared as a valid A/B. Every reader now calls `parse_switch`
-(shell scripts through `python -m zl.switches NAME`), so a value means the same thing
-everywhere, and a word that is neither on nor off is an error naming the variable instead
-of a guess.
+"""On/off variables, for every plugin, planner and driver: `zl.onoff`'s one parser over a
+variable (`env_switch`), and the shell's reader `python -m zl.switches NAME [DEFAULT]`.
+Variables are read through zl.config (the one reader of the environment).
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Iterable, Mapping, Optional
 
-ON_WORDS = ("1", "true", "yes", "on", "always")
-OFF_WORDS = ("0", "false", "no", "off", "never")
+from zl.config import environ as _environ
+from zl.onoff import OFF_WORDS, ON_WORDS, SwitchError, parse_switch
 
-
-class SwitchError(ValueError):
-    """A switch's value is neither an on word nor an off word."""
-
-
-def parse_switch(value: Optional[str], default: bool, name: str = "value",
-                 extra_off: Iterable[str] = ()) -> bool:
-    """True/False for an on/off word; empty or unset -> `default`; anything else -> SwitchError.
-
-    Case and surrounding whitespace are ignored. `extra_off` adds words a caller also
-    reads as off (the timer accepts `direct`).
-    """
-    word = (value or "").strip().lower()
-    if not word:
-        return default
-    if word in ON_WORDS:
-        return True
-    if word in OFF_WORDS or word in tuple(w.lower() for w in extra_off):
-        return False
-    allowed = ", ".join(ON_WORDS + OFF_WORDS + tuple(extra_off))
-    raise SwitchError(f"{name}={value!r} is not an on/off value (one of: {allowed})")
+__all__ = ["OFF_WORDS", "ON_WORDS", "SwitchError", "env_switch", "main", "parse_switch"]
 
 
 def env_switch(name: str, default: bool, environ: Optional[Mapping[str, str]] = None,
                extra_off: Iterable[str] = ()) -> bool:
-    """parse_switch of environment variable `name`."""
-    env = os.environ if environ is None else environ
+    """parse_switch of variable `name` in `environ` (default: this process's environment)."""
+    env = _environ() if environ is None else environ
     return parse_switch(env.get(name), default, name=name, extra_off=extra_off)
 
 

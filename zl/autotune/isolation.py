@@ -8,10 +8,10 @@ one side's winners to the other (mm: 945 -> 33 compiled variants).
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Iterable, List
 
+from zl.childenv import inherited
 from zl.flaggems import PACKAGES
 
 
@@ -35,7 +35,8 @@ def isolation_problems(isolate: bool, loaded_early: Iterable[str]) -> List[str]:
     problems = []
     if early:
         problems.append(f"{', '.join(early)} was imported before the zl_bench plugins loaded")
-    private = os.environ.get("FLAGGEMS_DB_URL", "").strip() or os.environ.get("FLAGGEMS_CACHE_DIR", "").strip()
+    env = inherited()   # what FlagGems in this process reads (zl.childenv set it for the run)
+    private = env.get("FLAGGEMS_DB_URL", "").strip() or env.get("FLAGGEMS_CACHE_DIR", "").strip()
     if not private:
         problems.append("neither FLAGGEMS_DB_URL nor FLAGGEMS_CACHE_DIR is set")
     else:

@@ -7,7 +7,6 @@ the Hopper mm fix) on another vendor's device and report the result as valid.
 
 from __future__ import annotations
 
-import os
 from typing import Dict, Iterable, List, Optional, Tuple, Union
 
 from .ascend import AscendBackend

@@ -8,10 +8,11 @@ to sample clocks/temperature (telemetry argv + parser). Subclasses mostly fill c
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+from zl.childenv import inherited
 
 # Every vendor visibility variable zl_bench knows. apply_visibility() clears the whole set before
 # writing the active backend's keys: a parent shell with CUDA_VISIBLE_DEVICES=7 left over would
@@ -140,7 +141,7 @@ class DeviceBackend:
         return out
 
     def inherited_devices(self, environ: Optional[Dict[str, str]] = None) -> List[str]:
-        environ = os.environ if environ is None else environ
+        environ = inherited() if environ is None else environ
         for key in self.visibility_env_keys:
             listed = parse_device_list(environ.get(key, ""))
             if listed:

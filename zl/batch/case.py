@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from zl import atomic
+from zl.childenv import batch_case_base, batch_case_environ
 from zl.batch.executor import GroupGuard, kill_group
 from zl.batch.inventory import Entry
 from zl.batch.status import blank_row, join_notes
@@ -32,30 +33,9 @@ from zl.runlog.caliber import caliber_of
 from zl.runlog.parse import RunLogError, read_run_log
 
 UNSUPPORTED_DTYPE = "can't be supported by this op"
-# Inherited from a parent shell these would change every case: the batch shards devices
-# itself, each case records its own picks, and each case has its own directory.
-DROPPED_ENV = ("PARALLEL_WARMUP_GPUS", "REPLAY_FROM", "OUT_DIR", "TEST_NODE", "ZL_TEST_NODE",
-               "OP", "OP_FILE", "SHAPE_MODE", "SHAPE_FILE", "DTYPES", "ZL_DEVICE_SHARE")
 SKIP_RE = re.compile(r"(\d+) (skipped|xfailed)\b")
 PREFLIGHT_RE = re.compile(r"PREFLIGHT_FAILED check=(\S+)")
 COMPLETE_MARK = ".complete"
-# Each case gets a private tuner cache unless the user says otherwise: a shared store hands
-# one case's (or side A's) winners to the next (the A/B drivers do the same).
-BATCH_ENV_DEFAULTS = {"ZL_ISOLATE_TUNER_CACHE": "1"}
-
-
-def inherited_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
-    """The environment every case starts from: the batch's, its defaults, minus what the batch
-    sets per case, plus `extra`. Also what batch.json's conditions record."""
-    env = dict(os.environ)
-    for key, value in BATCH_ENV_DEFAULTS.items():
-        env.setdefault(key, value)
-    for key in DROPPED_ENV:
-        env.pop(key, None)
-    env.update(extra or {})
-    return env
-
-
 @dataclass
 class CaseConfig:
     batch_dir: Path
@@ -98,22 +78,21 @@ class CaseRunner:
 
     # ------------------------------------------------------------------ environment
     def env(self, e: Entry, device: str, out_dir: Path, dtypes: str, replay: str) -> Dict[str, str]:
-        env = self.cfg.backend.apply_visibility(inherited_env(), device)
+        """The case's run_pytest.sh variables over the batch's base (zl.childenv)."""
         root = self.cfg.roots[e.repo]
-        env.update(self.cfg.extra_env)
-        env.update({
+        values = {
             "TEST_NODE": e.node(root), "FLAGGEMS_DIR": str(Path(root).resolve()),
             "OUT_DIR": str(out_dir), "ZL_BACKEND": self.cfg.backend.name, "ZL_DEVICE": device,
             "DTYPES": dtypes, "FLAGGEMS_PERF_COLOR": "never", "NO_COLOR": "1",
             "ZL_BATCH_ID": self.cfg.batch_id,
-        })
+        }
         if self.cfg.device_share > 1:   # recorded in the identity, so no report trusts the timing
-            env["ZL_DEVICE_SHARE"] = str(self.cfg.device_share)
+            values["ZL_DEVICE_SHARE"] = str(self.cfg.device_share)
         if self.cfg.shape_file:
-            env["SHAPE_FILE"] = self.cfg.shape_file
+            values["SHAPE_FILE"] = self.cfg.shape_file
         if replay:
-            env["REPLAY_FROM"] = replay
-        return env
+            values["REPLAY_FROM"] = replay
+        return batch_case_environ(self.cfg.backend, device, batch_case_base(self.cfg.extra_env), values)
 
     def console_path(self, e: Entry) -> Path:
         return Path(self.cfg.batch_dir) / "console" / e.repo / f"{e.run_name}.log"

@@ -58,11 +58,12 @@ from zl.batch import conditions as conds
 from zl.batch.batchdir import (BatchDirError, DirLock, load_started, open_tables, refuse_used,
                                write_batch_record)
 from zl.batch import shard
-from zl.batch.case import inherited_env
 from zl.batch.execute import conclude, execute, warn_shared
 from zl.batch.partition import PartitionError
 from zl.batch.select import SelectionError, Selector, read_dismiss, read_names_file
 from zl.batch.screen import SIDES
+from zl.childenv import batch_case_base, inherited
+from zl.config import environ
 from zl.flaggems import checkout_commit
 from zl.switches import SwitchError, env_switch
 
@@ -193,9 +194,10 @@ def preflight_interpreter(backend_name: str) -> None:
     """Import triton and flag_gems once, for real, in the cases' interpreter, before the first
     case (the A/B drivers' preflight, `python -m zl.prepare campaign`): a broken install
     otherwise fails once per case and burns the whole batch."""
-    py = os.environ.get("ZL_PYTHON") or shutil.which("python") or shutil.which("python3") or sys.executable
-    path = os.environ.get("PYTHONPATH", "")
-    env = dict(os.environ, ZL_BACKEND=backend_name,
+    base = inherited()
+    py = base.get("ZL_PYTHON") or shutil.which("python") or shutil.which("python3") or sys.executable
+    path = base.get("PYTHONPATH", "")
+    env = dict(base, ZL_BACKEND=backend_name,
                PYTHONPATH=f"{REPO_ROOT}{os.pathsep + path if path else ''}")
     proc = subprocess.run([py, "-m", "zl.prepare", "campaign", "--driver", "run_batch"], env=env,
                           capture_output=True, text=True)
@@ -266,7 +268,7 @@ def flagtune_env(use_flagtune: bool) -> Dict[str, str]:
     except SwitchError as exc:
         raise UsageError(str(exc)) from None
     if not inherited:
-        raise UsageError(f"--use-flagtune contradicts USE_FLAGTUNE={os.environ['USE_FLAGTUNE']!r} "
+        raise UsageError(f"--use-flagtune contradicts USE_FLAGTUNE={environ()['USE_FLAGTUNE']!r} "
                          "in the environment; drop one of them")
     return {"USE_FLAGTUNE": "1"}
 
@@ -330,7 +332,7 @@ def settle_measurement(args, started: Dict) -> Dict:
     if args.resume:
         check_resume_share(started, args.share_device)
     backend = get_backend(args.backend)
-    run_script = Path(os.environ.get("ZL_RUN_PYTEST") or REPO_ROOT / "run_pytest.sh").resolve()
+    run_script = Path(environ().get("ZL_RUN_PYTEST") or REPO_ROOT / "run_pytest.sh").resolve()
     if not run_script.is_file():
         raise UsageError(f"run script not found: {run_script}")
     shape = conds.shape_file_identity(args.shape_file)
@@ -341,7 +343,7 @@ def settle_measurement(args, started: Dict) -> Dict:
         backend=backend.name, dtypes=dtypes, shape=shape,
         replay_root=str(args.replay_root.resolve()) if args.replay_root else "",
         switch=args.switch or "", use_flagtune=args.use_flagtune,
-        case_env=inherited_env(common_env), roots=roots)
+        case_env=batch_case_base(common_env), roots=roots)
     if args.resume:
         check_conditions(started, conditions)
     return dict(backend=backend, run_script=run_script, dtypes=dtypes, shape_file=shape["shape_file"],
@@ -394,7 +396,7 @@ def run(args) -> int:
     """Plan, (list and stop,) check the interpreter, lock the directory, write the tables, run
     the cases, summarise. Each step raises UsageError / InterpreterError on what it refuses."""
     check_args(args)
-    batch_dir = (args.batch_dir or Path(os.environ.get("ZL_RUNS_ROOT") or REPO_ROOT / "runs")
+    batch_dir = (args.batch_dir or Path(environ().get("ZL_RUNS_ROOT") or REPO_ROOT / "runs")
                  / f"batch_{datetime.now():%Y%m%d-%H%M%S}").resolve()
     held = DirLock(batch_dir)
     try:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from zl import atomic
+from zl.config import environ as config_environ
 
 REPO_ENV = {"main": "FLAGGEMS_DIR", "vllm": "FLAGGEMS_VLLM_DIR"}
 BUILTIN_MARKS = ("parametrize", "skip", "skipif", "xfail", "usefixtures", "filterwarnings")
@@ -215,7 +216,7 @@ def load_for_tree(repo: str, root: Path, ops_dir: Path, commit: str) -> Tuple[Li
 
 def repo_roots(environ: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     """repo -> checkout for every repo whose variable is set (main defaults like run_pytest.sh)."""
-    env = os.environ if environ is None else environ
+    env = config_environ() if environ is None else environ
     out = {"main": env.get("FLAGGEMS_DIR") or "/workspace/dev/FlagGems"}
     if env.get("FLAGGEMS_VLLM_DIR"):
         out["vllm"] = env["FLAGGEMS_VLLM_DIR"]

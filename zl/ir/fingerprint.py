@@ -72,6 +72,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
+from zl.config import environ
 from zl.ir import per_variant
 
 EXIT_OK = 0
@@ -110,7 +111,7 @@ class RunDirError(ValueError):
 
 
 def strip_prefixes(extra: Optional[str] = None) -> List[str]:
-    raw = os.environ.get(STRIP_ENV, "") if extra is None else extra
+    raw = environ().get(STRIP_ENV, "") if extra is None else extra
     prefixes = list(DEFAULT_STRIP_PREFIXES)
     for item in raw.split(","):
         item = item.strip()

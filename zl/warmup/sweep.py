@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from zl import config as run_config
-from zl.autotune import RECORD_DIR_ENV, REPLAY_DIR_ENV
 from zl.autotune import records as store
-from zl.childenv import tuner_store
-from zl.warmup import GPUS_ENV, WORKER_ENV
+from zl.childenv import shard_environ
+from zl.warmup import GPUS_ENV
 from zl.warmup.plan import Plan
 from zl.warmup.shards import Job, child_argv, merge, run_jobs, shard
 
@@ -49,27 +48,18 @@ def shard_jobs(plan: Plan, parts: List[List[Any]], scratch: Path, args: Sequence
         shape_path = w / "shapes.yaml"
         shape_path.write_text(yaml.safe_dump(sub, sort_keys=False))
         device = plan.devices[i]
-        env = backend.apply_visibility(dict(environ), device)
-        env.update({
-            WORKER_ENV: "1",                                  # no recursion
-            "OUT_DIR": str(w),                                # identity/IR stay private
-            "ZL_DEVICE": device,
-            "ZL_SHAPE_FILE": str(shape_path),
-            "FLAGGEMS_PERF_TTGIR_DUMP_DIR": str(w / "ttgir"),
-            RECORD_DIR_ENV: str(w / "autotune_records"),
-        })
-        env.pop(REPLAY_DIR_ENV, None)   # a shard must sweep
         tuner_dir = ""
         if isolate:
             # One sqlite per shard: N writers on one store is what isolation avoids.
             fg = w / "flaggems_cache"
             (fg / "config_cache").mkdir(parents=True)
             tuner_dir = str(fg)
-            env.update(tuner_store(tuner_dir, "zl_shard.db"))
+        # Its identity and IR stay private, it sweeps (never replays) and starts no shards.
         cfg = replace(parent, out_dir=str(w), device=device, shape_file=str(shape_path),
                       ttgir_dump_dir=str(w / "ttgir"), record_dir=str(w / "autotune_records"),
                       replay_dir="", parallel_worker="1", tuner_cache_dir=tuner_dir)
         config_path = run_config.write(cfg, str(w))
+        env = shard_environ(cfg, backend, environ)
         cmd = [sys.executable, "-m", "pytest"] + child_argv(args, str(shape_path)) \
             + [run_config.OPTION, str(config_path)]
         jobs.append(Job(cmd, str(cwd), env, str(w / "worker.log")))

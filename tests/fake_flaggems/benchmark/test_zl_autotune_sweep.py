@@ -91,12 +91,18 @@ def zl_global_kernel(x_ptr, y_ptr, n, flag, BLOCK: tl.constexpr):
     tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1.0, mask=mask)
 
 
+def _is_shard() -> bool:
+    """A sweep shard: its run configuration (zl_bench's --zl-config) says so."""
+    from zl.config import current
+    return current().parallel_worker == "1"
+
+
 def zl_sweep_op(x):
     n = x.numel()
-    if (os.environ.get("ZL_PARALLEL_WORKER") == "1"
+    if (_is_shard()
             and _device() and _device() == os.environ.get("ZL_TEST_FAIL_DEVICE")):
         raise RuntimeError(f"planted failure on device {_device()}")
-    if (os.environ.get("ZL_PARALLEL_WORKER") == "1"
+    if (_is_shard()
             and _device() and _device() == os.environ.get("ZL_TEST_HANG_DEVICE")):
         import time
         with open(os.environ["ZL_TEST_HANG_PIDFILE"], "w") as f:
