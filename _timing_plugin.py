@@ -17,8 +17,8 @@ then plain do_bench). `timer=cuda_graph` therefore means capture was *attempted*
 Why: upstream times with do_bench, whose host launch overhead and drift make small kernels
 noisy; graph replay removes the launch cost, and every row it could not capture says so.
 
-Options (group zl_bench; each default is its environment variable): --zl-cudagraph
-(ZL_ENABLE_CUDAGRAPH), --zl-direct-repeat (ZL_DIRECT_REPEAT), --zl-graph-warmup-ms
+Options (group zl_bench; each a setting of the run configuration, named by its variable):
+--zl-cudagraph (ZL_ENABLE_CUDAGRAPH), --zl-direct-repeat (ZL_DIRECT_REPEAT), --zl-graph-warmup-ms
 (ZL_GRAPH_WARMUP_MS: the warmup before each capture stops when calls settle, within
 min(caller's warmup, this) ms; default 25, `caller` = the caller's whole budget), --zl-l2
 (ZL_L2: warm, or cold = L2 flushed before every timed call inside the graph, the flush's own

@@ -1,7 +1,7 @@
 """What `_autotune_record_plugin` does at configure and unconfigure, as one object.
 
-`Settings` is everything the plugin reads (options, environment variables as their
-defaults). `decide` turns it into the mode this run really has; `AutotuneControl` is
+`Settings` is everything the plugin reads (its settings in the run configuration, the
+sweep's hand-over). `decide` turns it into the mode this run really has; `AutotuneControl` is
 the object the plugin registers when it patches anything, holding the session, the
 PatchStack and the atexit hook, and undoing all of it in `close`.
 

@@ -113,7 +113,7 @@ class DeviceBackend:
         "uncorrectable ecc",
     )
     poisoning_error_markers: Tuple[str, ...] = ()
-    # Operators (pytest function name minus `test_`, i.e. FLAGGEMS_PERF_CURRENT_OP) whose capture
+    # Operators (pytest function name minus `test_`, i.e. ZL_OP) whose capture
     # attempt is known to poison this runtime; they are never offered to capture.
     capture_deny_ops: Tuple[str, ...] = ()
 

@@ -6,8 +6,9 @@ The choice is read off the backend's `supports_cuda_graph`, never off "is this C
     0/false/off/direct        : plain `triton.testing.do_bench` (timer=direct)
     1 on a backend without graphs is refused with a log line and stays direct.
 
-Each setting is a pytest option whose default is its environment variable, so run_pytest.sh
-(variables) and a direct pytest user (options) are read by the same parser.
+Each setting is a field of the run configuration (zl.config) and a pytest option, so
+run_pytest.sh (variables, run_config.json) and a direct pytest user (options) are read by the
+same parser.
 """
 
 from __future__ import annotations
