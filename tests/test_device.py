@@ -132,3 +132,13 @@ def test_the_run_configuration_names_the_backend_before_the_conftest_imports_fla
     ident = ri.load_identity(str(run))
     assert (ident["backend"], ident["device"], ident["flaggems_vendor"]) == ("musa", "2", "mthreads")
     assert ident["finished"]["status"] == "complete"
+
+
+def test_a_run_configuration_that_cannot_be_read_is_a_usage_error(tmp_path):
+    (tmp_path / "test_x.py").write_text("def test_x():\n    pass\n")
+    bad = tmp_path / "run_config.json"
+    bad.write_text('{"schema_version": 1, "l2": "cold"}')
+    for path, needle in ((tmp_path / "absent.json", "cannot read it"), (bad, "missing field(s)")):
+        proc = _pytest_in(tmp_path, "-p", "_device_setup_plugin", "--zl-config", str(path))
+        assert proc.returncode == 4, proc.stdout + proc.stderr
+        assert needle in proc.stderr and str(path) in proc.stderr and "Traceback" not in proc.stderr

@@ -310,7 +310,12 @@ def _base(pytest_config: Any, path: Optional[str]) -> RunConfig:
     stash = getattr(pytest_config, "stash", None)
     if stash is not None and _STASH_KEY is not None and _STASH_KEY in stash:
         return stash[_STASH_KEY]
-    cfg = load(path) if path else from_environ()
+    try:
+        cfg = load(path) if path else from_environ()
+    except ConfigError as exc:   # a --zl-config file that cannot be used: pytest's usage error, exit 4
+        if _STASH_KEY is None:
+            raise
+        raise _pytest.UsageError(str(exc)) from None
     if stash is not None and _STASH_KEY is not None:
         stash[_STASH_KEY] = cfg
         cleanup = getattr(pytest_config, "add_cleanup", None)
