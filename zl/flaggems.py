@@ -1,7 +1,8 @@
 """FlagGems-specific resolution kept out of the generic layers.
 
 Turns the user's OP / OP_FILE / TEST_NODE / FLAGGEMS_DIR / SHAPE_FILE / SHAPE_MODE
-into one resolved set of shell variables for run_pytest.sh (`--emit-shell`), and
+into one resolved set (`emit_run_env`, which zl.prepare builds the run configuration from;
+`--emit-shell` prints it for a reader), and
 owns the GEMS_VENDOR mapping. GEMS_VENDOR values are FlagGems' vendor names, not
 zl_bench backend names (cuda -> nvidia): FlagGems' device_finder otherwise probes
 every vendor's CLI with no timeout at import, and one hanging tool blocks
@@ -253,7 +254,8 @@ def main(argv: Optional[list] = None) -> int:
     p.add_argument("--commit-of", metavar="DIR",
                    help="print DIR's HEAD if DIR is a git checkout's top, else nothing")
     p.add_argument("--short", action="store_true", help="with --commit-of: abbreviated")
-    p.add_argument("--emit-shell", action="store_true", help="print KEY=value lines for eval")
+    p.add_argument("--emit-shell", action="store_true",
+                   help="print the resolved KEY=value lines (values shell-quoted)")
     p.add_argument("--parse-node", default="")
     p.add_argument("--op", default="")
     p.add_argument("--op-file", default="")
