@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import os
 import subprocess
 import sys
@@ -54,7 +55,7 @@ def configured(monkeypatch, tmp_path):
                 "ZL_L2", "ZL_COLD_CLOCK"):
         monkeypatch.delenv(key, raising=False)
     state = types.SimpleNamespace(config=make_config(), bench=bench, calls=calls,
-                                  identity=lambda: json.loads(
+                                  identity=lambda: timing_fields(
                                       (tmp_path / "run_identity.json").read_text()))
 
     def configure(options=None, **env):
@@ -73,6 +74,14 @@ def configured(monkeypatch, tmp_path):
     assert triton.testing.do_bench is bench
     assert graph is None or not graph.installed
     assert pm.get_plugin(session.GRAPH_PLUGIN_NAME) is None
+
+
+def timing_fields(text):
+    """The identity the timer wrote, less `run_id` (given to every identity file when it is
+    created, whoever writes first: checked for its form here, not compared)."""
+    ident = json.loads(text)
+    assert re.fullmatch(r"[0-9a-f]{32}", ident.pop("run_id", "0" * 32))
+    return ident
 
 
 def test_graph_timer_installs_and_records_identity(configured, capsys):
@@ -276,7 +285,7 @@ def run_pytest(tmp_path, *args, **env):
          "-p", "no:cacheprovider", *args, "test_unique.py"],
         cwd=work, env=full_env, capture_output=True, text=True, timeout=240)
     ident_path = out_dir / "run_identity.json"
-    ident = json.loads(ident_path.read_text()) if ident_path.exists() else {}
+    ident = timing_fields(ident_path.read_text()) if ident_path.exists() else {}
     return proc, ident
 
 
