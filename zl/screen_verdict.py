@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from zl.ir import fingerprint as fp
 from zl.results import compare as results
@@ -24,12 +24,13 @@ COLUMNS = ("results", "results_torch") + tuple(fp.VERDICT_COLUMNS)
 NO_ROWS, NO_TRITON, WRONG_RESULTS = "NO_ROWS", "NO_TRITON", "WRONG_RESULTS"
 
 
-def code_verdict(run_a: Path, run_b: Path) -> Dict:
+def code_verdict(run_a: Path, run_b: Path, read: Optional[Callable[[Path], Tuple]] = None) -> Dict:
     """zl.ir.fingerprint.verdict for the pair (every level, binary included), or a NO_IR
     verdict with `error` when a side has no readable run directory. The screen and every
-    report view (batch_summary.py --ab / --ab-rounds / --screen) judge code through this."""
+    report view (batch_summary.py --ab / --ab-rounds / --screen) judge code through this.
+    `read(run)`: a side's (run_levels, load_record) as a report loaded it with the run."""
     try:
-        return fp.verdict(run_a, run_b)
+        return fp.verdict(run_a, run_b, None if read is None else (read(run_a), read(run_b)))
     except (fp.RunDirError, fp.NoIRError, OSError) as exc:
         return {"verdict": fp.NO_IR, "exit_code": fp.EXIT_NO_IR, "a": {}, "b": {},
                 "compared": [], "one_sided": [], "variants_only": "-", "error": str(exc)}

@@ -221,7 +221,7 @@ def compare(run_a: os.PathLike, run_b: os.PathLike, level: str = "ttgir") -> Dic
     return out
 
 
-def _load_record(run_dir: os.PathLike) -> Optional[Dict[str, Any]]:
+def load_record(run_dir: os.PathLike) -> Optional[Dict[str, Any]]:
     """`<run>/ttgir/ir_fingerprints.json` as a dict; None if absent or unreadable (said on stderr)."""
     path = ir_root(run_dir) / FINGERPRINTS_NAME
     try:
@@ -255,11 +255,11 @@ def _variants_of(doc: Optional[Dict[str, Any]]) -> Optional[List[Dict[str, Any]]
 
 def recorded_levels(run_dir: os.PathLike) -> Dict[str, str]:
     """{level: hash} of the complete levels in `<run>/ttgir/ir_fingerprints.json` ({} if none)."""
-    return _levels_of(_load_record(run_dir))
+    return _levels_of(load_record(run_dir))
 
 
 def run_levels(run_dir: os.PathLike, doc: Optional[Dict[str, Any]]) -> Dict[str, str]:
-    """Every level's hash for a run: recorded at dump time (`doc`, its record as _load_record
+    """Every level's hash for a run: recorded at dump time (`doc`, its record as load_record
     read it), else from the dumped files."""
     levels = _levels_of(doc)
     for level in LEVEL_ORDER:
@@ -271,12 +271,12 @@ def run_levels(run_dir: os.PathLike, doc: Optional[Dict[str, Any]]) -> Dict[str,
     return levels
 
 
-def verdict(run_a: os.PathLike, run_b: os.PathLike) -> Dict[str, Any]:
+def verdict(run_a: os.PathLike, run_b: os.PathLike, ir: Optional[Sequence] = None) -> Dict[str, Any]:
     """The first-difference rule: {'verdict', 'compared', 'one_sided', 'a', 'b', 'exit_code',
-    'variants_only'} (see the module docstring for VARIANTS_DIFFER)."""
-    # Each run's record is read once (an unreadable one is reported once).
-    doc_a, doc_b = _load_record(run_a), _load_record(run_b)
-    a, b = run_levels(run_a, doc_a), run_levels(run_b, doc_b)
+    'variants_only'} (see the module docstring for VARIANTS_DIFFER). `ir`: each side's
+    (run_levels, load_record) when the caller read them; else each record is read once here."""
+    doc_a, doc_b = (ir[0][1], ir[1][1]) if ir else (load_record(run_a), load_record(run_b))
+    a, b = (ir[0][0], ir[1][0]) if ir else (run_levels(run_a, doc_a), run_levels(run_b, doc_b))
     compared: List[str] = []
     one_sided = [lv for lv in LEVEL_ORDER if (lv in a) != (lv in b)]
     out: Dict[str, Any] = {"a": a, "b": b, "compared": compared, "one_sided": one_sided,

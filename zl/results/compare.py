@@ -200,9 +200,10 @@ def compare_with_torch(doc: Dict, name: str) -> Dict[str, Any]:
     return compare_op(doc, doc, "gems", TORCH_SIDES, (name, name), reduce_aware=True)
 
 
-def compare_runs(run_a: Path, run_b: Path) -> Dict[str, Any]:
-    """Every operator either run recorded: B vs A (gems), and A, B gems vs their torch."""
-    docs_a, docs_b = load(run_a), load(run_b)
+def compare_runs(run_a: Path, run_b: Path, docs: Optional[Sequence[Dict]] = None) -> Dict[str, Any]:
+    """Every operator either run recorded: B vs A (gems), and A, B gems vs their torch.
+    `docs`: (load(run_a), load(run_b)) when the caller already loaded them."""
+    docs_a, docs_b = docs if docs is not None else (load(run_a), load(run_b))
     ops = {}
     for op in sorted(set(docs_a) | set(docs_b)):
         a, b = docs_a.get(op), docs_b.get(op)

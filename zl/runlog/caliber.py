@@ -85,13 +85,30 @@ def run_dir_of(path: Path) -> Path:
     return path if path.is_dir() else path.parent
 
 
+# (name, identity dict or None): what the checks below compare. A report reads each run's
+# identity once (zl.report.run.LoadedRun); the path-taking wrappers read it for CLI users.
+Named = Tuple[str, Optional[Dict]]
+
+
 def read_identity(run_dir: Path) -> Optional[Dict]:
     """The run's identity dict; None when missing, unreadable or not a JSON object."""
     try:
-        data = json.loads((Path(run_dir) / IDENTITY_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return identity_from((Path(run_dir) / IDENTITY_NAME).read_bytes())
+    except OSError:
         return None
-    return data if isinstance(data, dict) else None
+
+
+def identity_from(data: Optional[bytes]) -> Optional[Dict]:
+    """run_identity.json's bytes as a dict; None when absent, not JSON or not an object."""
+    try:
+        doc = None if data is None else json.loads(data.decode("utf-8"))
+    except ValueError:   # UnicodeDecodeError and JSONDecodeError alike
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _read_all(runs: Sequence[Tuple[str, Path]]) -> List[Named]:
+    return [(name, read_identity(d)) for name, d in runs]
 
 
 def _field_text(name: str, value) -> Optional[str]:
@@ -112,13 +129,15 @@ LINK_FIELDS = ("run_id", "autotune_record_digest", "replay_record_digest",
 
 
 def caliber_of(run_dir: Path) -> Optional[Dict[str, Optional[str]]]:
-    """Caliber fields (None = absent) plus autotune_mode, as strings; None when the identity
-    is missing/unreadable."""
-    data = read_identity(run_dir)
-    return None if data is None else _caliber(data)
+    """caliber_from the run directory's identity."""
+    return caliber_from(read_identity(run_dir))
 
 
-def _caliber(data: Dict) -> Dict[str, Optional[str]]:
+def caliber_from(data: Optional[Dict]) -> Optional[Dict[str, Optional[str]]]:
+    """Caliber fields (None = absent) plus autotune_mode, as strings, of an identity dict;
+    None when there is none (missing or unreadable: read_identity's None)."""
+    if data is None:
+        return None
     cal = {k: _field_text(k, data.get(k)) for k in CALIBER_FIELDS}
     if cal["l2"] == "cold" and cal["cold_clock"] is None:
         cal["cold_clock"] = "events"  # the only cold clock before ZL_COLD_CLOCK existed
@@ -131,16 +150,21 @@ def _caliber(data: Dict) -> Dict[str, Optional[str]]:
     return cal
 
 
-def caliber_row(run_dir: Path) -> str:
-    """One TSV row of CALIBER_FIELDS (empty cells when the identity or a field is missing)."""
-    cal = caliber_of(run_dir) or {}
-    return "\t".join(cal.get(k) or "" for k in CALIBER_FIELDS)
+def caliber_row(cal: Optional[Dict[str, Optional[str]]]) -> str:
+    """One TSV row of CALIBER_FIELDS from caliber_from (empty cells when the identity or a
+    field is missing)."""
+    return "\t".join((cal or {}).get(k) or "" for k in CALIBER_FIELDS)
 
 
 def complaints(runs: Sequence[Tuple[str, Path]]) -> List[str]:
+    """complaints_of the identities in these run directories (for CLI users and tests)."""
+    return complaints_of(_read_all(runs))
+
+
+def complaints_of(runs: Sequence[Named]) -> List[str]:
     """Reasons these runs must not be compared (refused unless explicitly allowed)."""
     out: List[str] = []
-    cals = [(name, caliber_of(d)) for name, d in runs]
+    cals = [(name, caliber_from(ident)) for name, ident in runs]
     missing = [n for n, c in cals if c is None]
     if missing:
         out.append(f"cannot verify the caliber: no readable {IDENTITY_NAME} for {', '.join(missing)}")
@@ -266,8 +290,13 @@ def record_link_complaints(known: Sequence[Tuple[str, Dict]]) -> List[str]:
 
 
 def hazards(runs: Sequence[Tuple[str, Path]]) -> List[str]:
+    """hazards_of the identities in these run directories (for CLI users and tests)."""
+    return hazards_of(_read_all(runs))
+
+
+def hazards_of(runs: Sequence[Named]) -> List[str]:
     """Not refusals: shared state that makes a matched caliber less solid."""
-    cals = [(n, c) for n, c in ((n, caliber_of(d)) for n, d in runs) if c is not None]
+    cals = [(n, c) for n, c in ((n, caliber_from(ident)) for n, ident in runs) if c is not None]
     out: List[str] = []
     recording = [n for n, c in cals if c["autotune_mode"].startswith("record")]
     shared = [n for n, c in cals if (c["tuner_cache"] or "").startswith("shared(")]
@@ -285,11 +314,11 @@ def hazards(runs: Sequence[Tuple[str, Path]]) -> List[str]:
     return out + foreign_config_hazards(runs)
 
 
-def foreign_config_hazards(runs: Sequence[Tuple[str, Path]]) -> List[str]:
+def foreign_config_hazards(runs: Sequence[Named]) -> List[str]:
     """One line per run listing, key by key, replayed configs its tuner does not list."""
     out: List[str] = []
-    for name, d in runs:
-        listed = (read_identity(d) or {}).get("replay_foreign_configs")
+    for name, ident in runs:
+        listed = (ident or {}).get("replay_foreign_configs")
         if not isinstance(listed, list) or not listed:
             continue
         keys = "; ".join(f"kernel={e.get('kernel')} key={e.get('key')} reason={e.get('reason')}"

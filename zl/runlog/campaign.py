@@ -57,8 +57,12 @@ def cell_name(cell: Cell) -> str:
 
 
 def campaign_of(cell_dir: Path) -> Optional[str]:
-    ident = read_identity(cell_dir) or {}
-    value = ident.get("campaign_id")
+    return campaign_id(read_identity(cell_dir))
+
+
+def campaign_id(identity: Optional[Dict]) -> Optional[str]:
+    """The campaign a cell's identity names; None when it names none."""
+    value = (identity or {}).get("campaign_id")
     return str(value).strip() or None if value is not None else None
 
 
@@ -72,8 +76,11 @@ def _latest_log(dirs: List[Path]) -> float:
     return max(stamps, default=0.0)
 
 
-def select_campaign(cells: Dict[Cell, Path], wanted: Optional[str] = None) -> CampaignChoice:
-    ids = {c: campaign_of(d) for c, d in cells.items()}
+def select_campaign(cells: Dict[Cell, Path], wanted: Optional[str] = None,
+                    identities: Optional[Dict[Cell, Optional[Dict]]] = None) -> CampaignChoice:
+    """`identities`: each cell's identity as a report already read it (else read here)."""
+    ids = {c: campaign_of(d) if identities is None else campaign_id(identities[c])
+           for c, d in cells.items()}
     known = sorted({i for i in ids.values() if i})
     if not known:
         if wanted:

@@ -329,12 +329,22 @@ def resolve_log(path: Path) -> Path:
 def read_run_log(path: Path) -> ParsedLog:
     """Parse a run.log file; RunLogError when it is missing or holds no benchmark output."""
     log = resolve_log(path)
+    return parse_log_bytes(log, read_log_bytes(log))
+
+
+def read_log_bytes(log: Path) -> bytes:
+    """A run.log's bytes; RunLogError naming the file when it cannot be read."""
     try:
-        text = log.read_text(encoding="utf-8", errors="replace")
+        return Path(log).read_bytes()
     except OSError as exc:
         raise RunLogError(f"cannot read {log}: {exc}") from None
+
+
+def parse_log_bytes(log: Path, data: bytes) -> ParsedLog:
+    """parse_run_log over the bytes of `log` (undecodable bytes replaced); RunLogError naming
+    `log` as read_run_log does. A report that also compares the bytes reads them once."""
     try:
-        parsed = parse_run_log(text)
+        parsed = parse_run_log(data.decode("utf-8", errors="replace"))
     except MalformedLine as exc:
         raise RunLogError(f"{log}: line {exc.line_no}: {exc.message}") from None
     if not parsed.rows and not parsed.failures and not parsed.saw_pytest and not parsed.tables:

@@ -37,7 +37,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from zl.runlog.parse import ParsedLog, Row, read_run_log
 
@@ -169,8 +169,10 @@ def find_cells(root: Path) -> Dict[Tuple[int, str], Path]:
     return cells
 
 
-def load_rounds(root: Path, cells: Optional[Dict[Tuple[int, str], Path]] = None) -> RoundsData:
-    """Rounds of `root` (or of the given cells only, e.g. one campaign's)."""
+def load_rounds(root: Path, cells: Optional[Dict[Tuple[int, str], Path]] = None,
+                read: Optional[Callable[[Tuple[int, str]], ParsedLog]] = None) -> RoundsData:
+    """Rounds of `root` (or of the given cells only, e.g. one campaign's). `read(cell)`: the
+    cell's parsed log as a report already loaded it (else read_run_log here)."""
     cells = find_cells(root) if cells is None else cells
     nums = sorted({k for k, _ in cells})
     rounds, incomplete = [], []
@@ -180,7 +182,7 @@ def load_rounds(root: Path, cells: Optional[Dict[Tuple[int, str], Path]] = None)
             incomplete.append(f"round {k}: no run.log for side {''.join(missing)}")
         else:
             rounds.append(k)
-    logs = {c: read_run_log(cells[c]) for c in cells if c[0] in rounds}
+    logs = {c: read(c) if read else read_run_log(cells[c]) for c in cells if c[0] in rounds}
     return RoundsData(rounds=rounds, cells=cells, incomplete=incomplete, logs=logs)
 
 
