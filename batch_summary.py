@@ -82,9 +82,10 @@ from zl.report.guard import (EXIT_CALIBER, EXIT_NO_REPORT, EXIT_OK, EXIT_USAGE, 
                              NoReport, Refused, check_dir_target, check_json_target,
                              check_outputs_apart)
 from zl.report.rounds import report_ab_rounds
+from zl.report import views
+from zl.report.run import LoadedRun
 from zl.runlog import caliber as cal
 from zl.runlog.parse import RunLogError, read_run_log
-from zl.report import views
 
 __all__ = ["main", "report_ab", "report_ab_rounds", "summarize", "cell_stats", "Refused",
            "BadInput", "NoReport", "SUMMARY_FIELDS"]
@@ -119,10 +120,11 @@ def _read_ops_status(batch: Path) -> Dict[str, Dict[str, str]]:
 
 def _op_rows(log: Path, status: Dict[str, Dict[str, str]]) -> List[Dict[str, str]]:
     """summary.csv rows of one <repo>/<op>/run.log (one row even when nothing was measured)."""
-    op_dir = log.parent
+    run = LoadedRun(log.parent, log)
+    op_dir = run.dir
     repo = op_dir.parent.name
     srow = status.get(f"{repo}/{op_dir.name}", {})
-    ident = cal.caliber_of(op_dir) or {}
+    ident = cal.caliber_from(run.identity) or {}
     base = {
         "repo": repo, "op": srow.get("op") or op_dir.name,
         "backend": ident.get("backend") or srow.get("backend", ""),
@@ -132,7 +134,7 @@ def _op_rows(log: Path, status: Dict[str, Dict[str, str]]) -> List[Dict[str, str
         "op_status": srow.get("status", ""), "notes": srow.get("notes", ""),
     }
     try:
-        parsed = read_run_log(log)
+        parsed = run.parsed
     except RunLogError as exc:
         return [{**base, "failures": f"unreadable: {exc}"}]
     fail = parsed.failure_text() if parsed.n_failed else ""
@@ -156,7 +158,8 @@ def summary_rows(batch: Path) -> List[Dict[str, str]]:
     return [{k: r.get(k, "") for k in SUMMARY_FIELDS} for log in logs for r in _op_rows(log, status)]
 
 
-def summarize(batch: Path, out_path: Optional[Path] = None) -> Tuple[Path, int]:
+def summarize(batch: Path, out_path: Optional[Path] = None) -> Tuple[Path, List[Dict[str, str]]]:
+    """Write summary.csv (default <batch>/summary.csv); returns its path and its rows."""
     rows = summary_rows(batch)
     out_path = out_path or batch / "summary.csv"
     buf = io.StringIO()
@@ -164,7 +167,7 @@ def summarize(batch: Path, out_path: Optional[Path] = None) -> Tuple[Path, int]:
     w.writeheader()
     w.writerows(rows)
     atomic.write_text(out_path, buf.getvalue())
-    return out_path, len(rows)
+    return out_path, rows
 
 
 def cell_stats(run_dir: Path) -> Tuple[int, int, int, int, int]:
@@ -229,17 +232,17 @@ def _tsv_mode(args) -> Dict:
                 **dict(zip(CELL_STATS_FIELDS, stats))}
     if not args.caliber.is_dir():
         raise BadInput(f"no such run directory: {args.caliber}")
-    print(cal.caliber_row(args.caliber))
-    return {"mode": "caliber", "run": str(args.caliber), "caliber": cal.caliber_of(args.caliber)}
+    caliber = cal.caliber_of(args.caliber)
+    print(cal.caliber_row(caliber))
+    return {"mode": "caliber", "run": str(args.caliber), "caliber": caliber}
 
 
 def _run_mode(args) -> Dict:
     if args.caliber_header or args.cell_stats is not None or args.caliber is not None:
         return _tsv_mode(args)
     if args.batch_dir is not None:
-        path, n = summarize(args.batch_dir, args.output)
-        print(f"[batch-summary] {n} row(s) -> {path}")
-        rows = summary_rows(args.batch_dir)
+        path, rows = summarize(args.batch_dir, args.output)
+        print(f"[batch-summary] {len(rows)} row(s) -> {path}")
         warning = views.shared_warning(r["device_share"] for r in rows)
         if warning:
             print(f"!!! [batch-summary] {warning}")
@@ -386,11 +389,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"!!! [batch-summary] {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
+        # --ab / --ab-rounds put what the page shows beyond the text report into the dict
+        # (views.augment), so --json holds every number on the page.
         result = _run_mode(args)
-        if args.ab or args.ab_rounds or args.screen or args.batch:
-            # What the page shows beyond the text report goes into the dict first, so
-            # --json holds every number on the page.
-            views.augment(result)
         # The page first: --json says `ok` only once the page it describes exists.
         _write_pages(args, result)
         _write_json(args.json, result)

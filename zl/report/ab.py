@@ -2,8 +2,9 @@
 
 Steps: resolve both logs (refusing a run compared with itself), check the caliber,
 parse and pair, print rows / failures / summary / timing-regime notes / per-key replay
-fallbacks, and return everything printed as one JSON-able dict. Zero paired rows is
-NoReport (exit 5) after the diagnostics are printed.
+fallbacks, and return everything printed as one JSON-able dict, with what the page shows
+(views.augment). Zero paired rows is NoReport (exit 5) after the diagnostics are printed.
+Each side is one LoadedRun: every step reads the same bytes of its files.
 """
 
 from __future__ import annotations
@@ -16,24 +17,18 @@ from zl.report.guard import (MARKER_LABELS, BadInput, NoReport, check_caliber, f
                              replay_fallback_facts)
 from zl.report import results as results_report
 from zl.report import views
-from zl.report.run import LoadedRun, code_text, load_run, pair_code
-from zl.runlog import caliber as cal
+from zl.report.run import LoadedRun, Runs, code_text, pair_code
 from zl.runlog.parse import RunLogError, resolve_log
 from zl.runlog.stats import PairReport, key_text, pair_logs
 
 
-def _resolve_pair(before: Path, after: Path) -> Tuple[Path, Path]:
+def _load_pair(runs: Runs, before: Path, after: Path) -> Tuple[LoadedRun, LoadedRun]:
+    """Both sides, logs parsed; a run compared with itself is refused before either is parsed."""
     try:
         blog, alog = resolve_log(before), resolve_log(after)
-    except RunLogError as exc:
-        raise BadInput(str(exc)) from None
-    refuse_self_comparison(blog, alog)
-    return blog, alog
-
-
-def _load_pair(blog: Path, alog: Path) -> Tuple[LoadedRun, LoadedRun]:
-    try:
-        return load_run(blog), load_run(alog)
+        brun, arun = runs.get(blog.parent, blog), runs.get(alog.parent, alog)
+        refuse_self_comparison(brun, arun)
+        return runs.load(blog), runs.load(alog)
     except RunLogError as exc:
         raise BadInput(str(exc)) from None
 
@@ -88,12 +83,11 @@ def _row_keys(k) -> Dict:
     return {"op": k[0], "dtype": k[1], "size_detail": k[2], "occurrence": k[3]}
 
 
-def _as_json(name: str, blog: Path, alog: Path, rep: PairReport, problems: List[str],
+def _as_json(name: str, blog: Path, alog: Path, rep: PairReport, caliber: Tuple[List[str], List[str]],
              fallbacks: Dict, code: Dict, band: Dict) -> Dict:
-    runs = [("before", blog.parent), ("after", alog.parent)]
     return {
         "mode": "ab", "label": name, "before": str(blog), "after": str(alog),
-        "caliber_problems": problems, "caliber_hazards": cal.hazards(runs),
+        "caliber_problems": caliber[0], "caliber_hazards": caliber[1],
         "code": code, **band,
         "summary": rep.summary(), "markers": {"before": rep.before_markers,
                                               "after": rep.after_markers},
@@ -109,13 +103,13 @@ def _as_json(name: str, blog: Path, alog: Path, rep: PairReport, problems: List[
 
 def report_ab(before: Path, after: Path, label: str, allow: bool) -> Dict:
     """Print the A/B report and return it as a dict (raises Refused / BadInput / NoReport)."""
-    blog, alog = _resolve_pair(Path(before), Path(after))
-    brun, arun = _load_pair(blog, alog)
+    runs = Runs()
+    brun, arun = _load_pair(runs, Path(before), Path(after))
     name = _label(label, brun)
     # A wrong answer is the first line of the report, before any caliber word.
-    res = results_report.facts(brun.dir, arun.dir)
+    res = results_report.facts(brun, arun)
     results_report.print_first(name, "ab", res)
-    problems = check_caliber([("before", brun.dir), ("after", arun.dir)], name, allow)
+    caliber = check_caliber([("before", brun.identity), ("after", arun.identity)], name, allow)
     rep = pair_logs(brun.parsed, arun.parsed)
     # finished = the log's final line and, where recorded, the identity's `finished`
     rep.before_unfinished, rep.after_unfinished = brun.unfinished, arun.unfinished
@@ -128,16 +122,16 @@ def report_ab(before: Path, after: Path, label: str, allow: bool) -> Dict:
     # so only --ab-rounds' A replays (same switch value as the record) can blame the replay.
     results_report.print_line(name, "ab", res)
     # The screen's every-level verdict, judged once; the band and every view read this.
-    code = pair_code(brun.dir, arun.dir)
-    band = views.ab_noise_band(brun.dir, code, rep.summary())
+    code = pair_code(brun, arun)
+    band = views.ab_noise_band(brun.dir, code, rep.summary(), runs)
     print(f"[ab] {name}: IR: {code_text(code)}")
     print(f"[ab] {name}: noise band: " + (
         f"{fmt_pct(band['noise_band_pct'][0])} ~ {fmt_pct(band['noise_band_pct'][1])} "
         f"({band['noise_source']})" if band["noise_band_pct"] else f"unknown ({band['noise_source']})"))
-    result = results_report.ordered(_as_json(name, blog, alog, rep, problems, fallbacks, code,
-                                             band), res)
+    result = results_report.ordered(_as_json(name, brun.log, arun.log, rep, caliber, fallbacks,
+                                             code, band), res)
     if not rep.paired:
         result["status"] = "no_paired_rows"
         raise NoReport(f"{name}: no row succeeded on both sides: no speedup to report", result)
     result["status"] = "ok"
-    return result
+    return views.augment(result, {"before": brun, "after": arun})

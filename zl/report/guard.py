@@ -17,7 +17,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from zl import markers
 from zl.runlog import caliber as cal
-from zl.runlog.parse import ParsedLog
+from zl.report.run import LoadedRun
+from zl.runlog.parse import ParsedLog, RunLogError
 
 EXIT_OK, EXIT_USAGE, EXIT_CALIBER, EXIT_NO_REPORT = 0, 2, 4, 5
 MARKER_LABELS = dict(markers.COUNTED)
@@ -48,11 +49,13 @@ def fmt_pct(v: Optional[float]) -> str:
     return "n/a" if v is None else f"{v:+.2f}%"
 
 
-def check_caliber(runs: Sequence[Tuple[str, Path]], label: str, allow: bool) -> List[str]:
-    """Print hazards and complaints; raise Refused unless allowed. Returns the problems."""
-    for h in cal.hazards(runs):
+def check_caliber(runs: Sequence[cal.Named], label: str, allow: bool) -> Tuple[List[str], List[str]]:
+    """Print hazards and complaints of these (name, identity) runs; raise Refused unless
+    allowed. Returns (problems, hazards)."""
+    hazards = cal.hazards_of(runs)
+    for h in hazards:
         print(f"warning [caliber] {label}: {h}")
-    problems = cal.complaints(runs)
+    problems = cal.complaints_of(runs)
     head = "!!! [caliber]" if not allow else "warning [caliber]"
     for p in problems:
         print(f"{head} {label}: {p}")
@@ -60,24 +63,24 @@ def check_caliber(runs: Sequence[Tuple[str, Path]], label: str, allow: bool) -> 
         print(f"!!! [caliber] {label}: no report. If the runs really are comparable, "
               "rerun with --allow-caliber-mismatch")
         raise Refused(problems)
-    return problems
+    return problems, hazards
 
 
-def _same_bytes(a: Path, b: Path) -> bool:
+def _same_log(before: LoadedRun, after: LoadedRun) -> bool:
     try:
-        return a.read_bytes() == b.read_bytes()
-    except OSError:
+        return before.log_bytes == after.log_bytes
+    except RunLogError:
         return False
 
 
-def refuse_self_comparison(before_log: Path, after_log: Path) -> None:
+def refuse_self_comparison(before: LoadedRun, after: LoadedRun) -> None:
     """A run compared with itself (the same file, or a copy of the run directory: the same
     run.log and run_identity.json bytes) measures nothing."""
-    same = os.path.samefile(before_log, after_log) or (
-        _same_bytes(before_log, after_log)
-        and _same_bytes(before_log.parent / cal.IDENTITY_NAME, after_log.parent / cal.IDENTITY_NAME))
+    same = os.path.samefile(before.log, after.log) or (
+        _same_log(before, after) and before.identity_bytes is not None
+        and before.identity_bytes == after.identity_bytes)
     if same:
-        raise BadInput(f"{before_log} and {after_log} are the same run: an A/B compares two "
+        raise BadInput(f"{before.log} and {after.log} are the same run: an A/B compares two "
                        "runs (side A recorded, side B replaying it)")
 
 

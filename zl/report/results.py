@@ -11,19 +11,20 @@ the run it claims to repeat.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Dict, Mapping, Tuple
 
 from zl import markers
+from zl.report.run import LoadedRun
 from zl.results import compare
 
 _RANK = {"mismatch": 0, "within_tol": 1, "match": 2, "n/a": 3}
 
 
-def facts(reference: Path, other: Path) -> Dict:
-    """compare_runs(reference, other), or an n/a record when a side's results are unreadable."""
+def facts(reference: LoadedRun, other: LoadedRun) -> Dict:
+    """compare_runs(reference, other) over the results each run loaded once, or an n/a
+    record when a side's results are unreadable."""
     try:
-        res = compare.compare_runs(Path(reference), Path(other))
+        res = compare.compare_runs(reference.dir, other.dir, (reference.results, other.results))
     except compare.ResultsError as exc:
         res = {"value": f"n/a ({exc})", "status": "n/a", "torch_value": "n/a", "ops": {}}
     res["sides"] = sides(res)
@@ -48,10 +49,10 @@ def sides(res: Dict) -> Dict[str, Dict[str, str]]:
             for k in ("b_vs_a", "a_vs_torch", "b_vs_torch")}
 
 
-def torch_only(run: Path) -> Dict[str, str]:
+def torch_only(run: LoadedRun) -> Dict[str, str]:
     """One run's outputs against its torch baseline, worst over its operators."""
     try:
-        docs = compare.load(Path(run))
+        docs = run.results
     except compare.ResultsError as exc:
         return {"status": "n/a", "value": f"n/a ({exc})"}
     if not docs:
@@ -86,7 +87,7 @@ def ordered(out: Dict, res: Dict) -> Dict:
     return out
 
 
-def rounds_facts(cells: Mapping[Tuple[int, str], Path]) -> Dict:
+def rounds_facts(cells: Mapping[Tuple[int, str], LoadedRun]) -> Dict:
     """Every cell vs r1_A: {'status', 'value', 'torch_value', 'b', 'replays', 'cells'}."""
     record = cells.get((1, "A"))
     if record is None:

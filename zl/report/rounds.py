@@ -3,36 +3,48 @@
 Steps: check scipy, pick the cells of one campaign (saying which were used and which
 ignored), check the caliber of those cells, load complete rounds, analyse
 (zl.runlog.stats), print per-shape lines and the operator summary, and return everything
-printed as one JSON-able dict. Fewer than 2 complete rounds, or no shape measured in
-every round, is NoReport (exit 5) after the diagnostics are printed.
+printed as one JSON-able dict, with what the page shows (views.augment). Fewer than 2
+complete rounds, or no shape measured in every round, is NoReport (exit 5) after the
+diagnostics are printed. Each run directory of the root is one LoadedRun: every step reads
+the same bytes of its files.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, List, Optional, Tuple
 
 from zl.report.guard import (MARKER_LABELS, BadInput, NoReport, Refused, check_caliber,
                              fmt_pct, print_replay_fallbacks, replay_fallback_facts,
                              require_stats_libraries)
 from zl.report import results as results_report
-from zl.report.run import code_text, pair_code, unfinished_reason
-from zl.runlog import caliber as cal
-from zl.runlog.caliber import read_identity
-from zl.runlog.campaign import (CampaignChoice, MixedCampaigns, UnknownCampaign, cell_name,
+from zl.report import views
+from zl.report.run import LoadedRun, Runs, code_text, pair_code
+from zl.runlog.campaign import (Cell, CampaignChoice, MixedCampaigns, UnknownCampaign, cell_name,
                                 select_campaign)
 from zl.runlog.parse import RunLogError
-from zl.runlog.stats import RoundsData, analyse_rounds, find_cells, key_text, load_rounds
+from zl.runlog.stats import CELL_RE, RoundsData, analyse_rounds, key_text, load_rounds
 
 
-def _campaign_cells(root: Path, name: str, campaign: Optional[str]) -> CampaignChoice:
-    if not root.is_dir():
-        raise BadInput(f"no such directory: {root}")
-    cells = find_cells(root)
+def _root_runs(root: Path) -> Dict[str, LoadedRun]:
+    """Every run directory of the root (a directory holding run.log), by name: the cells and
+    any other run the page lists among the identities. Nothing is read yet."""
+    runs = Runs()
+    return {d.name: runs.get(d) for d in sorted(root.iterdir()) if d.is_dir() and (d / "run.log").is_file()}
+
+
+def _cells(runs: Dict[str, LoadedRun]) -> Dict[Cell, LoadedRun]:
+    return {(int(m.group(1)), m.group(2)): run for name, run in runs.items()
+            for m in [CELL_RE.match(name)] if m}
+
+
+def _campaign_cells(root: Path, name: str, campaign: Optional[str],
+                    cells: Dict[Cell, LoadedRun]) -> CampaignChoice:
     if not cells:
         raise BadInput(f"{root}: no r<k>_<A|B>/run.log cells")
     try:
-        choice = select_campaign(cells, campaign)
+        choice = select_campaign({c: run.dir for c, run in cells.items()}, campaign,
+                                 {c: run.identity for c, run in cells.items()})
     except UnknownCampaign as exc:
         raise BadInput(f"{root}: {exc}") from None
     except MixedCampaigns as exc:
@@ -43,22 +55,21 @@ def _campaign_cells(root: Path, name: str, campaign: Optional[str]) -> CampaignC
     return choice
 
 
-def _load(root: Path, name: str, choice: CampaignChoice) -> RoundsData:
+def _load(root: Path, name: str, choice: CampaignChoice, cells: Dict[Cell, LoadedRun]) -> RoundsData:
     try:
-        data = load_rounds(root, choice.used)
+        data = load_rounds(root, choice.used, read=lambda c: cells[c].parsed)
     except RunLogError as exc:
         raise BadInput(str(exc)) from None
-    data = _drop_unfinished(data, choice)
+    data = _drop_unfinished(data, cells)
     for msg in data.incomplete:
         print(f"!!! [ab-rounds] {name}: {msg} (excluded)")
     return data
 
 
-def _drop_unfinished(data: RoundsData, choice: CampaignChoice) -> RoundsData:
-    """A round with a cell whose run did not finish (run.unfinished_reason) is incomplete:
+def _drop_unfinished(data: RoundsData, cells: Dict[Cell, LoadedRun]) -> RoundsData:
+    """A round with a cell whose run did not finish (LoadedRun.unfinished) is incomplete:
     its rows are whatever the cell measured before it stopped."""
-    bad = {c: why for c, why in ((c, unfinished_reason(p, read_identity(choice.used[c])))
-                                 for c, p in data.logs.items()) if why}
+    bad = {c: why for c, why in ((c, cells[c].unfinished) for c in data.logs) if why}
     if not bad:
         return data
     drop = {k for k, _ in bad}
@@ -68,7 +79,7 @@ def _drop_unfinished(data: RoundsData, choice: CampaignChoice) -> RoundsData:
                       logs={c: p for c, p in data.logs.items() if c[0] not in drop})
 
 
-def _code(cells: Dict) -> Optional[Dict]:
+def _code(cells: Dict[Cell, LoadedRun]) -> Optional[Dict]:
     """r1_A vs r1_B through the screen's every-level verdict (ab_repeat.sh's round-1 check)."""
     a, b = cells.get((1, "A")), cells.get((1, "B"))
     return None if a is None or b is None else pair_code(a, b)
@@ -79,9 +90,9 @@ def _key_fields(k) -> Dict:
 
 
 def _as_json(name: str, root: Path, res: Dict, data: RoundsData, choice: CampaignChoice,
-             problems) -> Dict:
-    out = {"mode": "ab-rounds", "label": name, "root": str(root), "caliber_problems": problems,
-           "caliber_hazards": cal.hazards([(cell_name(c), d) for c, d in sorted(choice.used.items())]),
+             caliber: Tuple[List[str], List[str]], cells: Dict[Cell, LoadedRun]) -> Dict:
+    out = {"mode": "ab-rounds", "label": name, "root": str(root), "caliber_problems": caliber[0],
+           "caliber_hazards": caliber[1],
            "campaign_id": choice.campaign_id,
            "cells_used": [cell_name(c) for c in sorted(choice.used)],
            "cells_ignored": {cell_name(c): cid for c, cid in sorted(choice.ignored.items())},
@@ -90,7 +101,7 @@ def _as_json(name: str, root: Path, res: Dict, data: RoundsData, choice: Campaig
                      for s in res["shapes"]]
     out["unpaired"] = [{**_key_fields(u["key"]), "reason": u["reason"]} for u in res["unpaired"]]
     out["markers"] = {cell_name(c): p.markers for c, p in sorted(data.logs.items())}
-    out["replay_fallbacks"] = {cell_name(c): replay_fallback_facts(read_identity(choice.used[c]), p)
+    out["replay_fallbacks"] = {cell_name(c): replay_fallback_facts(cells[c].identity, p)
                                for c, p in sorted(data.logs.items())}
     return out
 
@@ -145,14 +156,19 @@ def report_ab_rounds(root: Path, label: str, allow: bool,
     root = Path(root)
     name = label or root.name
     require_stats_libraries()
-    choice = _campaign_cells(root, name, campaign)
-    problems = check_caliber([(cell_name(c), d) for c, d in sorted(choice.used.items())],
-                             name, allow)
-    data = _load(root, name, choice)
+    if not root.is_dir():
+        raise BadInput(f"no such directory: {root}")
+    runs = _root_runs(root)
+    cells = _cells(runs)
+    choice = _campaign_cells(root, name, campaign, cells)
+    used = {c: cells[c] for c in choice.used}
+    caliber = check_caliber([(cell_name(c), run.identity) for c, run in sorted(used.items())],
+                            name, allow)
+    data = _load(root, name, choice, used)
     res = analyse_rounds(data)
-    checked = results_report.rounds_facts(choice.used)
-    out = results_report.ordered(_as_json(name, root, res, data, choice, problems), checked)
-    out["code"] = _code(choice.used)
+    checked = results_report.rounds_facts(used)
+    out = results_report.ordered(_as_json(name, root, res, data, choice, caliber, used), checked)
+    out["code"] = _code(used)
     results_report.print_first(name, "ab-rounds", checked, "B vs r1_A")
     print(f"[ab-rounds] {name}: IR r1_A vs r1_B: {code_text(out['code'])}")
     if res["rounds"] < 2:
@@ -173,4 +189,4 @@ def report_ab_rounds(root: Path, label: str, allow: bool,
     _print_operator(name, res)
     _print_caveats(name, res, out["markers"])
     out["status"] = "ok"
-    return out
+    return views.augment(out, runs)

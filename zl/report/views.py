@@ -1,27 +1,27 @@
 """The numbers an HTML report shows, computed once and kept in the `--json` dict.
 
-`batch_summary.py` builds its result dict (--ab, --ab-rounds) and calls `augment()`
-on it, so the run identities, the A/A noise band, per-shape flags and the campaign
-telemetry that the page shows are in `--json` too: the page is a view of that dict,
-never a second computation. `screen_result()` and `batch_result()` build the dicts
-for a screen root (ab_rlc_test.sh's screen.tsv) and a run_batch.py batch directory.
-No matplotlib here: `--json` alone must not need it.
+The --ab and --ab-rounds reports build their result dict and call `augment()` on it with
+the runs they loaded, so the run identities, the A/A noise band, per-shape flags and the
+campaign telemetry that the page shows are in `--json` too: the page is a view of that
+dict, never a second computation. `screen_result()` and `batch_result()` build the dicts
+for a screen root (ab_rlc_test.sh's screen.tsv) and a run_batch.py batch directory. Every
+run is read through one LoadedRun (zl/report/run.py). No matplotlib here: `--json` alone
+must not need it.
 """
 
 from __future__ import annotations
 
 import csv
-import json
 import math
 import re
 from pathlib import Path
 from statistics import median
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from zl.ir import fingerprint as fp
-from zl.report.run import code_facts, load_run, pair_code
+from zl.report.run import LoadedRun, Runs, code_facts, pair_code
 from zl.runlog import caliber as cal
-from zl.runlog.parse import RunLogError, read_run_log
+from zl.runlog.parse import RunLogError
 from zl.runlog.stats import pair_logs
 
 # Identity fields shown in a page's header table: the caliber, then what explains it.
@@ -57,13 +57,9 @@ def shape_label(item: Dict) -> str:
     return f"{item['size_detail']}{f' #{occ + 1}' if occ else ''}"
 
 
-def identity_of(run_dir: Path) -> Dict[str, str]:
-    try:
-        data = json.loads((Path(run_dir) / cal.IDENTITY_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
+def shown_identity(identity: Optional[Dict]) -> Dict[str, str]:
+    """The IDENTITY_SHOWN fields of an identity dict (LoadedRun.identity) as text."""
+    data = identity or {}
     return {k: str(data[k]) for k in IDENTITY_SHOWN if data.get(k) not in (None, "")}
 
 
@@ -121,11 +117,11 @@ def finite(text) -> Optional[float]:
     return v if math.isfinite(v) else None
 
 
-def ab_noise_band(before_dir: Path, code: Dict, summary: Dict) -> Dict:
+def ab_noise_band(before_dir: Path, code: Dict, summary: Dict, runs: Optional[Runs] = None) -> Dict:
     """{'noise_band_pct': [lo, hi] or None, 'noise_source': where it comes from, or why
     there is none}. The pair's own range only when every recorded level is identical on
     both sides (run.pair_code); else, for a pair inside an ab_rlc_test.sh root, the range
-    of that screen's A/A operators."""
+    of that screen's A/A operators (its cells read through `runs`, the pair's among them)."""
     if code["identical_everywhere"] and summary.get("paired"):
         return {"noise_band_pct": [summary["min_pct"], summary["max_pct"]],
                 "noise_source": f"{code['reason']}: this pair is an A/A, its range is the noise"}
@@ -133,7 +129,7 @@ def ab_noise_band(before_dir: Path, code: Dict, summary: Dict) -> Dict:
     band = None
     if (screen / "screen.tsv").is_file():
         try:
-            band = screen_result(screen)["noise_band_pct"]
+            band = screen_result(screen, runs)["noise_band_pct"]
         except ReportInputError:  # the pair itself is readable; only the band is unknown
             band = None
     if band:
@@ -144,21 +140,20 @@ def ab_noise_band(before_dir: Path, code: Dict, summary: Dict) -> Dict:
     return {"noise_band_pct": None, "noise_source": f"this pair is not an A/A: {code['reason']}"}
 
 
-def augment(result: Dict) -> Dict:
-    """Add identities, demo flag, noise band and flags to an --ab / --ab-rounds dict."""
+def augment(result: Dict, runs: Mapping[str, LoadedRun]) -> Dict:
+    """Add identities (of `runs`, by the name the page shows), demo flag, noise band and
+    flags to an --ab / --ab-rounds dict."""
     mode = result.get("mode")
+    if mode not in ("ab", "ab-rounds"):
+        raise ValueError(f"augment: no page extras for mode {mode!r}")
+    result["identities"] = {name: shown_identity(run.identity) for name, run in runs.items()}
     if mode == "ab":
-        dirs = {"before": Path(result["before"]).parent, "after": Path(result["after"]).parent}
-        result["identities"] = {s: identity_of(d) for s, d in dirs.items()}
         # report_ab judged the code (every level) and the band once; the page shows those.
         for p in result["paired"]:
             p["flags"] = []
         result["flags"] = _ab_flags(result)
     elif mode == "ab-rounds":
         root = Path(result["root"])
-        cells = sorted(d for d in root.iterdir() if d.is_dir() and (d / "run.log").is_file()) \
-            if root.is_dir() else []
-        result["identities"] = {d.name: identity_of(d) for d in cells}
         noise = result.get("median_side_noise_pct")
         result["noise_band_pct"] = None if noise is None else [-noise, noise]
         result["noise_source"] = None if noise is None else "median side noise over shapes (max/min - 1 of a side's rounds)"
@@ -176,27 +171,24 @@ def augment(result: Dict) -> Dict:
         flags += [f"incomplete: {x}" for x in result.get("incomplete_rounds", [])]
         result["flags"] = flags
         result["telemetry"] = _telemetry(root)
-    else:
-        return result
     result["demo"] = _demo(result["identities"])
     return result
 
 
 # ---------------------------------------------------------------- screen root
 
-def _pair_summary(before: Path, after: Path) -> Dict:
+def _pair_summary(brun: LoadedRun, arun: LoadedRun) -> Dict:
     """--ab's summary of one screen cell, or why there is none."""
-    if not (before / "run.log").is_file() or not (after / "run.log").is_file():
+    if not brun.log.is_file() or not arun.log.is_file():
         return {"note": "run directories not found"}
     try:
-        brun, arun = load_run(before), load_run(after)
+        bl, al = brun.parsed, arun.parsed
     except RunLogError as exc:
         return {"note": f"unreadable: {exc}"}
-    bl, al = brun.parsed, arun.parsed
     rep = pair_logs(bl, al)
     rep.before_unfinished, rep.after_unfinished = brun.unfinished, arun.unfinished
     out = dict(rep.summary())
-    out["caliber_problems"] = cal.complaints([("before", before), ("after", after)])
+    out["caliber_problems"] = cal.complaints_of([("before", brun.identity), ("after", arun.identity)])
     fails = "; ".join(x for x in (bl.failure_text(), al.failure_text()) if x)
     out["failure_text"] = fails
     return out
@@ -222,8 +214,10 @@ def _read_table(path: Path, what: str, need: set, delimiter: str = ",",
     return rows
 
 
-def screen_result(root: Path) -> Dict:
-    root = Path(root)
+def screen_result(root: Path, runs: Optional[Runs] = None) -> Dict:
+    """The --screen dict of an ab_rlc_test.sh root; its cells read through `runs` (a report
+    that already loaded some of them passes its own)."""
+    root, runs = Path(root), runs or Runs()
     # A screen stopped during its first cell has a header and no row; with its requested list
     # it reports INCOMPLETE (every requested cell never judged) instead of an unreadable table.
     rows = _read_table(root / "screen.tsv", "an ab_rlc_test.sh root", {"op", "verdict"}, "\t",
@@ -233,7 +227,7 @@ def screen_result(root: Path) -> Dict:
     for r in rows:
         dt = r.get("dtypes") or ""
         cell = r["op"] if dt in ("", "<all>") else f"{r['op']}@{dt.replace(',', '+')}"
-        before, after = root / f"{cell}_before", root / f"{cell}_after"
+        before, after = runs.get(root / f"{cell}_before"), runs.get(root / f"{cell}_after")
         pair = _pair_summary(before, after)
         ops.append({"op": r["op"], "op_file": r.get("op_file", ""), "dtypes": dt, "cell": cell,
                     "verdict": r["verdict"], "rows_before": r.get("rows_before", ""),
@@ -295,11 +289,11 @@ def _tsv_code(r: Dict[str, str]) -> Dict:
     return facts
 
 
-def _screen_code(r: Dict[str, str], before: Path, after: Path) -> Dict:
+def _screen_code(r: Dict[str, str], before: LoadedRun, after: LoadedRun) -> Dict:
     """The operator's code facts (run.pair_code) from its run directories, else from its
     screen.tsv row; `aa`: the row's verdict is NO_IR_DIFF and every recorded level, binary
     included, is identical on both sides."""
-    if before.is_dir() and after.is_dir():
+    if before.dir.is_dir() and after.dir.is_dir():
         code = {**pair_code(before, after), "source": "run directories"}
         if r["verdict"] == fp.NO_IR_DIFF and code["verdict"] != fp.NO_IR_DIFF:
             code["reason"] = (f"screen.tsv says NO_IR_DIFF, its run directories say "
@@ -387,7 +381,7 @@ def shared_warning(shares) -> Optional[str]:
             "--share-device): latencies and speedups are a functional check, not timings")
 
 
-def torch_results(run: Path) -> Dict[str, str]:
+def torch_results(run: LoadedRun) -> Dict[str, str]:
     """One batch run's outputs against torch ({'status', 'value'}; status n/a when nothing
     was recorded): a batch has no side B, so this is the only results verdict it has."""
     from zl.report import results as results_report  # zl.results needs numpy: only here
@@ -426,16 +420,17 @@ def report_inputs(mode: str, arg) -> Tuple[List[Path], List[Path]]:
     return dirs, [root / "ops_status.csv"]
 
 
-def batch_result(batch: Path) -> Dict:
-    batch = Path(batch)
+def batch_result(batch: Path, runs: Optional[Runs] = None) -> Dict:
+    """The --batch dict of a run_batch.py batch directory, each run read once through `runs`."""
+    batch, runs = Path(batch), runs or Runs()
     rows = _read_table(batch / "ops_status.csv", "a run_batch.py batch", {"repo", "op", "status"})
     rows = [{k: (v or "") for k, v in r.items() if k is not None} for r in rows]  # short rows
     ops = []
     for r in rows:
-        run = _batch_run_dir(batch, r)
+        run = runs.get(_batch_run_dir(batch, r))
         speedups, fail = [], ""
         try:
-            parsed = read_run_log(run)
+            parsed = run.parsed
             speedups = [x.speedup for x in parsed.success_rows()
                         if x.speedup is not None and math.isfinite(x.speedup)]
             fail = parsed.failure_text() if parsed.n_failed else ""
@@ -446,7 +441,7 @@ def batch_result(batch: Path) -> Dict:
              "elapsed_ms": _num(r.get("elapsed_ms", "")), "rows_total": _num(r.get("rows_total", "")),
              "rows_success": _num(r.get("rows_success", "")), "notes": r.get("notes", ""),
              "backend": r.get("backend", ""), "device": r.get("device", "") or r.get("gpu", ""),
-             "timer": r.get("timer", ""), "run_dir": str(run),
+             "timer": r.get("timer", ""), "run_dir": str(run.dir),
              "device_share": shared_device_of(r.get("notes", "")),
              "median_speedup": median(speedups) if speedups else None, "failure_text": fail,
              "results_torch": torch_results(run)}
