@@ -159,20 +159,26 @@ def test_foreign_vendor_module_reported(zl_run):
     assert "_autotune_record_plugin" not in r.log_text.split(">>> plugins:")[1].splitlines()[0]
 
 
-@pytest.mark.parametrize("env,check", [
-    ({"FLAGGEMS_DIR": "/nonexistent/fg", "ZL_FLAGGEMS_FALLBACK_ROOTS": ""}, "flaggems_dir"),
-    ({"OP": "nope", "OP_FILE": "nope"}, "benchmark_file"),
-    ({"SHAPE_FILE": "/nonexistent/shapes.yaml"}, "shape_file"),
-    ({"REPLAY_FROM": "/nonexistent/run"}, "replay_from"),
-    ({"PYTHONPATH": "__REPO_ONLY__"}, "interpreter"),
+@pytest.mark.parametrize("env,check,detail", [
+    ({"FLAGGEMS_DIR": "/nonexistent/fg", "ZL_FLAGGEMS_FALLBACK_ROOTS": ""}, "flaggems_dir",
+     "detail='FlagGems directory not found: /nonexistent/fg'"),
+    ({"OP": "nope", "OP_FILE": "nope"}, "benchmark_file", "detail='benchmark file not found: "),
+    ({"SHAPE_FILE": "/nonexistent/shapes.yaml"}, "shape_file",
+     "detail='shape file not found: /nonexistent/shapes.yaml'"),
+    ({"SHAPE_FILE": "/dev/zero"}, "shape_file",
+     "detail='shape file is not a regular file (a directory, device or fifo): /dev/zero'"),
+    ({"REPLAY_FROM": "/nonexistent/run"}, "replay_from",
+     "detail='replay run directory not found: /nonexistent/run'"),
+    ({"PYTHONPATH": "__REPO_ONLY__"}, "interpreter", "cannot find flag_gems"),
 ])
-def test_preflight_failures_exit_3_with_named_check(zl_run, env, check):
+def test_preflight_failures_exit_3_with_named_check(zl_run, env, check, detail):
     from tests.harness.runner import REPO_ROOT
 
     env = {k: (str(REPO_ROOT) if v == "__REPO_ONLY__" else v) for k, v in env.items()}
     r = zl_run(**env)
     assert r.returncode == 3, r.explain()
     assert f"!!! PREFLIGHT_FAILED check={check}" in r.stderr
+    assert detail in r.stderr  # worded as the failure, never "... exists: <path>"
     if check == "interpreter":
         assert "python" in r.stderr  # names the interpreter it tried
     assert r.log_text == ""  # refused before a run directory is filled

@@ -37,17 +37,26 @@ class PreflightFailed(Exception):
         self.detail = detail
 
 
+def _not_a_file(what: str, path: str) -> str:
+    """The failure of a path that must be a regular file, worded as the failure it is."""
+    if not os.path.exists(path):
+        return f"{what} not found: {path}"
+    return f"{what} is not a regular file (a directory, device or fifo): {path}"
+
+
 def preflight(run: Any) -> None:
-    """Exit 3 checks, each named: a missing benchmark dir otherwise surfaces as pytest's
-    "unrecognized arguments" (its conftest never loaded), which reads like a version problem."""
+    """Exit 3 checks, each named, each detail worded as the failure: a missing benchmark dir
+    otherwise surfaces as pytest's "unrecognized arguments" (its conftest never loaded), which
+    reads like a version problem. A SHAPE_FILE must be a regular file: /dev/zero reads forever
+    and a fifo nobody writes blocks the reader."""
     if not os.path.isdir(run.fg_dir):
-        raise PreflightFailed("flaggems_dir", f"FlagGems directory exists: {run.fg_dir}")
+        raise PreflightFailed("flaggems_dir", f"FlagGems directory not found: {run.fg_dir}")
     bench_file = run.test_file.split("::", 1)[0]
     if not os.path.isfile(bench_file):
-        raise PreflightFailed("benchmark_file", f"benchmark file exists: {bench_file}")
+        raise PreflightFailed("benchmark_file", _not_a_file("benchmark file", bench_file))
     if run.shape_file:
         if not os.path.isfile(run.shape_file):
-            raise PreflightFailed("shape_file", f"shape file exists: {run.shape_file}")
+            raise PreflightFailed("shape_file", _not_a_file("shape file", run.shape_file))
         try:
             # Bounded, typed, and every shape's largest tensor must fit the device's memory
             # (the host's where no device answers): zl.shapefile, README's SHAPE_FILE row.
@@ -58,11 +67,13 @@ def preflight(run: Any) -> None:
         if note:
             run.notes.append(f">>> {note}")
     if run.replay_from and not os.path.isdir(run.replay_from):
-        raise PreflightFailed("replay_from", f"replay run directory exists: {run.replay_from}")
+        what = "is not a directory" if os.path.exists(run.replay_from) else "not found"
+        raise PreflightFailed("replay_from", f"replay run directory {what}: {run.replay_from}")
     # Locate, not import: `import triton, flag_gems` cost ~10 s per run, paid again by pytest a
     # moment later, where a broken package still fails loudly. Campaigns import once (`campaign`).
-    if not all(importlib.util.find_spec(m) is not None for m in ("triton", "flag_gems")):
-        raise PreflightFailed("interpreter", f"interpreter finds triton + flag_gems ({sys.executable})")
+    missing = [m for m in ("triton", "flag_gems") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise PreflightFailed("interpreter", f"{sys.executable} cannot find {' or '.join(missing)}")
 
 
 def check_tmpdir(env: Mapping[str, str]) -> str:
