@@ -1,31 +1,37 @@
 #!/usr/bin/env python3
 """Plan which device repeats which screened operator, by measured time (campaign.sh uses it).
 
-    python partition.py --screen runs/ab_rlc_X/screen.tsv --devices 0,1,2,3 [--rounds 6]
-    python partition.py --screen ... --devices 0,1 --extra "topk:topk" --format shell
-
 Only rows whose verdict is in --verdict are planned (a comma list; IR_CHANGED, the earlier
 screens' one code verdict, matches every IR_CHANGED@<level>, as does IR_CHANGED@*; default
 IR_CHANGED,BINARY_CHANGED; "" = every row; a word that names no verdict exits 2).
 --extra adds unscreened OPS words to the least loaded device afterwards (no weight known).
-text (also spelled human): the plan, critical path, even share, imbalance, and whether the
-heaviest operator alone sets the floor. shell: one line per device
-`DEVICE<TAB>OPS<TAB>PAIR_SECONDS<TAB>EST_SECONDS`.
-Exit codes: 0 planned; 2 bad arguments, unreadable screen or unknown verdict word; 3 nothing
-to plan.
+
+Examples:
+  python partition.py --screen runs/ab_rlc_X/screen.tsv --devices 0,1,2,3 [--rounds 6]
+  python partition.py --screen ... --devices 0,1 --extra "topk:topk" --format shell
+
+Outputs:
+  On stdout. text (also spelled human): the plan, critical path, even share, imbalance, and
+  whether the heaviest operator alone sets the floor. shell: one line per device
+  `DEVICE<TAB>OPS<TAB>PAIR_SECONDS<TAB>EST_SECONDS`.
+
+Exit codes:
+  0  planned
+  2  bad arguments, unreadable screen or unknown verdict word
+  3  nothing to plan
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 
+from zl import cli_help
 from zl.backends import parse_device_list
 from zl.batch import partition as pt
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli_help.parser(__doc__, prog="partition.py")
     p.add_argument("--screen", required=True, help="screen.tsv of ab_rlc_test.sh")
     p.add_argument("--devices", required=True, help="comma separated device ids")
     p.add_argument("--verdict", default=pt.REPEAT_VERDICTS,

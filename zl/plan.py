@@ -12,19 +12,17 @@ Policy is read off the backend's capability flags, never off its name:
   ZL_ENABLE_IR=0.
 - ZL_EXTRA_PLUGINS (space separated) is appended, without duplicates.
 
-CLI: `python plugin_plan.py [--backend B] [--pytest-args | --one-per-line]` (the top-level
-entry point) or `python -m zl.plan`; exit 2 with a message for an unknown backend, an
-on/off variable that is neither, or a plugin module that is missing.
+CLI: `python plugin_plan.py` (the top-level entry point) or `python -m zl.plan`; HELP below.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import sys
 from pathlib import Path
 from typing import List, Mapping, Optional, Sequence
 
+from zl import cli_help
 from zl.backends import UnknownBackendError, get_backend
 from zl.config import environ
 from zl.switches import SwitchError, env_switch
@@ -99,12 +97,33 @@ def pytest_args(plugins: Sequence[str]) -> List[str]:
     return args
 
 
+HELP = """Print the `-p` plugin list of a zl_bench run for a backend: the one list every driver
+uses (read off the backend's capability flags; ZL_ENABLE_AUTOTUNE=0 / ZL_ENABLE_IR=0 drop
+those plugins, ZL_EXTRA_PLUGINS is appended without duplicates). Each module must be
+importable, or nothing is printed.
+
+Examples:
+  python plugin_plan.py --backend cuda --one-per-line
+  python plugin_plan.py --backend musa --pytest-args     # -p _musa_benchmark_compat_plugin ...
+
+Outputs:
+  On stdout: the plugin modules, space separated as `-p NAME` tokens (default and
+  --pytest-args) or one name per line (--one-per-line).
+
+Exit codes:
+  0  printed
+  2  an unknown backend, an on/off variable that is neither, or a plugin module that is
+     not importable (named)
+"""
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    p = argparse.ArgumentParser(description="print the zl_bench pytest -p list")
-    p.add_argument("--backend", default=None)
+    p = cli_help.parser(HELP, prog="plugin_plan.py")
+    p.add_argument("--backend", default=None,
+                   help="cuda, musa, rocm, ascend or an alias (default $ZL_BACKEND or cuda)")
     fmt = p.add_mutually_exclusive_group()
-    fmt.add_argument("--pytest-args", action="store_true", help="print `-p name` tokens on one line")
-    fmt.add_argument("--one-per-line", action="store_true")
+    fmt.add_argument("--pytest-args", action="store_true", help="print `-p name` tokens on one line (default)")
+    fmt.add_argument("--one-per-line", action="store_true", help="print one module name per line")
     args = p.parse_args(argv)
     try:
         names = plan_plugins(args.backend)

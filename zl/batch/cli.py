@@ -2,19 +2,6 @@
 each, sharded over devices, one case at a time per device (--share-device N > 1: up to N at a
 time, a functional sweep whose timings are invalid and marked so everywhere).
 
-    python run_batch.py --all --devices 0,1,2,3 --dtypes float16 --op-timeout 1800
-    python run_batch.py --ops softmax vllm:fused_marlin_moe nextafter_@nextafter_
-    python run_batch.py --ops-file my_ops.txt --replay-root runs/batch_X
-    python run_batch.py --resume --batch-dir runs/batch_X        # rerun only the unfinished
-    python run_batch.py --ops-file list.txt --switch NAME --share-device 3   # functional screen
-
-Output: <batch>/<repo>/<run_name>/ (a single run's layout), <batch>/ops_status.csv (one row
-per case, rewritten atomically after every change), <batch>/summary.csv (batch_summary.py),
-<batch>/console/<repo>/<run_name>.log (run_pytest.sh's console, all attempts),
-<batch>/batch.json (the start's conditions and cases, one entry per call),
-<batch>/costs.tsv (per case: the graph timer's, the results check's and the IR plugin's seconds).
-Statuses: PASS, SKIP (runtime skip/xfail, no rows), NO_ROWS (exit 0, nothing measured), FAIL,
-TIMEOUT; PENDING/RUNNING/INTERRUPTED for cases not finished.
 --resume --batch-dir B continues batch B: its cases, and the conditions batch.json recorded at
 its start (backend, --dtypes, --shape-file and a digest of its content, --replay-root,
 --switch, --use-flagtune, the environment variables that change a measurement, each FlagGems
@@ -31,11 +18,30 @@ valid; every latency is measured under contention: each case gets ZL_DEVICE_SHAR
 device_share, refused by every comparison), ops_status notes shared_device=N. --resume keeps
 a batch's caliber: 1 and > 1 never mix in one batch (exit 2).
 --use-flagtune: USE_FLAGTUNE=1 for every case (the variable, inherited, works too).
-Exit codes: 0 every case has a final status (the statuses carry the results); 2 bad input, a
-batch directory in use or already holding a batch (without --resume), a --resume under other
-conditions; 4 the interpreter cannot import triton or flag_gems (checked once, before the
-first case); 3 cases left unstarted (--budget-s reached; rerun with --resume); 130 interrupted
-(Ctrl-C, SIGTERM): running cases killed, their rows INTERRUPTED.
+
+Examples:
+  python run_batch.py --all --devices 0,1,2,3 --dtypes float16 --op-timeout 1800
+  python run_batch.py --ops softmax vllm:fused_marlin_moe nextafter_@nextafter_
+  python run_batch.py --ops-file my_ops.txt --replay-root runs/batch_X
+  python run_batch.py --resume --batch-dir runs/batch_X        # rerun only the unfinished
+  python run_batch.py --ops-file list.txt --switch NAME --share-device 3   # functional screen
+
+Outputs:
+  <batch>/<repo>/<run_name>/ (a single run's layout), <batch>/ops_status.csv (one row per case,
+  rewritten atomically after every change), <batch>/summary.csv (batch_summary.py),
+  <batch>/console/<repo>/<run_name>.log (run_pytest.sh's console, all attempts),
+  <batch>/batch.json (the start's conditions and cases, one entry per call),
+  <batch>/costs.tsv (per case: the graph timer's, the results check's and the IR plugin's
+  seconds). Statuses: PASS, SKIP (runtime skip/xfail, no rows), NO_ROWS (exit 0, nothing
+  measured), FAIL, TIMEOUT; PENDING/RUNNING/INTERRUPTED for cases not finished.
+
+Exit codes:
+  0    every case has a final status (the statuses carry the results)
+  2    bad input, a batch directory in use or already holding a batch (without --resume),
+       a --resume under other conditions
+  3    cases left unstarted (--budget-s reached; rerun with --resume)
+  4    the interpreter cannot import triton or flag_gems (checked once, before the first case)
+  130  interrupted (Ctrl-C, SIGTERM): running cases killed, their rows INTERRUPTED
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from zl import cli_help
 from zl.backends import UnknownBackendError, get_backend, parse_device_list
 from zl.batch import inventory as inv
 from zl.batch import conditions as conds
@@ -100,9 +107,7 @@ def _share_count(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    summary, _, rest = __doc__.partition("\n\n")   # first paragraph, then the rest verbatim
-    p = argparse.ArgumentParser(prog="run_batch.py", description=summary,
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=rest)
+    p = cli_help.parser(__doc__, prog="run_batch.py")
     s = p.add_argument_group("selection")
     s.add_argument("--all", action="store_true", help="every inventory case but marked-skip and dismissed")
     s.add_argument("--ops", nargs="+", default=[], metavar="NAME", help="[repo:]run_name or [repo:]op")

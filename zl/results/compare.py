@@ -30,15 +30,11 @@ An operator's value (one screen cell, one report line):
     MISMATCH (k/n shapes, worst error abs E > allowed T at KEY)
     n/a (reason)                   random or in-place op, nothing recorded, no shape in common
 
-CLI: python -m zl.results.compare RUN_A RUN_B [--tsv] [--json FILE]
-    prints the B-vs-A value (with --tsv: `results<TAB>results_torch`, the screen cells);
-    exit 0 match / within_tol, 10 MISMATCH, 1 n/a, 2 usage (a RUN is not a directory,
-    an unreadable results file).
+CLI: `python -m zl.results.compare RUN_A RUN_B`; HELP below.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -46,7 +42,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from zl import atomic
+from zl import atomic, cli_help
 from zl.results.capture import REFERENCE_SIDE, RESULTS_SUBDIR
 
 EXIT_OK, EXIT_NA, EXIT_USAGE, EXIT_MISMATCH = 0, 1, 2, 10
@@ -234,12 +230,32 @@ def exit_code(result: Dict[str, Any]) -> int:
     return {"mismatch": EXIT_MISMATCH, "n/a": EXIT_NA}.get(result["status"], EXIT_OK)
 
 
+HELP = """Compare two runs' recorded outputs (results/, written by _results_plugin): side B vs
+side A per shape, and each side vs torch, with FlagGems' accuracy-test tolerances (README,
+"A/B: screen first"; this module's docstring has the rule).
+
+Examples:
+  python -m zl.results.compare runs/A runs/B
+  python -m zl.results.compare runs/A runs/B --tsv --json cmp.json     # a screen's two cells
+
+Outputs:
+  On stdout the B-vs-A value: match | within_tol | MISMATCH (k/n shapes, worst error abs E >
+  allowed T at KEY) | n/a (reason); on stderr the vs-torch value. With --tsv one line
+  `results<TAB>results_torch` (the screen cells). --json FILE: the whole comparison, per
+  operator and shape.
+
+Exit codes:
+  0   match or within_tol
+  1   n/a (random or in-place operator, nothing recorded, no shape in common)
+  2   usage (a RUN is not a directory, an unreadable results file)
+  10  MISMATCH
+"""
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m zl.results.compare",
-                                description="compare two runs' recorded outputs (exit 0 match/"
-                                "within_tol, 10 MISMATCH, 1 n/a, 2 usage)")
-    p.add_argument("run_a")
-    p.add_argument("run_b")
+    p = cli_help.parser(HELP, prog="python -m zl.results.compare")
+    p.add_argument("run_a", help="side A's run directory")
+    p.add_argument("run_b", help="side B's run directory")
     p.add_argument("--tsv", action="store_true", help="print `results<TAB>results_torch` (screen cells)")
     p.add_argument("--json", type=Path, help="write the full comparison here")
     ns = p.parse_args(argv)

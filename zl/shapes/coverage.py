@@ -1,18 +1,25 @@
 """Survey every Benchmark subclass of a FlagGems checkout: which mechanism fixes its shapes
 and whether a shape yaml controls it once zl_bench's shape plugins are loaded.
 
-Static (`ast`, nothing imported), so it runs for any FlagGems commit on any machine:
+Static (`ast`, nothing imported), so it runs for any FlagGems commit on any machine. The
+mechanism words are `zl.shapes.mechanism`'s, the same reading the plugins make at run time.
 
-    python -m zl.shapes.coverage FLAGGEMS_DIR > docs/shape-coverage.md
-    python -m zl.shapes.coverage FLAGGEMS_DIR --tsv        # one row per class, for scripts
+Examples:
+  python -m zl.shapes.coverage FLAGGEMS_DIR > docs/shape-coverage.md
+  python -m zl.shapes.coverage FLAGGEMS_DIR --tsv        # one row per class, for scripts
 
-Exit: 0 written; 2 FLAGGEMS_DIR has no benchmark/ directory or no Benchmark class.
-The mechanism words are `zl.shapes.mechanism`'s, the same reading the plugins make at run time.
+Outputs:
+  On stdout: a markdown page (counts per mechanism, then one row per class: file, class,
+  op_name, mechanism, detail, whether a yaml controls it), or with --tsv the rows
+  `file class op_name mechanism controlled`.
+
+Exit codes:
+  0  written
+  2  FLAGGEMS_DIR has no benchmark/ directory or no Benchmark class
 """
 
 from __future__ import annotations
 
-import argparse
 import ast
 import subprocess
 import sys
@@ -21,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from zl import cli_help
 from zl.shapes import bespoke, mechanism as mech
 
 ROOT_CLASS = "Benchmark"
@@ -213,8 +221,8 @@ def render_markdown(rows: Sequence[Row], commit: str) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    p = argparse.ArgumentParser(description="survey how FlagGems benchmark classes fix their shapes")
-    p.add_argument("flaggems_dir")
+    p = cli_help.parser(__doc__, prog="python -m zl.shapes.coverage")
+    p.add_argument("flaggems_dir", help="a FlagGems checkout (its benchmark/ directory is read)")
     p.add_argument("--tsv", action="store_true", help="tab-separated rows instead of markdown")
     p.add_argument("--commit", default="", help="commit to name in the header when the tree is not a checkout")
     args = p.parse_args(argv)

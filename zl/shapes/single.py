@@ -2,10 +2,7 @@
 
 Generated from a static scan of a FlagGems checkout (the same `ast` reading as
 `zl.shapes.coverage`), and checked against it, so no key is misspelled and no shape has an
-arity its class would refuse:
-
-    python -m zl.shapes.single FLAGGEMS_DIR > ops/shapes_single.yaml
-    python -m zl.shapes.single FLAGGEMS_DIR --check ops/shapes_single.yaml
+arity its class would refuse.
 
 The shape is the first of the class's own upstream set: the entry upstream's lookup finds in
 benchmark/core_shapes.yaml (op_name, then class names along the MRO), or the first literal of
@@ -13,13 +10,23 @@ a `set_shapes` override, a class-level list or a registered bespoke class's list
 whose shapes no yaml reaches, or whose own shapes are not literals, are listed in the header.
 Keys are op_name values (with `_backward` where the constructor passes is_backward=True).
 
-Exit: 0 written / checked clean; 1 --check found unknown keys, wrong arities or entries that
-are not `{shapes: [...]}`; 2 usage (no benchmark/ directory, unreadable or non-mapping yaml).
+Examples:
+  python -m zl.shapes.single FLAGGEMS_DIR > ops/shapes_single.yaml
+  python -m zl.shapes.single FLAGGEMS_DIR --check ops/shapes_single.yaml
+
+Outputs:
+  On stdout: the yaml (a header naming the FlagGems commit and the operators left out, then
+  `<op_name>: {shapes: [[...]]}` per key). With --check: nothing on success, one `!!!` line
+  per problem on stderr.
+
+Exit codes:
+  0  written / checked clean
+  1  --check found unknown keys, wrong arities or entries that are not `{shapes: [...]}`
+  2  usage (no benchmark/ directory, unreadable or non-mapping yaml)
 """
 
 from __future__ import annotations
 
-import argparse
 import ast
 import sys
 from pathlib import Path
@@ -27,6 +34,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
+from zl import cli_help
 from zl.shapes import bespoke, mechanism as mech
 from zl.shapes.coverage import ROOT_CLASS, ClassInfo, Hierarchy, scan
 
@@ -168,8 +176,8 @@ def check(path: Path, chosen: Dict[str, Dict[str, Any]]) -> List[str]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    p = argparse.ArgumentParser(description="generate or check ops/shapes_single.yaml")
-    p.add_argument("flaggems_dir")
+    p = cli_help.parser(__doc__, prog="python -m zl.shapes.single")
+    p.add_argument("flaggems_dir", help="a FlagGems checkout (its benchmark/ directory is read)")
     p.add_argument("--check", metavar="YAML", help="check this file instead of printing a new one")
     p.add_argument("--commit", default="", help="FlagGems commit named in the header")
     args = p.parse_args(argv)
