@@ -1,32 +1,34 @@
 #!/usr/bin/env python3
 """Summaries and A/B reports over FlagGems benchmark run.logs.
 
-    python batch_summary.py BATCH_DIR [-o OUT.csv]
-        summary.csv for a run_batch.py batch (<batch>/<repo>/<op>/run.log), one row per
-        measured row, with backend/device/timer and the operator's status and notes from
-        <batch>/ops_status.csv. Rerunnable on old batches. Rows measured on a shared device
-        (run_batch.py --share-device N) carry device_share=N and a `!!!` line says their
-        latencies and speedups are functional only, not timings.
-    python batch_summary.py --ab BEFORE AFTER [--label OP] [--json FILE]
-        pair two runs (run.log paths or run directories) by shape; per-shape gems
-        latency before -> after and speedup % = before/after - 1; one summary line;
-        every autotune key the replay side tuned live (AUTOTUNE_REPLAY_FALLBACK) listed.
-    python batch_summary.py --ab-rounds ROOT [--campaign ID] [--label OP] [--json FILE]
-        an N-round A/B laid out as ROOT/r<k>_<A|B>/run.log (ab_repeat.sh): per-shape
-        medians over rounds, per-round delta range, sign stability, side spreads,
-        Mann-Whitney verdicts (>= 4 rounds) and a geomean with a bootstrap 95% CI.
-    python batch_summary.py --screen ROOT | --batch DIR  [--json FILE] [--html FILE] [--png DIR]
-        a screen root (ab_rlc_test.sh's screen.tsv + cell run dirs) or a run_batch.py
-        batch (ops_status.csv) as one row per operator, failures grouped by reason.
-    --html FILE / --png DIR (with --ab, --ab-rounds, --screen, --batch): a self-contained
-        HTML page / the page's charts as PNGs (zl/report; needs matplotlib).
-    python batch_summary.py --caliber RUN_DIR | --caliber-header
-        the run's caliber fields as one TSV row (for screen.tsv and other tools).
-    python batch_summary.py --cell-stats RUN_DIR
-        one TSV row `success failed replay_fallback no_cudagraph capture_poisoned` from the
-        run's log through this parser (the drivers' status.tsv / screen.tsv counts; failed =
-        FAILED rows + failed pytest tests, since a failed shape never prints a row). A run
-        without a readable run.log prints zeros with failed=1.
+Modes:
+  BATCH_DIR [-o OUT.csv]
+      summary.csv for a run_batch.py batch (<batch>/<repo>/<op>/run.log), one row per
+      measured row, with backend/device/timer and the operator's status and notes from
+      <batch>/ops_status.csv. Rerunnable on old batches. Rows measured on a shared device
+      (run_batch.py --share-device N) carry device_share=N and a `!!!` line says their
+      latencies and speedups are functional only, not timings.
+  --ab BEFORE AFTER [--label OP]
+      pair two runs (run.log paths or run directories) by shape; per-shape gems
+      latency before -> after and speedup % = before/after - 1; one summary line;
+      every autotune key the replay side tuned live (AUTOTUNE_REPLAY_FALLBACK) listed.
+  --ab-rounds ROOT [--campaign ID] [--label OP]
+      an N-round A/B laid out as ROOT/r<k>_<A|B>/run.log (ab_repeat.sh): per-shape
+      medians over rounds, per-round delta range, sign stability, side spreads,
+      Mann-Whitney verdicts (>= 4 rounds) and a geomean with a bootstrap 95% CI.
+  --screen ROOT | --batch DIR
+      a screen root (ab_rlc_test.sh's screen.tsv + cell run dirs) or a run_batch.py
+      batch (ops_status.csv) as one row per operator, failures grouped by reason.
+  --caliber RUN_DIR | --caliber-header
+      the run's caliber fields as one TSV row (for screen.tsv and other tools).
+  --cell-stats RUN_DIR
+      one TSV row `success failed replay_fallback no_cudagraph capture_poisoned` from the
+      run's log through this parser (the drivers' status.tsv / screen.tsv counts; failed =
+      FAILED rows + failed pytest tests, since a failed shape never prints a row). A run
+      without a readable run.log prints zeros with failed=1.
+  --json FILE works with every mode; --html FILE / --png DIR with --ab, --ab-rounds,
+  --screen, --batch (a self-contained HTML page / the page's charts as PNGs; zl/report;
+  needs matplotlib).
 
 Before any latency is read, --ab / --ab-rounds compare every run's run_identity.json
 (zl/runlog/caliber.py CALIBER_FIELDS, autotune pinning); a mismatch, a missing identity,
@@ -51,18 +53,36 @@ level either side recorded, binary included, is identical on both sides.
 Completion: a run finished when its run.log ends with pytest's final summary line and, where
 its identity records `finished`, that says `complete`. An unfinished side makes an --ab report
 INCOMPLETE (`complete: false`, exit 0 as for unpaired rows); --ab-rounds drops its round.
-
---json FILE works with every mode; --json, --html and --png are checked before anything runs
-(writable; not an input file, not inside an input run directory). Pages are drawn before
---json says `ok`; a refused or failed report removes an earlier page and its charts. --json is
-standard JSON: a non-finite number would be null and listed under `non_finite_values`; a row
-whose latency ratio is not finite (e.g. 1e-320 ms) is unpaired with that reason.
 The reports themselves live in zl/report/ (ab.py, rounds.py, guard.py, results.py, run.py).
 
-Exit codes: 0 ok; 2 usage error or unusable input (missing / malformed run.log, a run
-compared with itself, an unwritable output or one inside the inputs, scipy or matplotlib
-missing, a page that could not be drawn); 4 refusal (not comparable); 5 no report (zero
-paired rows, fewer than 2 complete rounds, no shape measured in every round).
+Examples:
+  python batch_summary.py runs/batch_X                       # -> runs/batch_X/summary.csv
+  python batch_summary.py --ab runs/A runs/B --html ab.html
+  python batch_summary.py --ab-rounds <root>/mm@float16 --label mm --json report.json --html rounds.html
+  python batch_summary.py --screen runs/ab_rlc_X --html screen.html
+  python batch_summary.py --batch runs/batch_X --html batch.html
+  python batch_summary.py --caliber runs/A
+
+Outputs:
+  The report on stdout (TSV rows for --caliber, --caliber-header, --cell-stats); BATCH_DIR
+  mode writes <batch>/summary.csv (or -o). --json FILE, --html FILE and --png DIR are checked
+  before anything runs (writable; not an input file, not inside an input run directory).
+  Pages are drawn before --json says `ok`; a refused or failed report replaces the --json
+  file with the failure and removes an earlier page and its charts. --json is standard JSON:
+  a non-finite number would be null and listed under `non_finite_values`; a row whose latency
+  ratio is not finite (e.g. 1e-320 ms) is unpaired with that reason.
+
+Exit codes:
+  0  ok; a report marked INCOMPLETE is still 0 (unpaired rows, failed tests, a run that did
+     not finish: --json says `complete: false`, --ab-rounds drops that round)
+  2  usage error or unusable input (missing or malformed run.log, a malformed legend line
+     named by file:line, a run compared with itself, an unwritable output or one equal to an
+     input file or inside an input run directory, scipy or matplotlib missing, a page that
+     could not be drawn)
+  4  refusal: the runs are not comparable (caliber, autotune pinning, mixed campaigns)
+  5  no report (zero paired rows, fewer than 2 complete rounds, no shape measured in every
+     round, a screen stopped before it judged any cell: its INCOMPLETE line names the
+     requested cells)
 """
 
 from __future__ import annotations
@@ -76,7 +96,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from zl import atomic
+from zl import atomic, cli_help
 from zl.report.ab import report_ab
 from zl.report.guard import (EXIT_CALIBER, EXIT_NO_REPORT, EXIT_OK, EXIT_USAGE, BadInput,
                              NoReport, Refused, check_dir_target, check_json_target,
@@ -183,13 +203,8 @@ def cell_stats(run_dir: Path) -> Tuple[int, int, int, int, int]:
 
 # ---------------------------------------------------------------- CLI
 
-EPILOG = ("exit codes: 0 ok, 2 usage/unusable input, 4 refusal (not comparable), "
-          "5 no report (nothing paired / too few rounds / no usable shape)")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="batch_summary.py", description=__doc__.splitlines()[0],
-                                epilog=EPILOG)
+    p = cli_help.parser(__doc__, prog="batch_summary.py")
     p.add_argument("batch_dir", type=Path, nargs="?", help="run_batch.py batch directory")
     p.add_argument("-o", "--output", type=Path, default=None, help="summary CSV (default <batch>/summary.csv)")
     p.add_argument("--ab", nargs=2, type=Path, metavar=("BEFORE", "AFTER"),
