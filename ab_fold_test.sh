@@ -4,6 +4,22 @@
 # FOLD_SWITCH=1 replays them, so the pair differs by the switch alone; each pair's --ab summary
 # is printed as it completes.
 #
+# Before measuring, it checks that the switch is still read somewhere under $FLAGGEMS_DIR/src
+# (upstream removed this switch once; a dead switch runs the same code on both sides and the
+# pair reports a false "no difference", silently), and that every set has OP's entry (without
+# it the benchmark would measure its own shapes under the set's name).
+#
+# DeepSeek fold sets are yours to supply: the trace shapes are not public, so none ship
+# (shape/DeepSeek-V4-Flash.md: the known dimensions and what each set still needs). One yaml per
+# serving scenario, named after it (the name labels its pair), in FlagGems' --shape_file format
+# with OP as the key, one row per MoE call shape of the trace:
+#     fused_marlin_moe_mxfp4:
+#       shapes:                        # num_tokens, experts, hidden, expert intermediate, topk
+#         - [NUM_TOKENS, 256, 4096, 2048, 6]
+# FlagGems from ed2508bcb on calls that benchmark fused_marlin_moe_w4a16_mxfp4 (OP and OP_FILE)
+# and no longer reads FLAGGEMS_MXFP4_FOLDSCALE: name the switch under test in FOLD_SWITCH.
+#
+# Examples:
 #   # The shipped public sets (shape/Llama-3-8B-decode-b1.yaml, -b8.yaml) on the CPU, from the
 #   # repository root: the bundled fake FlagGems tree in Triton's interpreter, whose relu reads
 #   # ZL_TEST_SWITCH (about 2 min; the latencies mean nothing, the pairs and summaries are the job)
@@ -17,33 +33,31 @@
 #   SHAPE_SETS="ds/DeepSeek-V4-Flash-p1024d1024.yaml ds/DeepSeek-V4-Flash-p4096d1024.yaml" \
 #     FLAGGEMS_DIR=/path/to/FlagGems bash ab_fold_test.sh
 #
-# DeepSeek fold sets are yours to supply: the trace shapes are not public, so none ship
-# (shape/DeepSeek-V4-Flash.md: the known dimensions and what each set still needs). One yaml per
-# serving scenario, named after it (the name labels its pair), in FlagGems' --shape_file format
-# with OP as the key, one row per MoE call shape of the trace:
-#     fused_marlin_moe_mxfp4:
-#       shapes:                        # num_tokens, experts, hidden, expert intermediate, topk
-#         - [NUM_TOKENS, 256, 4096, 2048, 6]
-# FlagGems from ed2508bcb on calls that benchmark fused_marlin_moe_w4a16_mxfp4 (OP and OP_FILE)
-# and no longer reads FLAGGEMS_MXFP4_FOLDSCALE: name the switch under test in FOLD_SWITCH.
+# Variables:
+#   SHAPE_SETS     space separated yaml paths (default every shape/*.yaml of this repo: the
+#                  shipped example sets)
+#   FOLD_SWITCH    the variable under test (default FLAGGEMS_MXFP4_FOLDSCALE)
+#   OP / OP_FILE   operator and benchmark file stem (default fused_marlin_moe_mxfp4 /
+#                  fused_marlin_moe)
+#   FLAGGEMS_DIR   the FlagGems checkout whose src/ must read FOLD_SWITCH
+#   CELL_TIMEOUT   seconds per run (default 2400); `!!! CELL_TIMEOUT` / `!!! CELL_KILLED` say
+#                  which ended a cell
+#   AB_ROOT        output root (default <runs>/ab_fold_<timestamp>; claimed: one that already
+#                  holds a campaign is refused)
+#   ZL_ISOLATE_TUNER_CACHE  default 1 here (a private tuner store per run)
+#   ZL_RUN_PYTEST  the run script (tests only)
+#   Each run also takes run_pytest.sh's variables (ZL_BACKEND, ...; its --help).
 #
-# Variables: SHAPE_SETS (space separated yaml paths; default every shape/*.yaml of this repo: the
-# shipped example sets), FOLD_SWITCH (default FLAGGEMS_MXFP4_FOLDSCALE), OP / OP_FILE (default
-# fused_marlin_moe_mxfp4 / fused_marlin_moe), FLAGGEMS_DIR, CELL_TIMEOUT (default 2400 s;
-# `!!! CELL_TIMEOUT` / `!!! CELL_KILLED` say which ended a cell), AB_ROOT (claimed; one that
-# already holds a campaign is refused), ZL_ISOLATE_TUNER_CACHE (default 1 here),
-# ZL_RUN_PYTEST (tests only).
+# Outputs:
+#   <root>/<set>_fold0, <set>_fold1 (run directories), <root>/summary.log (ANSI stripped).
+#   Quick check: grep -E '^#####|FAILED|INCOMPLETE' <root>/summary.log
 #
-# Before measuring, it checks that the switch is still read somewhere under $FLAGGEMS_DIR/src
-# (upstream removed this switch once; a dead switch runs the same code on both sides and the
-# pair reports a false "no difference", silently), and that every set has OP's entry (without
-# it the benchmark would measure its own shapes under the set's name).
-#
-# Output: <root>/<set>_fold0, <set>_fold1, <root>/summary.log (ANSI stripped).
-# Quick check: grep -E '^#####|FAILED|INCOMPLETE' <root>/summary.log
-# Exit: 0 done; 2 no shape set / a set without OP's entry / bad variables / an AB_ROOT already
-# used; 3 the switch is not read under $FLAGGEMS_DIR/src, or the interpreter cannot import
-# triton / flag_gems; 128+N stopped by signal N.
+# Exit codes:
+#   0      done
+#   2      no shape set / a set without OP's entry / bad variables / an AB_ROOT already used
+#   3      the switch is not read under $FLAGGEMS_DIR/src, or the interpreter cannot import
+#          triton / flag_gems
+#   128+N  stopped by signal N
 set -uo pipefail
 
 ZL_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

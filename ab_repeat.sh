@@ -11,8 +11,10 @@
 # switch and the noise remain. Odd rounds run A then B, even rounds B then A, so a
 # one-directional drift (clock ramp, heating) does not land on one side.
 #
+# Examples:
 #   SWITCH=FLAGTREE_MUSA_RLC_ENHANCE OPS="topk masked_select" ROUNDS=6 \
 #     ZL_BACKEND=musa FLAGGEMS_DIR=/path/to/FlagGems bash ab_repeat.sh
+#   SWITCH=MY_SWITCH OPS="mm:mm:float16" ROUNDS=6 bash ab_repeat.sh
 #
 # Variables:
 #   SWITCH (required)   variable under test: side A =0, side B =1
@@ -32,17 +34,23 @@
 #   IR_LEVEL            an extra IR level to dump as files; the round-1 check compares every
 #                       level recorded (ttgir, llir, ptx/amdgcn, binary), as the screen does
 #   ZL_RUN_PYTEST       the run script (default <repo>/run_pytest.sh; tests point it at a stub)
+#   Each cell also takes run_pytest.sh's variables (FLAGGEMS_DIR, ZL_BACKEND, ...; its --help).
 #
-# Output: <root>/campaign.id; <root>/<cell>/r<k>_<A|B>/ (run directories; <cell> is OP or
-# OP@DTYPE+DTYPE); <root>/status.tsv (one row per cell as it finishes: round op dtypes side
-# switch rc elapsed_s success failed replay_fallback no_cudagraph capture_poisoned),
-# <root>/telemetry.tsv, <root>/summary.log (ANSI stripped), and per cell the report of
-# `batch_summary.py --ab-rounds <root>/<cell>`. Every cell's run_identity.json carries the
-# campaign's campaign_id. An operator with a failed cell gets no report: a report with
-# missing rounds reads like a complete one.
-# Exit: 0 done; 2 bad variables or an AB_ROOT already used; 3 the interpreter cannot import
-# triton / flag_gems (`!!! PREFLIGHT_FAILED check=interpreter`); 128+N stopped by signal N
-# (the running cell and telemetry are stopped, the remaining cells not run).
+# Outputs:
+#   <root>/campaign.id; <root>/<cell>/r<k>_<A|B>/ (run directories; <cell> is OP or
+#   OP@DTYPE+DTYPE); <root>/status.tsv (one row per cell as it finishes: round op dtypes side
+#   switch rc elapsed_s success failed replay_fallback no_cudagraph capture_poisoned),
+#   <root>/telemetry.tsv, <root>/summary.log (ANSI stripped), and per cell the report of
+#   `batch_summary.py --ab-rounds <root>/<cell>`. Every cell's run_identity.json carries the
+#   campaign's campaign_id. An operator with a failed cell gets no report: a report with
+#   missing rounds reads like a complete one.
+#
+# Exit codes:
+#   0      done
+#   2      bad variables or an AB_ROOT already used
+#   3      the interpreter cannot import triton / flag_gems (`!!! PREFLIGHT_FAILED check=interpreter`)
+#   128+N  stopped by signal N (the running cell and telemetry are stopped, the remaining cells
+#          not run)
 set -uo pipefail
 
 ZL_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -5,17 +5,22 @@
 # $SWITCH=1 and replays them (REPLAY_FROM), so the two sides differ by the switch
 # alone. Each pair takes about a minute where six rounds took 13-44 minutes on an
 # S5000, so screen first and send only IR_CHANGED operators to ab_repeat.sh.
+# The verdict is the fingerprint, not the convert_layout count: addmm kept 15 -> 15 converts
+# while all 15 TTGIR files changed. The counts are kept because they explain the change.
 #
+# Examples:
 #   OPS="softmax gelu_backward" bash ab_rlc_test.sh
 #   OPS="perf_sort:sort topk:topk:float16,bfloat16" VENDOR=MUSA bash ab_rlc_test.sh
 #   RESCORE=runs/ab_rlc_20260101-120000 bash ab_rlc_test.sh   # re-judge from disk only
 #
 # Variables:
-#   OPS           space separated OP | OP:OP_FILE | OP:OP_FILE:DTYPES (dtypes comma separated).
+#   OPS           space separated OP | OP:OP_FILE | OP:OP_FILE:DTYPES (dtypes comma separated;
+#                 default softmax).
 #                 Without dtypes the operator's own set (an exported DTYPES is ignored: a
 #                 global DTYPES=float16 once made fft, complex64 only, look unrunnable).
 #                 Names are [A-Za-z0-9_.@-]; a bad or repeated entry exits 2 before any cell.
-#   SWITCH        the variable under test (default FLAGTREE_${VENDOR}_RLC_ENHANCE, VENDOR=MUSA)
+#   SWITCH        the variable under test (default FLAGTREE_${VENDOR}_RLC_ENHANCE)
+#   VENDOR        only names the default SWITCH (default MUSA); the backend is ZL_BACKEND
 #   CELL_TIMEOUT  seconds per run (default 2400); a timeout prints `!!! CELL_TIMEOUT` (rc 124, or
 #                 137 after the 30 s kill grace), any other kill `!!! CELL_KILLED signal=N`
 #   AB_ROOT       output root (default $ZL_RUNS_ROOT or <repo>/runs, then ab_rlc_<timestamp>,
@@ -26,37 +31,40 @@
 #   IR_LEVEL      an extra IR level to dump as files for reading (the verdict compares every
 #                 level the runs recorded, whatever this says)
 #   ZL_RUN_PYTEST the run script (default <repo>/run_pytest.sh; tests point it at a stub)
+#   Each run also takes run_pytest.sh's variables (FLAGGEMS_DIR, ZL_BACKEND, ...; its --help).
 #
-# Output: <root>/<cell>_before, <cell>_after (explicit OUT_DIRs: never "the newest
-# runs/<op>_* is mine", which breaks as soon as two drivers share runs/), <root>/summary.log
-# (ANSI stripped), <root>/screen.tsv with one row per operator:
-#   op op_file dtypes rows_before rows_after kernels_before kernels_after cvt_before cvt_after
-#   elapsed_before elapsed_after rc_before rc_after verdict <caliber fields of side A>
-#   results results_torch ir_levels fp_ttgir fp_llir fp_asm fp_binary variants_only
-# Verdicts (one column to filter on; zl.ir.fingerprint verdict and zl.results.compare):
-#   WRONG_RESULTS     side B's outputs differ from side A's beyond tolerance, whatever the speed
-#   IR_CHANGED@<lvl>  the first level (ttgir, llir, ptx/amdgcn) at which the code differs -> A/B it
-#   BINARY_CHANGED    every IR level equal, the cubin/hsaco differs                     -> A/B it
-#   NO_IR_DIFF  identical code at every level compared (ir_levels), binary included when
-#               recorded on both sides                             -> its range is the noise floor
-#   VARIANTS_DIFFER  every variant both sides compiled is identical at every level; the sets
-#               differ (argument-value specialisations such as i32/i64 follow the inputs and
-#               the call counts; `variants_only` lists them)   -> not A/B'd; not the noise floor
-#   NO_TRITON   rows measured but no .ttgir compiled on a side     -> the switch has nothing to act on
-#   NO_ROWS     a side failed or measured no row                   -> fix runnability first
-# `results`: match | within_tol | MISMATCH (k/n shapes, worst error ...) | n/a (reason), B vs A;
-# `results_torch`: each side's gems output vs the torch baseline. fp_*: `A` or `A/B` (12 hex).
-# `variants_only`: variants compiled on one side only, e.g. `A: 64x64/k[philox_offset:i64]; B: -`.
-# <root>/screen.requested.tsv (cell op op_file dtypes) lists every requested cell, written
-# before the first one runs; <root>/screen.complete is written only when the list ran to its
-# end. A screen stopped early (signal, kill) has no screen.complete, and
-# `batch_summary.py --screen <root>` reports it INCOMPLETE with the cells never judged.
-# The verdict is the fingerprint, not the convert_layout count: addmm kept 15 -> 15 converts
-# while all 15 TTGIR files changed. The counts are kept because they explain the change.
-# Exit: 0 done (the verdicts carry the results); 1 every operator is NO_ROWS (nothing was
-# measured); 2 bad variables, RESCORE input or an AB_ROOT already used; 3 the interpreter
-# cannot import triton / flag_gems (`!!! PREFLIGHT_FAILED check=interpreter`); 128+N stopped
-# by signal N (the running cell is stopped, the remaining ones not run).
+# Outputs:
+#   <root>/<cell>_before, <cell>_after (explicit OUT_DIRs: never "the newest
+#   runs/<op>_* is mine", which breaks as soon as two drivers share runs/), <root>/summary.log
+#   (ANSI stripped), <root>/screen.tsv with one row per operator:
+#     op op_file dtypes rows_before rows_after kernels_before kernels_after cvt_before cvt_after
+#     elapsed_before elapsed_after rc_before rc_after verdict <caliber fields of side A>
+#     results results_torch ir_levels fp_ttgir fp_llir fp_asm fp_binary variants_only
+#   Verdicts (one column to filter on; zl.ir.fingerprint verdict and zl.results.compare):
+#     WRONG_RESULTS     side B's outputs differ from side A's beyond tolerance, whatever the speed
+#     IR_CHANGED@<lvl>  the first level (ttgir, llir, ptx/amdgcn) at which the code differs -> A/B it
+#     BINARY_CHANGED    every IR level equal, the cubin/hsaco differs                     -> A/B it
+#     NO_IR_DIFF  identical code at every level compared (ir_levels), binary included when
+#                 recorded on both sides                             -> its range is the noise floor
+#     VARIANTS_DIFFER  every variant both sides compiled is identical at every level; the sets
+#                 differ (argument-value specialisations such as i32/i64 follow the inputs and
+#                 the call counts; `variants_only` lists them)   -> not A/B'd; not the noise floor
+#     NO_TRITON   rows measured but no .ttgir compiled on a side     -> the switch has nothing to act on
+#     NO_ROWS     a side failed or measured no row                   -> fix runnability first
+#   `results`: match | within_tol | MISMATCH (k/n shapes, worst error ...) | n/a (reason), B vs A;
+#   `results_torch`: each side's gems output vs the torch baseline. fp_*: `A` or `A/B` (12 hex).
+#   `variants_only`: variants compiled on one side only, e.g. `A: 64x64/k[philox_offset:i64]; B: -`.
+#   <root>/screen.requested.tsv (cell op op_file dtypes) lists every requested cell, written
+#   before the first one runs; <root>/screen.complete is written only when the list ran to its
+#   end. A screen stopped early (signal, kill) has no screen.complete, and
+#   `batch_summary.py --screen <root>` reports it INCOMPLETE with the cells never judged.
+#
+# Exit codes:
+#   0      done (the verdicts carry the results)
+#   1      every operator is NO_ROWS (nothing was measured)
+#   2      bad variables, RESCORE input or an AB_ROOT already used
+#   3      the interpreter cannot import triton / flag_gems (`!!! PREFLIGHT_FAILED check=interpreter`)
+#   128+N  stopped by signal N (the running cell is stopped, the remaining ones not run)
 set -uo pipefail
 
 ZL_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -2,9 +2,6 @@
 # Multi-round A/B of a screen's IR_CHANGED@*/BINARY_CHANGED operators over several devices: one ab_repeat.sh per
 # device, serial within it. Orchestration only; every measurement is ab_repeat.sh's.
 #
-#   SWITCH=FLAGTREE_MUSA_RLC_ENHANCE SCREEN=runs/ab_rlc_X/screen.tsv DEVICES=0,1,2,3 \
-#     ZL_BACKEND=musa FLAGGEMS_DIR=/path/to/FlagGems DRY_RUN=1 bash campaign.sh
-#
 # - Operators are the screen rows with verdict $VERDICT, spread by measured time (partition.py,
 #   longest first onto the least loaded device), not by name hash: on an S5000 hash shards
 #   gave a 120-minute critical path with an idle card, measured time 70 minutes.
@@ -13,6 +10,11 @@
 #   sqlite store). So absolute latencies are not comparable with shared-cache runs; the caliber
 #   guard refuses such pairs by itself.
 # - The device is pinned through the backend's own visibility variable (zl.backends).
+#
+# Examples:
+#   SWITCH=FLAGTREE_MUSA_RLC_ENHANCE SCREEN=runs/ab_rlc_X/screen.tsv DEVICES=0,1,2,3 \
+#     ZL_BACKEND=musa FLAGGEMS_DIR=/path/to/FlagGems DRY_RUN=1 bash campaign.sh
+#   SWITCH=MY_SWITCH SCREEN=runs/screen_X/screen.tsv DEVICES=0,1 DRY_RUN=1 bash campaign.sh
 #
 # Variables:
 #   SWITCH, SCREEN (required)  the switch under test; an ab_rlc_test.sh / run_batch.py screen.tsv
@@ -25,12 +27,18 @@
 #   DRY_RUN=1      print the plan and each device's command; start nothing, create nothing
 #   CAMPAIGN_ROOT  output root (default <runs>/campaign_<SWITCH>_<timestamp>)
 #   ZL_RUN_PYTEST  passed to ab_repeat.sh (tests point it at a stub)
-# Output: <root>/plan.tsv, <root>/device<D>/ (ab_repeat.sh's AB_ROOT), <root>/device<D>.log,
-# <root>/status.tsv (every device's status.tsv, first column `device`), non-zero cells and
-# marker totals printed at the end. <root>/card<D> and card<D>.log are links to device<D> and
-# device<D>.log, the names the first campaign.sh used, so paths written for it still resolve.
-# Exit: 0 done (a failed device is reported, its log named); 2 bad variables or screen;
-# 3 nothing to plan (no row with that verdict).
+#   Every other variable reaches ab_repeat.sh and its runs (ZL_BACKEND, FLAGGEMS_DIR, ...).
+#
+# Outputs:
+#   <root>/plan.tsv, <root>/device<D>/ (ab_repeat.sh's AB_ROOT), <root>/device<D>.log,
+#   <root>/status.tsv (every device's status.tsv, first column `device`), non-zero cells and
+#   marker totals printed at the end. <root>/card<D> and card<D>.log are links to device<D> and
+#   device<D>.log, the names the first campaign.sh used, so paths written for it still resolve.
+#
+# Exit codes:
+#   0  done (a failed device is reported, its log named)
+#   2  bad variables or screen
+#   3  nothing to plan (no row with that verdict)
 set -uo pipefail
 
 ZL_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

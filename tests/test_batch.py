@@ -193,7 +193,7 @@ def test_help_starts_nothing(tmp_path):
         assert r.returncode == 0 and "exit codes" in r.stdout.lower(), script
     r = subprocess.run(["bash", str(REPO_ROOT / "campaign.sh"), "--help"], capture_output=True, text=True,
                        env=base_env(tmp_path))
-    assert r.returncode == 0 and "Exit:" in r.stdout
+    assert r.returncode == 0 and "Exit codes:" in r.stdout
     assert list(work.iterdir()) == [] and not (tmp_path / "runs").exists()
     assert (REPO_ROOT / "ops/inventory_main.csv").stat().st_mtime_ns == inv_before
 
