@@ -17,18 +17,13 @@ conftest imports flag_gems, and joined when collection ends (zl/results/prewarm.
 from __future__ import annotations
 
 import os
-import sys
 
-_ROOT = os.path.dirname(os.path.abspath(__file__))
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
+import pytest
 
-import pytest  # noqa: E402
-
-from zl import options, registry  # noqa: E402
-from zl.backends import UnknownBackendError, get_backend  # noqa: E402
-from zl.switches import SwitchError, parse_switch  # noqa: E402
-from zl.term import log  # noqa: E402
+from zl import options, registry
+from zl.backends import UnknownBackendError, get_backend
+from zl.switches import SwitchError, parse_switch
+from zl.term import log
 
 TAG = "[results-plugin]"
 FLAG = "--zl-results"

@@ -42,6 +42,8 @@ OP_FILE="${OP_FILE:-$OP}"
 if [[ -n "${ZL_PYTHON:-}" ]]; then PY="$ZL_PYTHON"
 elif command -v python >/dev/null 2>&1; then PY=python
 else PY=python3; fi
+# shellcheck source=zl/sh/kit.sh
+source "$ZL_ROOT/zl/sh/kit.sh"
 [[ "$OP" =~ ^[A-Za-z0-9_]+$ ]] || { echo "demo.sh: OP must be a test function name (got: $OP)" >&2; exit 2; }
 [[ "$OP_FILE" =~ ^[A-Za-z0-9_]+$ ]] || { echo "demo.sh: OP_FILE must be a file stem (got: $OP_FILE)" >&2; exit 2; }
 
@@ -52,7 +54,7 @@ done
 FAKE="$ZL_ROOT/tests/fake_flaggems"
 if [[ -n "${FLAGGEMS_DIR:-}" ]]; then
   MODE=real
-  n_dev="$(PYTHONPATH="$ZL_ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" -c \
+  n_dev="$("$PY" -c \
     'from zl.backends import get_backend; print(get_backend().probe_device_count())' 2>/dev/null)" || n_dev=0
   if [[ ! "$n_dev" =~ ^[1-9][0-9]*$ ]]; then
     echo "!!! demo.sh: FLAGGEMS_DIR=$FLAGGEMS_DIR is set but backend ${ZL_BACKEND:-cuda} sees no device." >&2
@@ -78,7 +80,7 @@ if [[ "$MODE" == demo ]]; then
 ################################################################################
 EOF
   export FLAGGEMS_DIR="$FAKE" TRITON_INTERPRET=1
-  export PYTHONPATH="$ZL_ROOT:$FAKE/src${PYTHONPATH:+:$PYTHONPATH}"
+  export PYTHONPATH="$FAKE/src${PYTHONPATH:+:$PYTHONPATH}"   # the fake flag_gems
   # The fake tree's own small shape set.
   export SHAPE_FILE=upstream
   AFTER_ENV=""
@@ -90,7 +92,6 @@ export OP OP_FILE ZL_PYTHON="$PY"
 # starts from whatever earlier runs left there, and the report warns about exactly that. The
 # main command must not warn about its own defaults.
 export ZL_ISOLATE_TUNER_CACHE="${ZL_ISOLATE_TUNER_CACHE:-1}"
-export PYTHONPATH="$ZL_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 # Each step under zl.supervise: killed, even by SIGKILL, demo.sh takes the running step along.
 step() { "$PY" -m zl.supervise --parent "$$" -- "$@"; }
 

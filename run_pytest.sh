@@ -26,7 +26,6 @@ source "$SCRIPT_DIR/zl/sh/entry.sh" "$@"
 source "$SCRIPT_DIR/zl/sh/records.sh"
 die2() { echo "!!! $*" >&2; exit 2; }
 [[ -n "$PY" ]] || die2 "no python on PATH (set ZL_PYTHON)"
-export PYTHONPATH="$SCRIPT_DIR${PYTHONPATH:+:$PYTHONPATH}"
 
 # ------------------------------------------------------------------ cleanup + signals
 # pytest runs under zl.supervise in its own process group with a parent-death signal:

@@ -5,30 +5,34 @@ Why: an A/B campaign claims per-side noise well under 1%, while a throttled cloc
 moves latency by far more and leaves no trace in run.log; the report looks just as clean. This
 file is the evidence that the cards ran under the same conditions.
 
-    python telemetry.py OUT.tsv [--interval S] [--device D] [--backend B] [--count N]
-                        [--parent-pid PID]
-    python telemetry.py --print-command [--device D] [--backend B]
-
---run, the first telemetry.py's "sample until killed" flag, is accepted beside OUT.tsv. Alone it
-sampled to stdout; that form exits 2 naming OUT.tsv: a file keeps the reason for no samples beside
-it (OUT.err), where `--run > file` emptied an earlier campaign's samples.
-
-OUT.tsv gets one row per device per sample, the same columns on every backend:
-
-    timestamp  index  sm_clock_mhz  mem_clock_mhz  temp_c  power_w  util_pct
-
 The interval defaults to $TELEMETRY_INTERVAL (else 5 s); 0 turns sampling off (exit 0, no file).
 The device defaults to $ZL_DEVICE, else a single id in the backend's visibility variable; a list
 (CUDA_VISIBLE_DEVICES=5,6) samples every card rather than guessing one. SIGTERM / SIGINT end the
 loop cleanly after the row being written. The sampler also stops, within about a second, once
 the process that started it is gone (--parent-pid, default the parent at start; 0 = never):
-a driver killed with SIGKILL runs no cleanup trap, and its telemetry used to append forever.
+a driver killed with SIGKILL runs no cleanup trap, and its sampler would append forever.
 
-Missing telemetry is a missing piece of evidence, not a reason to fail a batch: when the backend
-has no sampler, or the sampler binary is missing, not permitted or unreadable, the reason goes to
-OUT.err (beside OUT.tsv, e.g. telemetry.err), nothing else is written, and the exit status is 0.
-Exit 2: bad usage (bad interval, unknown backend, OUT holding another file's header, --run
-without OUT.tsv or with --print-command).
+--run, the first telemetry.py's "sample until killed" flag, is accepted beside OUT.tsv. Alone it
+sampled to stdout; that form exits 2 naming OUT.tsv: a file keeps the reason for no samples beside
+it (OUT.err), where `--run > file` emptied an earlier campaign's samples.
+
+Examples:
+  python telemetry.py OUT.tsv [--interval S] [--device D] [--backend B] [--count N]
+                      [--parent-pid PID]
+  python telemetry.py --print-command [--device D] [--backend B]
+
+Outputs:
+  OUT.tsv gets one row per device per sample, the same columns on every backend:
+      timestamp  index  sm_clock_mhz  mem_clock_mhz  temp_c  power_w  util_pct
+  Missing telemetry is a missing piece of evidence, not a reason to fail a batch: when the
+  backend has no sampler, or the sampler binary is missing, not permitted or unreadable, the
+  reason goes to OUT.err (beside OUT.tsv, e.g. telemetry.err), nothing else is written, and
+  the exit status is 0. --print-command prints the sampler command on stdout.
+
+Exit codes:
+  0  sampled, sampling off (interval 0), or no sampler (the reason in OUT.err)
+  2  bad usage (bad interval, unknown backend, OUT holding another file's header, --run
+     without OUT.tsv or with --print-command)
 """
 
 from __future__ import annotations
@@ -47,11 +51,9 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from zl import atomic  # noqa: E402
-from zl.backends import TELEMETRY_FIELDS, UnknownBackendError, get_backend  # noqa: E402
-from zl.rundir import pid_alive  # noqa: E402
+from zl import atomic, cli_help
+from zl.backends import TELEMETRY_FIELDS, UnknownBackendError, get_backend
+from zl.rundir import pid_alive
 
 try:
     from zl.term import tag as _tag
@@ -241,9 +243,7 @@ def watch_parent(pid: int, stop: threading.Event, poll: float = PARENT_POLL_S) -
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="telemetry.py", description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli_help.parser(__doc__, prog="telemetry.py")
     p.add_argument("out", nargs="?", help="TSV to append samples to (reason for none: OUT.err)")
     p.add_argument("--interval", default=None,
                    help="seconds between samples (default $TELEMETRY_INTERVAL or 5; 0 = off)")

@@ -47,3 +47,58 @@ def test_wheel_carries_plugins_kit_and_shell_helpers(tmp_path):
                      "zl/__init__.py", "zl/batch/cli.py", "zl/timing/graph.py", "zl/sh/entry.sh"):
         assert expected in names
     assert not any(n.startswith(("tests/", "docs/", "benchmarks/")) for n in names)
+
+
+PRODUCT_SHELL = ["run_pytest.sh", "demo.sh", "ab_rlc_test.sh", "ab_repeat.sh", "ab_fold_test.sh",
+                 "campaign.sh", *[f"zl/sh/{p.name}" for p in (REPO / "zl" / "sh").glob("*.sh")]]
+
+
+def test_product_code_never_edits_the_import_path():
+    """The installed package is how the kit is found: no sys.path edit in product modules,
+    and no shell command puts the checkout on PYTHONPATH (demo.sh adds only the fake tree)."""
+    python = [p for p in [*REPO.glob("*.py"), *(REPO / "zl").rglob("*.py")] if "__pycache__" not in p.parts]
+    assert [str(p) for p in python if "sys.path" in p.read_text(encoding="utf-8")] == []
+    offenders = []
+    for rel in PRODUCT_SHELL:
+        for n, line in enumerate((REPO / rel).read_text(encoding="utf-8").splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if "PYTHONPATH=" in code and "FAKE/src" not in code:
+                offenders.append(f"{rel}:{n}: {line.strip()}")
+    assert offenders == []
+
+
+def _python_wrapper(tmp_path, pythonpath=None):
+    """An interpreter for ZL_PYTHON: this venv's python with site-packages off (-S: no install
+    of zl_bench visible), or with PYTHONPATH set to another copy of the kit."""
+    wrapper = tmp_path / "py"
+    env_line = f"export PYTHONPATH={pythonpath}\n" if pythonpath else ""
+    flags = "" if pythonpath else " -S"
+    wrapper.write_text(f"#!/usr/bin/env bash\n{env_line}exec {sys.executable}{flags} \"$@\"\n")
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def test_a_command_without_the_kit_installed_exits_3_naming_the_install(tmp_path):
+    env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
+    env["ZL_PYTHON"] = str(_python_wrapper(tmp_path))
+    r = subprocess.run(["bash", str(REPO / "run_pytest.sh")], env=env, cwd=REPO,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "PREFLIGHT_FAILED check=interpreter" in r.stderr
+    assert f"pip install -e {REPO.resolve()} --no-deps" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_command_running_another_checkouts_kit_exits_3(tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(REPO / "zl", other / "zl", ignore=shutil.ignore_patterns("__pycache__"))
+    env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
+    env["ZL_PYTHON"] = str(_python_wrapper(tmp_path, pythonpath=other))
+    for script in ("run_pytest.sh", "demo.sh", "ab_rlc_test.sh"):
+        r = subprocess.run(["bash", str(REPO / script)], env=env, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 3, (script, r.stdout + r.stderr)
+        assert f"imports zl_bench from {other.resolve()}, not from this checkout" in r.stderr
+    # --help still answers without any kit
+    h = subprocess.run(["bash", str(REPO / "run_pytest.sh"), "--help"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert h.returncode == 0 and h.stdout

@@ -23,9 +23,6 @@ from zl.childenv import inherited, set_in_process
 from zl.config import environ
 from zl.patching import PatchStack
 
-_ROOT = Path(__file__).resolve().parent.parent
-if str(_ROOT) not in sys.path:
-    sys.path.insert(0, str(_ROOT))
 
 # Where FlagGems checkouts usually live on the lab machines. Tried in order when the
 # configured root lacks the requested test file; ZL_FLAGGEMS_FALLBACK_ROOTS

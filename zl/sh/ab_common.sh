@@ -11,7 +11,6 @@ source "$ZL_ROOT/zl/sh/entry.sh" "$@"
 # shellcheck source=records.sh
 source "$ZL_ROOT/zl/sh/records.sh"
 export ZL_PYTHON="$PY"
-export PYTHONPATH="$ZL_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 RUN_PYTEST="${ZL_RUN_PYTEST:-$ZL_ROOT/run_pytest.sh}"
 # shellcheck source=ir_fingerprint.sh
 source "$ZL_ROOT/zl/sh/ir_fingerprint.sh"
@@ -30,7 +29,7 @@ fi
 # `results<TAB>results_torch` of side B vs side A (zl.results.compare).
 results_cells() {
   local cells
-  cells="$(PYTHONPATH="$ZL_ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m zl.results.compare "$1" "$2" --tsv 2>/dev/null)"
+  cells="$("$PY" -m zl.results.compare "$1" "$2" --tsv 2>/dev/null)"
   if [[ -z "$cells" ]]; then cells=$'n/a (results unreadable)\tn/a'; fi
   printf '%s' "$cells"
 }

@@ -9,3 +9,5 @@ case "${1:-}" in
      exit 2 ;;
 esac
 PY="${ZL_PYTHON:-$(command -v python || command -v python3)}"
+# shellcheck source=kit.sh
+source "$(dirname "${BASH_SOURCE[0]}")/kit.sh"

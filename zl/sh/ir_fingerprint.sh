@@ -21,7 +21,7 @@
 _ZL_IR_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 
 _zl_ir_py() {
-  PYTHONPATH="$_ZL_IR_ROOT${PYTHONPATH:+:$PYTHONPATH}" "${ZL_PYTHON:-python3}" -m zl.ir.fingerprint "$@"
+  "${ZL_PYTHON:-python3}" -m zl.ir.fingerprint "$@"
 }
 
 ir_fingerprint() {
