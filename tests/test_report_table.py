@@ -6,7 +6,7 @@ import sys
 import pytest
 
 import _pretty_report_plugin as prp
-from harness.fake_config import FakeConfig
+from harness.fake_config import FakeConfig, FakeSession
 from zl.report.table import render
 from zl.runlog.sizefold import parse_legend_line, unfold
 
@@ -85,13 +85,17 @@ def test_plugin_patches_result_str_and_restores(monkeypatch):
     assert BenchmarkResult.__dict__["__str__"] is original
 
 
-def test_command_line_colour_is_exported_for_the_session_and_restored(monkeypatch):
+def test_command_line_colour_holds_for_the_session_and_ends_with_it(monkeypatch):
     monkeypatch.setenv("FLAGGEMS_PERF_COLOR", "never")
-    config = FakeConfig(prp, zl_color="always")
-    prp.pytest_configure(config)
-    assert render(_Result([["A"]]), _upstream_str).count("\x1b[32mSUCCESS") == 1
-    prp.pytest_unconfigure(config)
-    assert os.environ["FLAGGEMS_PERF_COLOR"] == "never"
+    config = FakeSession(prp, zl_color="always")
+    try:
+        prp.pytest_configure(config)
+        assert render(_Result([["A"]]), _upstream_str).count("\x1b[32mSUCCESS") == 1
+        prp.pytest_unconfigure(config)
+    finally:
+        config.end()
+    assert os.environ["FLAGGEMS_PERF_COLOR"] == "never"   # the variable itself is never written
+    assert "\x1b[" not in render(_Result([["A"]]), _upstream_str)
     monkeypatch.setenv("FLAGGEMS_PERF_COLOR", "sometimes")
     with pytest.raises(pytest.UsageError, match="FLAGGEMS_PERF_COLOR='sometimes'"):
         prp.pytest_configure(FakeConfig(prp))

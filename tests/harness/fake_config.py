@@ -41,3 +41,23 @@ class FakeConfig:
 
     def getoption(self, dest, default=None):
         return self.options.get(dest, default)
+
+
+class FakeSession(FakeConfig):
+    """A FakeConfig with what makes pytest's Config a session for zl.config: a stash and
+    cleanups. Its configuration is the process's `current()` until `end()` runs the cleanups,
+    as pytest does when the session ends."""
+
+    def __init__(self, plugin_module=None, **options):
+        import pytest
+
+        super().__init__(plugin_module, **options)
+        self.stash = pytest.Stash()
+        self._cleanups = []
+
+    def add_cleanup(self, fn):
+        self._cleanups.append(fn)
+
+    def end(self):
+        while self._cleanups:
+            self._cleanups.pop()()
