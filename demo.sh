@@ -2,10 +2,6 @@
 # One command from nothing to an A/B report page: a record run of OP, its replay, the
 # --ab comparison and a self-contained HTML page.
 #
-#   bash demo.sh                 # no GPU, no FlagGems: CPU demo (numbers mean nothing)
-#   FLAGGEMS_DIR=/path/to/FlagGems OP=softmax bash demo.sh     # GPU machine: the real job
-#   bash demo.sh --help          # this text; starts nothing
-#
 # Modes:
 #   real  FLAGGEMS_DIR is set and the backend ($ZL_BACKEND, default cuda) sees a device:
 #         run_pytest.sh records OP, then replays it (REPLAY_FROM), then batch_summary.py
@@ -16,6 +12,11 @@
 #         the CPU timing driver of tests/harness). Both run_identity.json files get
 #         demo=cpu-interpreter, which puts a banner on the page: the numbers mean nothing.
 #
+# Examples:
+#   bash demo.sh                 # no GPU, no FlagGems: CPU demo (numbers mean nothing)
+#   FLAGGEMS_DIR=/path/to/FlagGems OP=softmax bash demo.sh     # GPU machine: the real job
+#   bash demo.sh --help          # this text; starts nothing
+#
 # Variables:
 #   OP, OP_FILE     operator and benchmark file stem (default softmax / $OP)
 #   FLAGGEMS_DIR    a real FlagGems checkout (real mode)
@@ -25,9 +26,15 @@
 #                   store (0 shares ~/.flaggems, and the report then warns that side A
 #                   recorded on a shared cache)
 #   ZL_PYTHON       interpreter (default python, else python3)
-# Output: <root>/before, <root>/after (run directories), <root>/report.html, <root>/report.json
-# Exit: 0 page written; 2 bad variable; 3 FLAGGEMS_DIR set but no device visible;
-#       otherwise the failing step's status (run_pytest.sh / batch_summary.py).
+#
+# Outputs:
+#   <root>/before, <root>/after (run directories), <root>/report.html, <root>/report.json
+#
+# Exit codes:
+#   0  page written
+#   2  bad argument or variable
+#   3  FLAGGEMS_DIR set but no device visible
+#   any other code: the failing step's status (run_pytest.sh / batch_summary.py)
 set -uo pipefail
 
 ZL_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -1,21 +1,40 @@
 #!/usr/bin/env bash
 # zl_bench: run one FlagGems benchmark node under the zl_bench plugins and leave a
-# run directory (run.log, shapes.yaml, run_identity.json, autotune_records/, ttgir/).
+# run directory (run.log, run_config.json, run_identity.json, shapes.yaml, autotune_records/,
+# ttgir/, results/).
 #
+# Every knob is an environment variable; any argument but --help / -h is refused (exit 2).
+# An OUT_DIR holding an earlier run keeps that run's files in OUT_DIR/prev-<stamp>-<pid>/.
+# OUT_DIR is locked for the whole run: a second run on it exits 2 naming the holder's pid.
+#
+# Examples:
 #   OP=softmax OP_FILE=softmax FLAGGEMS_DIR=/path/to/FlagGems bash run_pytest.sh
 #   TEST_NODE=/path/to/FlagGems/benchmark/test_softmax.py::test_softmax bash run_pytest.sh
 #   REPLAY_FROM=runs/softmax_20261203-101500 OP=softmax OP_FILE=softmax bash run_pytest.sh
 #
-# Every knob is an environment variable (README.md has the full table): OP, OP_FILE,
-# TEST_NODE, FLAGGEMS_DIR, SHAPE_FILE, SHAPE_MODE, DTYPES, BENCH_LEVEL, USE_FLAGTUNE,
-# REPLAY_FROM, OUT_DIR, ZL_BACKEND, ZL_DEVICE, ZL_DEVICE_SHARE, ZL_ISOLATE_TUNER_CACHE, ZL_ENABLE_*,
-# ZL_DIRECT_REPEAT, ZL_SEED, ZL_PYTHON, ZL_RUNS_ROOT, FLAGGEMS_PERF_COLOR.
-# An OUT_DIR holding an earlier run keeps that run's files in OUT_DIR/prev-<stamp>-<pid>/.
-# OUT_DIR is locked for the whole run: a second run on it exits 2 naming the holder's pid.
-# Exit status: pytest's own; 2 = a variable has a bad value (TMPDIR included), an argument
-# was given, or OUT_DIR is locked by another run; 3 = a preflight check failed (printed as
-# `!!! PREFLIGHT_FAILED check=<name>`); 6 = OUT_DIR cannot be written (full disk,
-# read-only, no permission: `!!! OUT_DIR_WRITE_FAILED`); 128+N = stopped by signal N.
+# Variables:
+#   README.md, "Variables", has the full table with defaults and checks:
+#   OP, OP_FILE, TEST_NODE, FLAGGEMS_DIR, SHAPE_FILE, SHAPE_MODE, DTYPES, BENCH_LEVEL,
+#   USE_FLAGTUNE, REPLAY_FROM, OUT_DIR, TMPDIR, ZL_BACKEND, ZL_DEVICE, ZL_DEVICE_SHARE,
+#   ZL_ISOLATE_TUNER_CACHE, ZL_ENABLE_*, ZL_DIRECT_REPEAT, ZL_L2, ZL_COLD_CLOCK,
+#   ZL_GRAPH_WARMUP_MS, ZL_IR_LEVELS, ZL_SEED, ZL_PYTHON, ZL_RUNS_ROOT, FLAGGEMS_PERF_COLOR.
+#
+# Outputs:
+#   OUT_DIR (default runs/<op>_<YYYYmmdd-HHMMSS>): run.log (the console, ANSI stripped),
+#   run_config.json, run_identity.json (the caliber), shapes.yaml, shapes.source.yaml,
+#   autotune_records/, ttgir/, results/; README.md, "The run directory", lists them.
+#
+# Exit codes:
+#   0      ok (pytest's status)
+#   1      a test failed (pytest's status; a results/ write that fails on a full disk included)
+#   2      a variable has a bad value (TMPDIR included), an argument was given, or OUT_DIR is
+#          locked by another run (`!!! OUT_DIR_BUSY`)
+#   3      a preflight check failed (`!!! PREFLIGHT_FAILED check=<name> detail=...`)
+#   4      a bad option or variable word caught inside pytest (pytest's usage error)
+#   5      no tests collected (pytest's status)
+#   6      OUT_DIR cannot be written (full disk, read-only, no permission:
+#          `!!! OUT_DIR_WRITE_FAILED`), at the start or when run.log fails mid-run
+#   128+N  stopped by signal N
 set -uo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
