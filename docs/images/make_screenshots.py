@@ -4,8 +4,8 @@ rendered by headless Chromium.
     python3 docs/images/make_screenshots.py [OUT_DIR]     # needs chromium and matplotlib
 
 Sources (docs/validation/reports.md says where each was measured):
-  ab         docs/validation/raw/report_pages/demo_softmax/{before,after}  demo.sh's real softmax
-             record/replay
+  ab         docs/validation/raw/report_pages/demo_softmax.tar.xz  demo.sh's real softmax
+             record/replay ({before,after}: run.log, identity, IR fingerprints, results)
   ab_rounds  tests/fixtures/runlogs/h200/softmax_rounds  4 rounds x 2 sides (the rounds kept no
              run_identity.json; tests/harness/report_fixtures.py gives them screen.tsv's caliber)
   screen     docs/validation/raw/report_pages/aa_screen.tsv  an A/A screen (no cell run dirs kept)
@@ -21,6 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 from pathlib import Path
 
@@ -31,7 +32,7 @@ import batch_summary  # noqa: E402
 from harness import report_fixtures as rf  # noqa: E402
 
 PAGES_DIR = REPO / "docs" / "validation" / "raw" / "report_pages"
-DEMO = PAGES_DIR / "demo_softmax"
+DEMO_ARCHIVE = PAGES_DIR / "demo_softmax.tar.xz"
 SCREEN_TSV = PAGES_DIR / "aa_screen.tsv"
 BATCH = PAGES_DIR / "batch"
 
@@ -71,10 +72,13 @@ def main() -> int:
         return 2
     from PIL import Image, ImageChops
 
-    os.chdir(REPO)  # the A/B page names its run logs as given: repository-relative, not this checkout's path
-    demo = DEMO.relative_to(REPO)
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
+        with tarfile.open(DEMO_ARCHIVE) as tar:
+            tar.extractall(t / "pages", filter="data")
+        # The A/B page names its run logs as given: relative, not this machine's temp path.
+        os.chdir(t / "pages")
+        demo = Path("demo_softmax")
         argv = {"ab": ["--ab", demo / "before", demo / "after", "--label", "softmax (H200 demo)"],
                 "ab_rounds": ["--ab-rounds", rf.rounds_root(t / "rounds"), "--label", "softmax"],
                 "screen": ["--screen", screen_root(t / "aa_screen")],
