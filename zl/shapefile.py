@@ -25,10 +25,12 @@ import re
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
 
 import yaml
 from yaml.events import AliasEvent
+
+from zl.backends.base import device_argv
 
 MAX_BYTES = 512 * 1024
 MAX_ALIASES = 1000
@@ -249,15 +251,7 @@ def device_memory(backend: Any, env: Dict[str, str]) -> Optional[Tuple[int, str]
     if argv:
         visible = backend.inherited_devices(env) if hasattr(backend, "inherited_devices") else []
         device = (visible[0] if visible else env.get("ZL_DEVICE", "")).strip()
-        cmd: List[str] = []
-        for arg in argv:
-            if "{dev}" in arg:
-                if not device:
-                    if cmd and cmd[-1].startswith("-"):
-                        cmd.pop()
-                    continue
-                arg = arg.replace("{dev}", device)
-            cmd.append(arg)
+        cmd = device_argv(argv, device)
         try:
             # Bounded: vendor tools have been seen to hang.
             proc = subprocess.run(cmd, text=True, capture_output=True, timeout=20)

@@ -254,20 +254,27 @@ class DeviceBackend:
 
     # --- telemetry ------------------------------------------------------------------------------
     def telemetry_command(self, device: str = "") -> List[str]:
-        """Sampler argv. Without a pinned device the flag owning "{dev}" is dropped too, so the
-        sampler covers every card; a bare trailing "-i" would make it fail instead."""
-        out: List[str] = []
-        device = str(device or "").strip()
-        for arg in self.telemetry_argv:
-            if "{dev}" in arg:
-                if not device:
-                    if out and out[-1].startswith("-"):
-                        out.pop()
-                    continue
-                arg = arg.replace("{dev}", device)
-            out.append(arg)
-        return out
+        """Sampler argv (device_argv of telemetry_argv): without a pinned device the sampler
+        covers every card."""
+        return device_argv(self.telemetry_argv, device)
 
     def parse_telemetry(self, raw: str) -> List[Dict[str, str]]:
         """One dict per device with TELEMETRY_FIELDS as keys (string values, '' if unknown)."""
         return []
+
+
+def device_argv(argv: Sequence[str], device: str = "") -> List[str]:
+    """A vendor tool's argv with "{dev}" filled in. Without a device the argument holding
+    "{dev}" and the flag before it are dropped, so the tool covers every card; a bare
+    trailing "-i" would make it fail instead."""
+    out: List[str] = []
+    device = str(device or "").strip()
+    for arg in argv:
+        if "{dev}" in arg:
+            if not device:
+                if out and out[-1].startswith("-"):
+                    out.pop()
+                continue
+            arg = arg.replace("{dev}", device)
+        out.append(arg)
+    return out
