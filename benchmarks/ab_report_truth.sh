@@ -20,13 +20,12 @@
 # screen.tsv, report JSON/HTML; compiled IR left out), rewritten after every stage.
 # Exit: 0 done; 2 FLAGGEMS_DIR or OUT unset; else the failing stage's status.
 set -uo pipefail
-case "${1:-}" in -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0;; esac
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$HERE/zl/sh/entry.sh" "$@"   # --help, no arguments, the kit installed for PY
 if [[ -z "${FLAGGEMS_DIR:-}" || -z "${OUT:-}" ]]; then
   echo "ab_report_truth.sh: set FLAGGEMS_DIR (a FlagGems checkout) and OUT (an output folder)" >&2
   exit 2
 fi
-PY="${ZL_PYTHON:-$(command -v python3 || command -v python)}"
 SWITCH="${SWITCH:-DISABLE_LLVM_OPT}"
 SWITCH_OPS="${SWITCH_OPS:-vector_norm:vector_norm:float16 logsumexp:logsumexp:float16}"
 AA_OPS="${AA_OPS:-vector_norm:vector_norm:float16 nll_loss2d_forward:nll_loss2d:float16}"
@@ -36,7 +35,7 @@ W="$OUT/work"; mkdir -p "$W"
 SUM="$OUT/summary.txt"
 {
   echo "# ab_report_truth $(date -u +%Y-%m-%dT%H:%M:%SZ) zl_bench=$(git -C "$HERE" rev-parse --short HEAD 2>/dev/null)"
-  echo "# flaggems=$(PYTHONPATH="$HERE" "$PY" -m zl.flaggems --commit-of "$FLAGGEMS_DIR" --short 2>/dev/null)"
+  echo "# flaggems=$("$PY" -m zl.flaggems --commit-of "$FLAGGEMS_DIR" --short 2>/dev/null)"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1
 } > "$SUM"
 bundle() {

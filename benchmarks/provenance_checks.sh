@@ -21,13 +21,12 @@
 # $OUT/provenance_checks.tgz (logs, identities, records; compiled IR left out).
 # Exit: 0 every expectation held; 1 one did not; 2 FLAGGEMS_DIR or OUT unset.
 set -uo pipefail
-case "${1:-}" in -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0;; esac
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$HERE/zl/sh/entry.sh" "$@"   # --help, no arguments, the kit installed for PY
 if [[ -z "${FLAGGEMS_DIR:-}" || -z "${OUT:-}" ]]; then
   echo "provenance_checks.sh: set FLAGGEMS_DIR (a FlagGems checkout) and OUT (an output folder)" >&2
   exit 2
 fi
-PY="${ZL_PYTHON:-$(command -v python3 || command -v python)}"
 OP="${OP:-amax}"; OP_FILE="${OP_FILE:-$OP}"; DTYPE="${DTYPE:-float16}"
 export FLAGGEMS_DIR NO_COLOR=1 ZL_ISOLATE_TUNER_CACHE=1
 W="$OUT/work"; rm -rf "$W"; mkdir -p "$W"
