@@ -4,12 +4,13 @@ rendered by headless Chromium.
     python3 docs/images/make_screenshots.py [OUT_DIR]     # needs chromium and matplotlib
 
 Sources (docs/validation/reports.md says where each was measured):
-  ab         docs/validation/raw/report_pages/demo_softmax.tar.xz  demo.sh's real softmax
+  (all in docs/validation/raw/report_pages.tar.xz, unpacked into a temporary folder)
+  ab         report_pages/demo_softmax/{before,after}  demo.sh's real softmax
              record/replay ({before,after}: run.log, identity, IR fingerprints, results)
   ab_rounds  tests/fixtures/runlogs/h200/softmax_rounds  4 rounds x 2 sides (the rounds kept no
              run_identity.json; tests/harness/report_fixtures.py gives them screen.tsv's caliber)
-  screen     docs/validation/raw/report_pages/aa_screen.tsv  an A/A screen (no cell run dirs kept)
-  batch      docs/validation/raw/report_pages/batch/  run_batch.py's real 8-case call (2 ran)
+  screen     report_pages/aa_screen.tsv  an A/A screen (no cell run dirs kept)
+  batch      report_pages/batch/  run_batch.py's real 8-case call (2 ran)
 
 Screenshots are cut to the page's content and reduced to a 64-colour palette so they
 stay small in the repository.
@@ -31,10 +32,9 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 import batch_summary  # noqa: E402
 from harness import report_fixtures as rf  # noqa: E402
 
-PAGES_DIR = REPO / "docs" / "validation" / "raw" / "report_pages"
-DEMO_ARCHIVE = PAGES_DIR / "demo_softmax.tar.xz"
-SCREEN_TSV = PAGES_DIR / "aa_screen.tsv"
-BATCH = PAGES_DIR / "batch"
+PAGES_ARCHIVE = REPO / "docs" / "validation" / "raw" / "report_pages.tar.xz"
+# Set by main() once the archive is unpacked: report_pages/ in a temporary folder.
+PAGES_DIR = Path("report_pages")
 
 # (name, window height) per page; the height covers the page, the crop removes the rest.
 PAGES = (("ab", 1250), ("ab_rounds", 2400), ("screen", 900), ("batch", 1000))
@@ -42,7 +42,7 @@ PAGES = (("ab", 1250), ("ab_rounds", 2400), ("screen", 900), ("batch", 1000))
 
 def screen_root(root: Path) -> Path:
     root.mkdir(parents=True)
-    shutil.copy(SCREEN_TSV, root / "screen.tsv")
+    shutil.copy(PAGES_DIR / "aa_screen.tsv", root / "screen.tsv")
     return root
 
 
@@ -50,12 +50,13 @@ def batch_dir(root: Path) -> Path:
     """The committed batch with its run dirs where the report looks for them: ops_status.csv's
     out_dir named the device machine's paths (/root/out/...), so it is pointed at the copies."""
     root.mkdir(parents=True)
-    with open(BATCH / "ops_status.csv", newline="", encoding="utf-8") as fh:
+    batch = PAGES_DIR / "batch"
+    with open(batch / "ops_status.csv", newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
     for r in rows:
         run = root / r["repo"] / (r.get("run_name") or r["op"])
-        if (BATCH / "runs" / r["op"]).is_dir():
-            shutil.copytree(BATCH / "runs" / r["op"], run)
+        if (batch / "runs" / r["op"]).is_dir():
+            shutil.copytree(batch / "runs" / r["op"], run)
         r["out_dir"] = str(run)
     with open(root / "ops_status.csv", "w", newline="", encoding="utf-8") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
@@ -65,7 +66,8 @@ def batch_dir(root: Path) -> Path:
 
 
 def main() -> int:
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else REPO / "docs" / "images"
+    out = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else REPO / "docs" / "images"
+    out.mkdir(parents=True, exist_ok=True)
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if not chromium:
         print("make_screenshots.py: chromium not found (apt-get install -y chromium)", file=sys.stderr)
@@ -74,11 +76,11 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
-        with tarfile.open(DEMO_ARCHIVE) as tar:
-            tar.extractall(t / "pages", filter="data")
+        with tarfile.open(PAGES_ARCHIVE) as tar:
+            tar.extractall(t, filter="data")
         # The A/B page names its run logs as given: relative, not this machine's temp path.
-        os.chdir(t / "pages")
-        demo = Path("demo_softmax")
+        os.chdir(PAGES_DIR.parent if PAGES_DIR.is_absolute() else t)
+        demo = PAGES_DIR / "demo_softmax"
         argv = {"ab": ["--ab", demo / "before", demo / "after", "--label", "softmax (H200 demo)"],
                 "ab_rounds": ["--ab-rounds", rf.rounds_root(t / "rounds"), "--label", "softmax"],
                 "screen": ["--screen", screen_root(t / "aa_screen")],
