@@ -102,8 +102,8 @@ from zl.report.guard import (EXIT_CALIBER, EXIT_NO_REPORT, EXIT_OK, EXIT_USAGE, 
                              NoReport, Refused, check_dir_target, check_json_target,
                              check_outputs_apart)
 from zl.report.rounds import report_ab_rounds
-from zl.report import views
-from zl.report.run import LoadedRun
+from zl.report import verdicts, views
+from zl.report.run import LoadedRun, Runs
 from zl.runlog import caliber as cal
 from zl.runlog.parse import RunLogError, read_run_log
 
@@ -214,6 +214,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--campaign", default=None, metavar="ID",
                    help="--ab-rounds: use this campaign_id's cells (default: the newest campaign)")
     p.add_argument("--label", default="", help="operator name shown in the report")
+    p.add_argument("--controls", nargs="+", type=Path, default=(), metavar="DIR",
+                   help="--ab/--ab-rounds: A/A controls for the per-shape verdicts: screen roots "
+                        "(their every-level A/A cells) or --ab-rounds roots (same-side cells "
+                        "across rounds), measured with the judged pair's caliber")
+    p.add_argument("--false-alarm", type=float, default=verdicts.DEFAULT_FALSE_ALARM,
+                   metavar="RATE", help="per-shape false-alarm target of the verdict rule, in "
+                   "(0, 0.5] (default 0.05; a latency class needs >= 1/RATE - 1 A/A controls)")
     p.add_argument("--json", type=Path, default=None, metavar="FILE",
                    help="also write everything the mode shows as JSON (any mode)")
     p.add_argument("--allow-caliber-mismatch", action="store_true",
@@ -264,7 +271,8 @@ def _run_mode(args) -> Dict:
         return {"mode": "batch", "batch": str(args.batch_dir), "csv": str(path),
                 "timing_warning": warning, "rows": rows}
     if args.screen is not None:
-        result = views.screen_result(args.screen)
+        runs = Runs()
+        result = views.screen_result(args.screen, runs)
         for g in result["completion"]["failures"]:   # a screen stopped mid-list
             print(f"!!! [screen] {g['reason']}: {' '.join(g['ops']) or '-'}")
         by_cell = {o["cell"]: o for o in result["ops"]}
@@ -278,6 +286,14 @@ def _run_mode(args) -> Dict:
         band = result["noise_band_pct"]
         print("[screen] noise band: " + (f"{band[0]:+.2f}% ~ {band[1]:+.2f}% " if band else "unknown ")
               + f"({result['noise_source']})")
+        result["verdicts"] = verdicts.judge_screen(result, runs, args.false_alarm)
+        for line in verdicts.text_lines("[screen]", result["verdicts"]["rule"],
+                                        result["verdicts"]["summary"]):
+            print(line)
+        for o in result["ops"]:
+            for sh in o.get("shapes") or []:
+                print(f"  {sh['aa_verdict']:<8} {o['cell']:<24} {sh['speedup_pct']:+8.2f}%  "
+                      f"{sh['size_detail']}  ({sh['aa_reason']})")
         return result
     if args.batch is not None:
         result = views.batch_result(args.batch)
@@ -288,9 +304,10 @@ def _run_mode(args) -> Dict:
             print(f"!!! [batch-summary] {result['timing_warning']}")
         return result
     if args.ab:
-        return report_ab(args.ab[0], args.ab[1], args.label, args.allow_caliber_mismatch)
+        return report_ab(args.ab[0], args.ab[1], args.label, args.allow_caliber_mismatch,
+                         args.controls, args.false_alarm)
     return report_ab_rounds(args.ab_rounds, args.label, args.allow_caliber_mismatch,
-                            args.campaign)
+                            args.campaign, args.controls, args.false_alarm)
 
 
 class DrawingFailed(BadInput):
@@ -398,6 +415,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("batch_summary.py: --html/--png go with --ab, --ab-rounds, --screen or --batch",
               file=sys.stderr)
         return EXIT_USAGE
+    if args.controls and not (args.ab or args.ab_rounds):
+        print("batch_summary.py: --controls goes with --ab or --ab-rounds (a screen's controls "
+              "are its own A/A cells)", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        verdicts.check_false_alarm(args.false_alarm)
+    except verdicts.BadFalseAlarm as exc:
+        print(f"batch_summary.py: --false-alarm: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         _check_outputs(args)
     except BadInput as exc:  # nothing was written, nothing removed
@@ -421,7 +447,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         _clear_pages(args)
         _write_json_quietly(args.json, {**exc.result, "exit_code": EXIT_NO_REPORT, "message": str(exc)})
         return EXIT_NO_REPORT
-    except (BadInput, OSError, views.ReportInputError) as exc:
+    except (BadInput, OSError, views.ReportInputError, verdicts.BadControls) as exc:
         print(f"!!! [batch-summary] {exc}", file=sys.stderr)
         _clear_pages(args)
         _write_json_quietly(args.json, _failure_json(args, "error", EXIT_USAGE, message=str(exc)))

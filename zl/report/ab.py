@@ -10,13 +10,13 @@ Each side is one LoadedRun: every step reads the same bytes of its files.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 from zl.report.guard import (MARKER_LABELS, BadInput, NoReport, check_caliber, fmt_pct,
                              print_replay_fallbacks, refuse_self_comparison,
                              replay_fallback_facts)
 from zl.report import results as results_report
-from zl.report import views
+from zl.report import verdicts, views
 from zl.report.run import LoadedRun, Runs, code_text, pair_code
 from zl.runlog.parse import RunLogError, resolve_log
 from zl.runlog.stats import PairReport, key_text, pair_logs
@@ -101,7 +101,38 @@ def _as_json(name: str, blog: Path, alog: Path, rep: PairReport, caliber: Tuple[
     }
 
 
-def report_ab(before: Path, after: Path, label: str, allow: bool) -> Dict:
+def _verdicts(name: str, brun: LoadedRun, paired: List[Dict], controls: Sequence[Path],
+              false_alarm: float, runs: Runs) -> Dict:
+    """FASTER/SLOWER/SAME/UNCLEAR per shape (zl.report.verdicts), calibrated from --controls
+    roots, else from the A/A cells of the screen root this pair sits in; this pair's own
+    shapes are never among its controls."""
+    screen = brun.dir.parent
+    cell = brun.dir.name[:-len("_before")] if brun.dir.name.endswith("_before") else ""
+    if controls:
+        got, rejected = verdicts.dir_controls(controls, runs)
+        source = "--controls " + " ".join(map(str, controls))
+    elif (screen / "screen.tsv").is_file():
+        try:
+            got, rejected = verdicts.screen_controls(screen, views.screen_result(screen, runs)["ops"], runs)
+        except views.ReportInputError as exc:
+            got, rejected = [], [str(exc)]
+        source = f"the A/A cells of the screen {screen}"
+    else:
+        got, rejected = [], []
+        source = "none (give --controls: a screen root or an --ab-rounds root measured alike)"
+    cal = verdicts.Calibration(got, verdicts.caliber_key(brun.identity), source, false_alarm,
+                               exclude=[verdicts.screen_cell_name(screen, cell)] if cell else [])
+    block = verdicts.apply(paired, cal, "speedup_pct", "before_lat", rejected=rejected)
+    for line in verdicts.text_lines(f"[ab] {name}", block["rule"], block["summary"]):
+        print(line)
+    for p in paired:
+        print(f"  {p['aa_verdict']:<8} {p['dtype']:<16} {p['speedup_pct']:+8.2f}%  "
+              f"{p['size_detail']}  ({p['aa_reason']})")
+    return block
+
+
+def report_ab(before: Path, after: Path, label: str, allow: bool, controls: Sequence[Path] = (),
+              false_alarm: float = verdicts.DEFAULT_FALSE_ALARM) -> Dict:
     """Print the A/B report and return it as a dict (raises Refused / BadInput / NoReport)."""
     runs = Runs()
     brun, arun = _load_pair(runs, Path(before), Path(after))
@@ -133,5 +164,6 @@ def report_ab(before: Path, after: Path, label: str, allow: bool) -> Dict:
     if not rep.paired:
         result["status"] = "no_paired_rows"
         raise NoReport(f"{name}: no row succeeded on both sides: no speedup to report", result)
+    result["verdicts"] = _verdicts(name, brun, result["paired"], controls, false_alarm, runs)
     result["status"] = "ok"
     return views.augment(result, {"before": brun, "after": arun})

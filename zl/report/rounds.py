@@ -12,24 +12,23 @@ the same bytes of its files.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from zl.report.guard import (MARKER_LABELS, BadInput, NoReport, Refused, check_caliber,
                              fmt_pct, print_replay_fallbacks, replay_fallback_facts,
                              require_stats_libraries)
 from zl.report import results as results_report
-from zl.report import views
+from zl.report import verdicts, views
 from zl.report.run import LoadedRun, Runs, code_text, pair_code
 from zl.runlog.campaign import (Cell, CampaignChoice, MixedCampaigns, UnknownCampaign, cell_name,
                                 select_campaign)
 from zl.runlog.parse import RunLogError
-from zl.runlog.stats import CELL_RE, RoundsData, analyse_rounds, key_text, load_rounds
+from zl.runlog.stats import ALPHA, CELL_RE, RoundsData, analyse_rounds, key_text, load_rounds
 
 
-def _root_runs(root: Path) -> Dict[str, LoadedRun]:
+def _root_runs(root: Path, runs: Runs) -> Dict[str, LoadedRun]:
     """Every run directory of the root (a directory holding run.log), by name: the cells and
     any other run the page lists among the identities. Nothing is read yet."""
-    runs = Runs()
     return {d.name: runs.get(d) for d in sorted(root.iterdir()) if d.is_dir() and (d / "run.log").is_file()}
 
 
@@ -150,15 +149,41 @@ def _print_caveats(name: str, res: Dict, markers: Dict[str, Dict[str, int]]) -> 
         print(f"[ab-rounds] {name}: timing regime annotations over all cells: {', '.join(notes)}")
 
 
+def _verdicts(name: str, used: Dict[Cell, LoadedRun], out: Dict, res: Dict,
+              controls: Sequence[Path], false_alarm: float, runs: Runs) -> Dict:
+    """FASTER/SLOWER/SAME/UNCLEAR per shape (zl.report.verdicts): controls are the campaign's
+    same-side cells across rounds (each an A/A where its code is identical at every level)
+    and any --controls roots; the rank test must agree at ALPHA."""
+    own, rejected = verdicts.rounds_controls(name, used)
+    more, why = verdicts.dir_controls(controls, runs) if controls else ([], [])
+    source = "this campaign's same-side cells across rounds" + (
+        f" and --controls {' '.join(map(str, controls))}" if controls else "")
+    first = used.get((1, "A")) or next(iter(used.values()))
+    cal = verdicts.Calibration(own + more, verdicts.caliber_key(first.identity), source, false_alarm)
+    weak = "" if res["verdicts_possible"] else (
+        f"{res['rounds']} rounds cannot reach alpha {ALPHA} (smallest attainable Mann-Whitney p "
+        f"{res['min_attainable_p']:.3f}): underpowered")
+    block = verdicts.apply(out["shapes"], cal, "speedup_pct", "a_median", "p_value", ALPHA, weak,
+                           rejected + why)
+    for line in verdicts.text_lines(f"[ab-rounds] {name}", block["rule"], block["summary"]):
+        print(line)
+    for s in out["shapes"]:
+        print(f"  {s['aa_verdict']:<8} {s['dtype']:<16} {s['speedup_pct']:+7.2f}%  {s['size_detail']}"
+              f"  ({s['aa_reason']})")
+    return block
+
+
 def report_ab_rounds(root: Path, label: str, allow: bool,
-                     campaign: Optional[str] = None) -> Dict:
+                     campaign: Optional[str] = None, controls: Sequence[Path] = (),
+                     false_alarm: float = verdicts.DEFAULT_FALSE_ALARM) -> Dict:
     """Print the multi-round report and return it (raises Refused / BadInput / NoReport)."""
     root = Path(root)
     name = label or root.name
     require_stats_libraries()
     if not root.is_dir():
         raise BadInput(f"no such directory: {root}")
-    runs = _root_runs(root)
+    loaded = Runs()
+    runs = _root_runs(root, loaded)
     cells = _cells(runs)
     choice = _campaign_cells(root, name, campaign, cells)
     used = {c: cells[c] for c in choice.used}
@@ -188,5 +213,6 @@ def report_ab_rounds(root: Path, label: str, allow: bool,
                        "on both sides", out)
     _print_operator(name, res)
     _print_caveats(name, res, out["markers"])
+    out["verdicts"] = _verdicts(name, used, out, res, controls, false_alarm, loaded)
     out["status"] = "ok"
     return views.augment(out, runs)

@@ -188,6 +188,9 @@ def _pair_summary(brun: LoadedRun, arun: LoadedRun) -> Dict:
     rep = pair_logs(bl, al)
     rep.before_unfinished, rep.after_unfinished = brun.unfinished, arun.unfinished
     out = dict(rep.summary())
+    out["shapes"] = [{"dtype": p["key"][1], "size_detail": p["key"][2], "occurrence": p["key"][3],
+                      "before_lat": p["before_lat"], "speedup_pct": p["speedup_pct"]}
+                     for p in rep.paired]
     out["caliber_problems"] = cal.complaints_of([("before", brun.identity), ("after", arun.identity)])
     fails = "; ".join(x for x in (bl.failure_text(), al.failure_text()) if x)
     out["failure_text"] = fails

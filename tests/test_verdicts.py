@@ -1,0 +1,169 @@
+"""Per-shape FASTER/SLOWER/SAME/UNCLEAR verdicts (zl/report/verdicts.py) on recorded H200 data.
+
+The controls are real: the softmax DISABLE_LLVM_OPT campaign's same-side cells across its 4
+rounds (r<i>_A vs r<j>_A, r<i>_B vs r<j>_B: the same code, 60 A/A shape deltas) and relu's
+A/A round. Those runs kept no IR, so each cell gets a fingerprint record: the A cells one
+code, the B cells another (the switch changed LLVM IR onwards).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import batch_summary as bs
+from harness import report_fixtures as rf
+from zl.report import verdicts as vd
+from zl.report.run import Runs
+
+B_CODE = {**rf.SAME_CODE, "llir": "2d" * 32, "ptx": "8f" * 32, "binary": "c2" * 32}
+
+
+def rounds(tmp_path: Path, **identity) -> Path:
+    root = rf.rounds_root(tmp_path / "campaign")
+    for cell in root.iterdir():
+        if cell.is_dir():
+            rf.write_fingerprints(cell, rf.SAME_CODE if cell.name.endswith("_A") else B_CODE)
+            if identity:
+                path = cell / "run_identity.json"
+                path.write_text(json.dumps({**json.loads(path.read_text()), **identity}))
+    return root
+
+
+def relu_aa(tmp_path: Path) -> Path:
+    """relu's recorded A/A round as a pair with every level identical."""
+    for side, log, mode in (("before", "r1_A", "record"), ("after", "r1_B", "replay")):
+        rf.write_fingerprints(rf.run_dir(tmp_path / "relu" / side, rf.RELU_ROUNDS / f"{log}.run.log",
+                                         mode, "relu"), rf.SAME_CODE)
+    return tmp_path / "relu"
+
+
+def run_json(tmp_path: Path, *argv) -> dict:
+    js = tmp_path / "out.json"
+    assert bs.main([str(a) for a in argv] + ["--json", str(js)]) == 0
+    return json.loads(js.read_text())
+
+
+def test_threshold_is_the_conformal_order_statistic():
+    vals = [float(i) for i in range(1, 20)]          # 19 controls, |delta| 1..19 %
+    assert vd.min_controls(0.05) == 19 and vd.min_controls(0.1) == 9
+    assert vd.threshold(vals, 0.05) == (19.0, 1 / 20)   # k = ceil(20 * 0.95) = 19: the largest
+    assert vd.threshold(vals[:18], 0.05) == (None, None)
+    thr, bound = vd.threshold([-x for x in vals], 0.1)  # k = 18: signs do not matter
+    assert thr == 18.0 and bound == pytest.approx(2 / 20)
+    assert [vd.latency_class(ms) for ms in (0.001, 0.01, 0.05, 0.5, 1.0, 10.0)] == [0, 1, 1, 2, 3, 3]
+    with pytest.raises(vd.BadFalseAlarm):
+        vd.check_false_alarm(0.0)
+
+
+def test_real_change_is_slower_where_its_slowdown_exceeds_the_aa_noise(tmp_path, capsys):
+    d = run_json(tmp_path, "--ab-rounds", rounds(tmp_path), "--false-alarm", "0.1")
+    v = d["verdicts"]
+    rule = v["rule"]
+    assert rule["controls"] == 60 and not rule["unusable"] and not v["rejected_controls"]
+    thr = {c["class"]: c["threshold_pct"] for c in rule["classes"]}
+    by = {s["size_detail"]: s for s in d["shapes"]}
+    big = by["[torch.Size([1048576])]"]
+    assert big["speedup_pct"] < -10 and big["aa_verdict"] == "SLOWER"
+    for s in d["shapes"]:
+        noise = thr[s["latency_class"]]
+        exceeds = abs(s["speedup_pct"]) > noise and s["p_value"] < 0.05
+        assert (s["aa_verdict"] in ("SLOWER", "FASTER")) == exceeds, s
+        assert s["aa_verdict"] != "SLOWER" or s["speedup_pct"] < -noise
+    assert v["summary"]["counts"]["SLOWER"] == 3 and v["summary"]["counts"]["UNCLEAR"] == 0
+    bounds = {c["class"]: c["false_alarm_bound"] for c in rule["classes"]}
+    assert v["summary"]["expected_false_verdicts"] == pytest.approx(
+        sum(bounds[s["latency_class"]] for s in d["shapes"]))
+    # scipy's Benjamini-Hochberg over the per-shape p-values: 4 of 5 at p = 0.029
+    assert v["summary"]["bh_discoveries"] == 4
+    out = capsys.readouterr().out
+    assert "verdicts (A/A-calibrated): FASTER=1, SLOWER=3, SAME=1, UNCLEAR=0" in out
+
+
+def test_too_few_controls_in_a_class_is_unclear_with_the_reason(tmp_path):
+    d = run_json(tmp_path, "--ab-rounds", rounds(tmp_path))          # default 5 %: 19 per class
+    by = {s["size_detail"]: s for s in d["shapes"]}
+    big = by["[torch.Size([1048576])]"]
+    assert big["aa_verdict"] == "UNCLEAR" and "12 A/A control(s) in class 100 us-1 ms" in big["aa_reason"]
+    assert {s["aa_verdict"] for s in d["shapes"]} <= {"UNCLEAR", "SLOWER"}
+
+
+def test_false_alarm_rate_on_the_aa_controls_is_within_its_bound(tmp_path):
+    root = rounds(tmp_path)
+    with_relu = relu_aa(tmp_path)
+    runs = Runs()
+    controls, rejected = vd.rounds_controls("softmax", {
+        (int(c.name[1]), c.name[-1]): runs.get(c) for c in root.iterdir() if c.is_dir()})
+    more, why = vd.pair_controls("relu", runs.get(with_relu / "before"), runs.get(with_relu / "after"))
+    assert len(controls) == 60 and len(more) == 5 and not rejected and why is None
+    key = vd.caliber_key(runs.get(with_relu / "before").identity)
+    for fa in (0.05, 0.1, 0.2):
+        rule = vd.Calibration(controls + more, key, "recorded", fa).rule()
+        assert rule["loo_judged"] > 0
+        assert rule["loo_false_alarm_rate"] <= fa, (fa, rule)
+        for c in rule["classes"]:
+            assert c["false_alarm_bound"] is None or c["false_alarm_bound"] <= fa
+
+
+def test_borderline_delta_at_the_threshold_is_same(tmp_path):
+    runs = Runs()
+    root = rounds(tmp_path)
+    controls, _ = vd.rounds_controls("softmax", {
+        (int(c.name[1]), c.name[-1]): runs.get(c) for c in root.iterdir() if c.is_dir()})
+    cal = vd.Calibration(controls, controls[0]["caliber"], "recorded", 0.05)
+    thr = cal.judge(0.0, 0.03)["threshold_pct"]                       # 10-100 us: 24 controls
+    assert thr and cal.judge(-thr, 0.03)["verdict"] == "SAME"           # at it: within it
+    assert cal.judge(-thr * 1.01, 0.03)["verdict"] == "SLOWER"
+    assert cal.judge(thr * 1.01, 0.03, p=0.029, alpha=0.05)["verdict"] == "FASTER"
+    undecided = cal.judge(-thr * 1.01, 0.03, p=0.2, alpha=0.05)
+    assert undecided["verdict"] == "UNCLEAR" and "rank test does not agree" in undecided["reason"]
+    weak = cal.judge(-thr * 2, 0.03, underpowered="3 rounds cannot reach alpha")
+    assert weak["verdict"] == "UNCLEAR" and weak["reason"] == "3 rounds cannot reach alpha"
+
+
+def test_aa_pair_gets_same_or_unclear_only(tmp_path, capsys):
+    pair = relu_aa(tmp_path)
+    d = run_json(tmp_path, "--ab", pair / "before", pair / "after", "--controls", rounds(tmp_path))
+    got = {p["aa_verdict"] for p in d["paired"]}
+    assert got <= {"SAME", "UNCLEAR"} and "SAME" in got
+    # without controls: the pair never calibrates itself
+    d = run_json(tmp_path, "--ab", pair / "before", pair / "after")
+    assert {p["aa_verdict"] for p in d["paired"]} == {"UNCLEAR"}
+    assert "no A/A control" in d["paired"][0]["aa_reason"]
+
+
+def test_controls_of_another_caliber_are_not_used(tmp_path):
+    pair = relu_aa(tmp_path)
+    d = run_json(tmp_path, "--ab", pair / "before", pair / "after", "--controls",
+                 rounds(tmp_path, l2="cold"))
+    assert {p["aa_verdict"] for p in d["paired"]} == {"UNCLEAR"}
+    assert d["verdicts"]["rule"]["controls_other_caliber"] == 60
+    assert "60 measured with another caliber" in d["paired"][0]["aa_reason"]
+
+
+def test_screen_aa_cell_is_judged_without_its_own_shapes(tmp_path, capsys):
+    root = rf.screen_root(tmp_path / "screen")
+    d = run_json(tmp_path, "--screen", root)
+    by = {o["op"]: o for o in d["ops"]}
+    assert by["softmax"]["code"]["aa"] and by["softmax"]["shapes"]
+    # the only A/A cell is the one judged: nothing left to calibrate it, so UNCLEAR
+    assert {s["aa_verdict"] for s in by["softmax"]["shapes"]} == {"UNCLEAR"}
+    assert d["verdicts"]["rule"]["controls"] == 5
+    assert d["verdicts"]["summary"]["counts"]["FASTER"] == 0
+
+
+@pytest.mark.parametrize("argv", [["--false-alarm", "0"], ["--false-alarm", "0.7"],
+                                  ["--controls", "X"]])
+def test_bad_verdict_options_exit_2(tmp_path, argv, capsys):
+    root = rf.screen_root(tmp_path / "screen")
+    assert bs.main(["--screen", str(root)] + argv) == 2
+    assert "batch_summary.py: --" in capsys.readouterr().err
+
+
+def test_controls_dir_of_unknown_layout_exits_2(tmp_path, capsys):
+    pair = relu_aa(tmp_path)
+    (tmp_path / "empty").mkdir()
+    assert bs.main(["--ab", str(pair / "before"), str(pair / "after"), "--controls",
+                    str(tmp_path / "empty")]) == 2
+    assert "neither a screen root" in capsys.readouterr().err

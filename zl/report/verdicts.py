@@ -1,0 +1,347 @@
+"""Per-shape verdicts of an A/B: FASTER, SLOWER, SAME or UNCLEAR, calibrated from A/A controls.
+
+The rule. A control is one shape of an every-level A/A pair (run.pair_code's
+`identical_everywhere`: NO_IR_DIFF with every recorded level, binary included, identical)
+measured with the judged pair's caliber. Controls are grouped per latency class (log-spaced:
+< 10 us, 10-100 us, 100 us-1 ms, >= 1 ms; a 3 us kernel is noisier than a 300 us one). In a
+class of n controls the threshold is the k-th smallest |A/A delta| with
+k = ceil((n + 1) * (1 - F)), F the false-alarm target (default 5 %). If a new A/A shape is
+exchangeable with the class's controls, the chance its |delta| exceeds that threshold is at
+most (n + 1 - k) / (n + 1) <= F (the conformal bound; no distribution assumed), so a class
+needs n >= 1/F - 1 controls. A shape is FASTER / SLOWER when |delta| > threshold (and, with
+rounds, the per-shape Mann-Whitney p < alpha: the rank test agrees), SAME when
+|delta| <= threshold, UNCLEAR otherwise, with the reason: no control with this caliber, too
+few controls in the class, rounds too few to reach alpha, or the two tests disagree.
+
+A pair is never calibrated from its own shapes: the judged pair's controls are left out (a
+pair that is itself an A/A is judged against the others; its verdicts are then the
+leave-one-out false-alarm measurement). With rounds, the controls are single-round deltas
+while the judged number is a median over rounds: the threshold is conservative there.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+FASTER, SLOWER, SAME, UNCLEAR = "FASTER", "SLOWER", "SAME", "UNCLEAR"
+VERDICTS = (FASTER, SLOWER, SAME, UNCLEAR)
+DEFAULT_FALSE_ALARM = 0.05
+CLASS_EDGES_MS = (0.01, 0.1, 1.0)
+CLASS_NAMES = ("< 10 us", "10-100 us", "100 us-1 ms", ">= 1 ms")
+
+Control = Dict  # {"latency_ms", "delta_pct", "source", "caliber"}
+
+
+class BadFalseAlarm(ValueError):
+    """A false-alarm target outside (0, 0.5]."""
+
+
+def check_false_alarm(value: float) -> float:
+    if not (isinstance(value, (int, float)) and 0.0 < value <= 0.5):
+        raise BadFalseAlarm(f"false-alarm target must be in (0, 0.5], got {value!r}")
+    return float(value)
+
+
+def latency_class(latency_ms: float) -> int:
+    """Index into CLASS_NAMES of a latency in ms."""
+    import numpy as np
+    return int(np.searchsorted(CLASS_EDGES_MS, latency_ms, side="right"))
+
+
+def min_controls(false_alarm: float) -> int:
+    """Smallest n with k = ceil((n + 1)(1 - F)) <= n."""
+    n = 1
+    while _rank(n, false_alarm) > n:
+        n += 1
+    return n
+
+
+def _rank(n: int, false_alarm: float) -> int:
+    # round() first: (n + 1) * 0.95 must not become 19.000000000000004 -> 20
+    return math.ceil(round((n + 1) * (1.0 - false_alarm), 9))
+
+
+def threshold(abs_deltas: Sequence[float], false_alarm: float) -> Tuple[Optional[float], Optional[float]]:
+    """(threshold %, bound on the false-alarm rate) of a class; (None, None) below min_controls."""
+    import numpy as np
+    n = len(abs_deltas)
+    k = _rank(n, false_alarm)
+    if n == 0 or k > n:
+        return None, None
+    return float(np.sort(np.abs(np.asarray(abs_deltas, dtype=float)))[k - 1]), (n + 1 - k) / (n + 1)
+
+
+def _leave_one_out(values: Sequence[float], false_alarm: float) -> Tuple[int, int]:
+    """(controls judged by the others' threshold, of those: exceeding it)."""
+    judged = exceeded = 0
+    for i, v in enumerate(values):
+        thr, _ = threshold(list(values[:i]) + list(values[i + 1:]), false_alarm)
+        if thr is not None:
+            judged += 1
+            exceeded += abs(v) > thr
+    return judged, exceeded
+
+
+def caliber_key(identity: Optional[Dict]) -> Optional[Tuple]:
+    """The fields two runs must share for one's A/A noise to stand for the other's: the caliber
+    (timer, l2, device, ...) minus the fields naming the operator; None without an identity."""
+    from zl.runlog import caliber as cal
+    c = cal.caliber_from(identity)
+    if c is None:
+        return None
+    return tuple((k, c.get(k)) for k in cal.CALIBER_FIELDS if k not in cal.PER_OPERATOR_FIELDS)
+
+
+def pair_controls(name: str, brun, arun) -> Tuple[List[Control], Optional[str]]:
+    """(controls, None) from an every-level A/A pair of LoadedRuns, or ([], why it is none)."""
+    from zl.report.run import pair_code
+    from zl.runlog.parse import RunLogError
+    from zl.runlog.stats import pair_logs
+    code = pair_code(brun, arun)
+    if not code["identical_everywhere"]:
+        return [], f"{name}: not an A/A: {code['reason']}"
+    try:
+        rep = pair_logs(brun.parsed, arun.parsed)
+    except RunLogError as exc:
+        return [], f"{name}: unreadable: {exc}"
+    key = caliber_key(brun.identity)
+    return [{"latency_ms": p["before_lat"], "delta_pct": p["speedup_pct"], "caliber": key,
+             "source": f"{name} {p['key'][2]}"} for p in rep.paired], None
+
+
+class Calibration:
+    """The thresholds for one judged pair: its caliber's controls, its own left out."""
+
+    def __init__(self, controls: Iterable[Control], caliber: Optional[Tuple], source: str,
+                 false_alarm: float = DEFAULT_FALSE_ALARM, exclude: Sequence[str] = ()) -> None:
+        self.false_alarm = check_false_alarm(false_alarm)
+        self.source, self.caliber = source, caliber
+        every = [c for c in controls if not any(c["source"].startswith(x + " ") for x in exclude)]
+        self.controls = [c for c in every if caliber is not None and c["caliber"] == caliber]
+        self.other_caliber = len(every) - len(self.controls)
+        self.classes = []
+        for i, cname in enumerate(CLASS_NAMES):
+            vals = [c["delta_pct"] for c in self.controls if latency_class(c["latency_ms"]) == i]
+            thr, bound = threshold(vals, self.false_alarm)
+            judged, exceeded = _leave_one_out(vals, self.false_alarm)
+            self.classes.append({"class": cname, "controls": len(vals), "threshold_pct": thr,
+                                 "false_alarm_bound": bound, "loo_judged": judged,
+                                 "loo_false_alarms": exceeded,
+                                 "loo_false_alarm_rate": exceeded / judged if judged else None})
+
+    def why_none(self) -> Optional[str]:
+        """Why no shape can get a FASTER/SLOWER/SAME at all, or None."""
+        if self.caliber is None:
+            return "the judged pair has no run_identity.json: its caliber is unknown"
+        if not self.controls:
+            extra = (f" ({self.other_caliber} measured with another caliber)"
+                     if self.other_caliber else "")
+            return f"no A/A control measured with this pair's caliber{extra}: {self.source}"
+        return None
+
+    def judge(self, delta_pct: float, latency_ms: float, p: Optional[float] = None,
+              alpha: Optional[float] = None, underpowered: str = "") -> Dict:
+        """{'verdict', 'reason', 'latency_class', 'threshold_pct'} of one shape (speedup %,
+        positive = B faster); p/alpha: the rank test when the shape has rounds."""
+        i = latency_class(latency_ms)
+        cls = self.classes[i]
+        out = {"latency_class": cls["class"], "threshold_pct": cls["threshold_pct"]}
+        none = self.why_none()
+        if none:
+            return {**out, "verdict": UNCLEAR, "reason": none}
+        if cls["threshold_pct"] is None:
+            return {**out, "verdict": UNCLEAR, "reason": (
+                f"{cls['controls']} A/A control(s) in class {cls['class']}; the rule needs "
+                f">= {min_controls(self.false_alarm)} for a {self.false_alarm:.0%} false-alarm bound")}
+        thr = cls["threshold_pct"]
+        if abs(delta_pct) <= thr:
+            return {**out, "verdict": SAME, "reason": f"|{delta_pct:+.2f}%| <= A/A threshold {thr:.2f}%"}
+        if underpowered:
+            return {**out, "verdict": UNCLEAR, "reason": underpowered}
+        if p is not None and alpha is not None and not p < alpha:
+            return {**out, "verdict": UNCLEAR, "reason": (
+                f"|{delta_pct:+.2f}%| > A/A threshold {thr:.2f}% but the rank test does not "
+                f"agree (p={p:.3f} >= {alpha})")}
+        word = FASTER if delta_pct > 0 else SLOWER
+        return {**out, "verdict": word, "reason": f"|{delta_pct:+.2f}%| > A/A threshold {thr:.2f}%"
+                + (f", p={p:.3f} < {alpha}" if p is not None and alpha is not None else "")}
+
+    def rule(self) -> Dict:
+        """The rule as the report states it: text, target, per-class thresholds and the
+        leave-one-out false-alarm rate measured on the controls."""
+        loo_j = sum(c["loo_judged"] for c in self.classes)
+        loo_x = sum(c["loo_false_alarms"] for c in self.classes)
+        return {"text": (f"FASTER/SLOWER when |delta| exceeds its latency class's threshold (the "
+                         f"k-th smallest |A/A delta| of the class's n controls, k = ceil((n+1)"
+                         f"(1-{self.false_alarm:g})): false-alarm rate <= {self.false_alarm:.0%} per "
+                         f"shape); SAME within it; UNCLEAR below {min_controls(self.false_alarm)} "
+                         "controls in the class or without a control of this caliber"),
+                "false_alarm_target": self.false_alarm,
+                "min_controls_per_class": min_controls(self.false_alarm),
+                "control_source": self.source, "controls": len(self.controls),
+                "controls_other_caliber": self.other_caliber, "classes": self.classes,
+                "loo_false_alarm_rate": loo_x / loo_j if loo_j else None,
+                "loo_judged": loo_j, "unusable": self.why_none()}
+
+
+def band(rule: Dict) -> Optional[List[float]]:
+    """The chart's calibrated band: +-(the largest class threshold), None without one."""
+    thr = [c["threshold_pct"] for c in rule["classes"] if c["threshold_pct"] is not None]
+    return [-max(thr), max(thr)] if thr and not rule["unusable"] else None
+
+
+def summary(judged: Sequence[Dict], rule: Dict, p_values: Optional[Sequence[Optional[float]]] = None,
+            alpha: Optional[float] = None) -> Dict:
+    """Verdict counts, the expected number of false FASTER/SLOWER verdicts if every shape
+    judged FASTER/SLOWER/SAME were an A/A (the sum of their classes' bounds), and with
+    rounds the Benjamini-Hochberg adjusted p-values across shapes (scipy)."""
+    counts = {v: sum(1 for j in judged if j["verdict"] == v) for v in VERDICTS}
+    bounds = {c["class"]: c["false_alarm_bound"] for c in rule["classes"]}
+    decided = [j for j in judged if j["verdict"] != UNCLEAR]
+    out = {"counts": counts, "shapes": len(judged), "decided": len(decided),
+           "expected_false_verdicts": sum(bounds[j["latency_class"]] or 0.0 for j in decided)}
+    if p_values is not None and alpha is not None:
+        idx = [i for i, p in enumerate(p_values) if p is not None]
+        q: List[Optional[float]] = [None] * len(p_values)
+        if idx:
+            from scipy.stats import false_discovery_control
+            adj = false_discovery_control([p_values[i] for i in idx], method="bh")
+            for i, v in zip(idx, adj):
+                q[i] = float(v)
+        out["bh_q_values"] = q
+        out["bh_discoveries"] = sum(1 for v in q if v is not None and v < alpha)
+        out["bh_alpha"] = alpha
+    return out
+
+
+def text_lines(prefix: str, rule: Dict, summ: Dict) -> List[str]:
+    """The console lines: counts, expected false verdicts, then the rule and its classes."""
+    c = summ["counts"]
+    lines = [f"{prefix}: verdicts (A/A-calibrated): " + ", ".join(f"{v}={c[v]}" for v in VERDICTS)
+             + f"; expected false FASTER/SLOWER among {summ['decided']} decided shape(s) <= "
+             f"{summ['expected_false_verdicts']:.2f}"]
+    if "bh_discoveries" in summ:
+        lines.append(f"{prefix}: Benjamini-Hochberg over {summ['shapes']} shape p-values: "
+                     f"{summ['bh_discoveries']} below FDR {summ['bh_alpha']}")
+    lines.append(f"{prefix}: rule: {rule['text']}")
+    if rule["unusable"]:
+        lines.append(f"{prefix}: every shape UNCLEAR: {rule['unusable']}")
+    loo = rule["loo_false_alarm_rate"]
+    lines.append(f"{prefix}: controls: {rule['controls']} A/A shape(s) from {rule['control_source']}"
+                 + (f", leave-one-out false-alarm rate {loo:.1%} over {rule['loo_judged']}"
+                    if loo is not None else ""))
+    for cl in rule["classes"]:
+        if cl["controls"]:
+            thr = cl["threshold_pct"]
+            lines.append(f"{prefix}:   {cl['class']:<12} n={cl['controls']:<4} " + (
+                f"threshold {thr:.2f}% (false-alarm bound {cl['false_alarm_bound']:.1%})"
+                if thr is not None else "too few controls: its shapes are UNCLEAR"))
+    return lines
+
+
+def rounds_controls(label: str, cells: Dict) -> Tuple[List[Control], List[str]]:
+    """Controls from one campaign's same-side cells across rounds (r<i>_S vs r<j>_S, i < j):
+    each such pair is an A/A when its code is identical at every level (checked per pair)."""
+    controls: List[Control] = []
+    rejected: List[str] = []
+    for side in "AB":
+        ks = sorted(k for k, s in cells if s == side)
+        for x, i in enumerate(ks):
+            for j in ks[x + 1:]:
+                got, why = pair_controls(f"{label}:r{i}_{side}~r{j}_{side}", cells[(i, side)],
+                                         cells[(j, side)])
+                controls += got
+                rejected += [why] if why else []
+    return controls, rejected
+
+
+def dir_controls(dirs: Sequence, runs) -> Tuple[List[Control], List[str]]:
+    """Controls from --controls DIRs: a screen root (its every-level A/A cells) or an
+    --ab-rounds root (its same-side cells across rounds). BadControls for anything else."""
+    from pathlib import Path
+    from zl.report import views
+    from zl.runlog.stats import CELL_RE
+    controls: List[Control] = []
+    rejected: List[str] = []
+    for d in map(Path, dirs):
+        if (d / "screen.tsv").is_file():
+            got, why = screen_controls(d, views.screen_result(d, runs)["ops"], runs)
+        elif d.is_dir() and any(CELL_RE.match(c.name) and (c / "run.log").is_file() for c in d.iterdir()):
+            cells = {(int(m.group(1)), m.group(2)): runs.get(c) for c in sorted(d.iterdir())
+                     for m in [CELL_RE.match(c.name)] if m and (c / "run.log").is_file()}
+            got, why = rounds_controls(str(d), cells)
+        else:
+            raise BadControls(f"--controls {d}: neither a screen root (screen.tsv) nor an "
+                              "--ab-rounds root (r<k>_<A|B>/run.log)")
+        controls += got
+        rejected += why
+    return controls, rejected
+
+
+def screen_controls(root, ops: Sequence[Dict], runs) -> Tuple[List[Control], List[str]]:
+    """Controls from a screen's every-level A/A cells (views.screen_result's `code.aa`)."""
+    controls: List[Control] = []
+    rejected: List[str] = []
+    for o in ops:
+        if not o["code"].get("aa"):
+            continue
+        got, why = pair_controls(screen_cell_name(root, o["cell"]), runs.get(root / f"{o['cell']}_before"),
+                                 runs.get(root / f"{o['cell']}_after"))
+        controls += got
+        rejected += [why] if why else []
+    return controls, rejected
+
+
+def screen_cell_name(root, cell: str) -> str:
+    """How a screen cell's controls are named (and left out when that cell is judged)."""
+    import os
+    return f"{os.path.realpath(root)}:{cell}"
+
+
+class BadControls(ValueError):
+    """A --controls directory that holds no A/A controls of a known layout (exit 2)."""
+
+
+def apply(rows: Sequence[Dict], cal: Calibration, delta_key: str, latency_key: str,
+          p_key: Optional[str] = None, alpha: Optional[float] = None, underpowered: str = "",
+          rejected: Sequence[str] = ()) -> Dict:
+    """Judge every row in place (keys aa_verdict, aa_reason, latency_class, threshold_pct)
+    and return {'rule', 'summary', 'band_pct', 'rejected_controls'} for the report dict."""
+    judged = []
+    for r in rows:
+        j = cal.judge(r[delta_key], r[latency_key], r.get(p_key) if p_key else None, alpha,
+                      underpowered)
+        r.update({"aa_verdict": j["verdict"], "aa_reason": j["reason"],
+                  "latency_class": j["latency_class"], "threshold_pct": j["threshold_pct"]})
+        judged.append(j)
+    rule = cal.rule()
+    return {"rule": rule, "band_pct": band(rule), "rejected_controls": list(rejected),
+            "summary": summary(judged, rule, [r.get(p_key) for r in rows] if p_key else None, alpha)}
+
+
+def judge_screen(result: Dict, runs, false_alarm: float = DEFAULT_FALSE_ALARM) -> Dict:
+    """Every screen cell's shapes judged (views.screen_result's ops, in place) against the
+    screen's every-level A/A cells, the judged cell left out; one rule and summary over all."""
+    from pathlib import Path
+    root = Path(result["root"])
+    controls, rejected = screen_controls(root, result["ops"], runs)
+    rows: List[Dict] = []
+    per_cell = []
+    for o in result["ops"]:
+        if not o.get("shapes"):
+            continue
+        cal = Calibration(controls, caliber_key(runs.get(root / f"{o['cell']}_before").identity),
+                          f"the screen's A/A cells (every level identical, binary included), "
+                          f"this cell left out", false_alarm, exclude=[screen_cell_name(root, o["cell"])])
+        apply(o["shapes"], cal, "speedup_pct", "before_lat")
+        o["aa_verdict_counts"] = {v: sum(1 for s in o["shapes"] if s["aa_verdict"] == v) for v in VERDICTS}
+        rows += o["shapes"]
+        per_cell.append(cal.rule())
+    everyone = Calibration(controls, caliber_key(next(
+        (runs.get(root / f"{o['cell']}_before").identity for o in result["ops"]), None)),
+        "the screen's A/A cells (every level identical, binary included)", false_alarm)
+    rule = everyone.rule()
+    judged = [{"verdict": r["aa_verdict"], "latency_class": r["latency_class"]} for r in rows]
+    return {"rule": rule, "band_pct": band(rule), "rejected_controls": rejected,
+            "summary": summary(judged, rule)}
