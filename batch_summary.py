@@ -50,6 +50,14 @@ Code: every report judges a pair's generated code with the screen's own every-le
 --ab-rounds: r1_A vs r1_B) and calls a pair an A/A, its range the noise band, only when every
 level either side recorded, binary included, is identical on both sides.
 
+Verdicts: each shape of --ab, --ab-rounds and --screen is FASTER, SLOWER, SAME or UNCLEAR
+(zl/report/verdicts.py): FASTER/SLOWER only when |delta| exceeds its latency class's
+threshold, calibrated from every-level A/A controls of the same caliber (--controls DIR...,
+the screen root an --ab pair sits in, an --ab-rounds campaign's same-side cells across
+rounds, a screen's own A/A cells) for at most --false-alarm false alarms per unchanged shape,
+and with rounds only when the Mann-Whitney test agrees; the rule, the thresholds and the
+expected number of false verdicts are printed before the per-shape list.
+
 Completion: a run finished when its run.log ends with pytest's final summary line and, where
 its identity records `finished`, that says `complete`. An unfinished side makes an --ab report
 INCOMPLETE (`complete: false`, exit 0 as for unpaired rows); --ab-rounds drops its round.
@@ -76,7 +84,8 @@ Exit codes:
   0  ok; a report marked INCOMPLETE is still 0 (unpaired rows, failed tests, a run that did
      not finish: --json says `complete: false`, --ab-rounds drops that round)
   2  usage error or unusable input (missing or malformed run.log, a malformed legend line
-     named by file:line, a run compared with itself, an unwritable output or one equal to an
+     named by file:line, a run compared with itself, --false-alarm outside 0 < RATE <= 0.5, a
+     --controls directory of no known layout, an unwritable output or one equal to an
      input file or inside an input run directory, scipy or matplotlib missing, a page that
      could not be drawn)
   4  refusal: the runs are not comparable (caliber, autotune pinning, mixed campaigns)

@@ -110,7 +110,13 @@ def test_ab_page(tmp_path, capsys):
     p, text = assert_page(html, js, [shape_label(x) for x in d["paired"]])
     assert "CPU DEMO" not in text and "autotune_mode" in text
     raw = html.read_text()
-    assert raw.index("Caliber (run_identity.json)") < raw.index("<svg"), "caliber is the page's header"
+    # the order a reviewer decides in: results check, verdict counts, chart, per-shape
+    # verdicts; the caliber table folds below them (a <details> element)
+    order = [raw.index(x) for x in ('id="results-verdict"', 'id="verdict-counts"', "<svg",
+                                    "<h2>Shapes</h2>", '<details id="caliber-table">')]
+    assert order == sorted(order)
+    assert "Caliber (run_identity.json)" in raw[order[-1]:]
+    assert d["paired"][0]["aa_verdict"] == "UNCLEAR" and "no A/A control" in text
     assert sorted(x.name for x in png.iterdir()) == ["ab_speedup.png"]
     # bars are ordered by size inside a dtype: [64, 64] before [1048576] before [4096, 4096]
     i = [text.index(s) for s in ("[torch.Size([64, 64]), 1]", "[torch.Size([1048576])]",
@@ -562,3 +568,27 @@ def test_a_page_inside_an_input_is_refused(tmp_path, capsys, mode):
     err = capsys.readouterr().err
     assert "is an input of this report" in err or "inside the input run directory" in err
     assert target.read_bytes() == before
+
+
+def test_rounds_page_leads_with_calibrated_verdicts(tmp_path, capsys):
+    """A/A-calibrated verdicts first, the chart's band the calibrated one (never the pair's
+    own side noise), each shape's verdict and reason in the table, the caliber folded."""
+    root = rf.rounds_root(tmp_path / "rounds")
+    for cell in root.iterdir():
+        if cell.is_dir():   # A cells one code, B cells another: cross-round A/A controls
+            rf.write_fingerprints(cell, rf.SAME_CODE if cell.name.endswith("_A")
+                                  else {**rf.SAME_CODE, "llir": "2d" * 32, "binary": "c2" * 32})
+    html, js = tmp_path / "r.html", tmp_path / "r.json"
+    assert run_bs("--ab-rounds", root, "--false-alarm", "0.1", "--json", js, "--html", html) == 0
+    d = json.loads(js.read_text())
+    p, text = assert_page(html, js, [shape_label(x) for x in d["shapes"]])
+    raw = html.read_text()
+    order = [raw.index(x) for x in ('id="results-verdict"', 'id="verdict-counts"', "<svg",
+                                    "<h2>Shapes</h2>", '<details id="caliber-table">')]
+    assert order == sorted(order)
+    counts = raw[order[1]:raw.index("</div>", order[1])]
+    assert "SLOWER <b class=\"down\">3</b>" in counts and "FASTER <b class=\"up\">1</b>" in counts
+    assert "A/A noise band (calibrated" in raw and d["verdicts"]["band_pct"] != d["noise_band_pct"]
+    assert "leave-one-out false-alarm rate 8.3%" in text
+    shapes = raw[order[3]:order[4]]
+    assert shapes.count(">SLOWER<") == 3 and "A/A threshold" in shapes

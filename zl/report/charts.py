@@ -68,7 +68,7 @@ def ordered(items: List[Dict]) -> List[Dict]:
 
 
 def speedup_bars(items: List[Dict], value: str, band: Optional[List[float]], title: str,
-                 err: Optional[tuple] = None):
+                 err: Optional[tuple] = None, band_label: str = "A/A noise band"):
     """Horizontal bars, one per shape, dtype groups separated; flagged shapes hatched."""
     plt = _plt()
     items = ordered(items)
@@ -97,7 +97,7 @@ def speedup_bars(items: List[Dict], value: str, band: Optional[List[float]], tit
         ax.errorbar(vals, ys, xerr=[[v - p[lo_key] for v, p in zip(vals, items)],
                                     [p[hi_key] - v for v, p in zip(vals, items)]],
                     fmt="none", ecolor="black", elinewidth=0.8, capsize=2, label="per-round range")
-    _band(ax, band, True, "A/A noise band")
+    _band(ax, band, True, band_label)
     ax.set_yticks(ys, labels)
     for gy, dt in dtype_rows:
         ax.annotate(dt, xy=(0, gy), xycoords=("axes fraction", "data"), xytext=(-4, 9),

@@ -151,6 +151,56 @@ def _top(page: Page, result: Dict) -> None:
         page.add(f'<div class="flag">{esc(f)}</div>')
 
 
+VERDICT_CSS = {"FASTER": "up", "SLOWER": "down", "SAME": "", "UNCLEAR": ""}
+
+
+def _verdict_block(page: Page, result: Dict) -> None:
+    """The A/A-calibrated verdict counts, the expected false verdicts and the rule with its
+    per-class thresholds (zl/report/verdicts.py): what a reviewer decides on, first."""
+    v = result.get("verdicts")
+    if not v:
+        return
+    s, rule = v["summary"], v["rule"]
+    page.add('<div id="verdict-counts">' + "".join(
+        f'<span class="kpi">{esc(k)} <b class="{VERDICT_CSS[k]}">{n}</b></span>'
+        for k, n in s["counts"].items())
+        + f'<span class="kpi">expected false FASTER/SLOWER <b>&le; {s["expected_false_verdicts"]:.2f}</b>'
+        f' of {s["decided"]} decided</span>'
+        + (f'<span class="kpi">Benjamini-Hochberg discoveries <b>{s["bh_discoveries"]}</b> at FDR '
+           f'{s["bh_alpha"]}</span>' if "bh_discoveries" in s else "") + "</div>")
+    if rule["unusable"]:
+        page.add(f'<div class="flag">every shape UNCLEAR: {esc(rule["unusable"])}</div>')
+    loo = rule["loo_false_alarm_pct"]
+    rows = [[c["class"], (str(c["controls"]), c["controls"]),
+             _numcell(c["threshold_pct"], False), _numcell(c["false_alarm_bound_pct"], False),
+             f"{c['loo_false_alarms']}/{c['loo_judged']}" if c["loo_judged"] else "n/a"]
+            for c in rule["classes"]]
+    page.add('<details id="verdict-rule"><summary>rule: ' + esc(rule["text"])
+             + f" (controls: {rule['controls']} A/A shapes from {esc(rule['control_source'])}"
+             + (f"; leave-one-out false-alarm rate {loo:.1f}%" if loo is not None else "")
+             + ")</summary>" + table(["latency class", "A/A controls", "threshold |delta|",
+                                      "false-alarm bound", "leave-one-out false alarms"], rows)
+             + "".join(f'<div class="sub">not a control: {esc(x)}</div>' for x in v["rejected_controls"])
+             + "</details>")
+
+
+def _chart_band(result: Dict) -> Tuple[Optional[List[float]], str]:
+    """The calibrated band (the largest class threshold) when the verdicts have one; else the
+    --ab band, which views.ab_noise_band only takes from an every-level A/A; never a band of
+    the judged pair's own spread (--ab-rounds' side noise is not an A/A)."""
+    v = result.get("verdicts")
+    if v is not None and v["band_pct"]:
+        return v["band_pct"], "A/A noise band (calibrated: the largest class threshold)"
+    if result.get("mode") == "ab" and result.get("noise_band_pct"):
+        return result["noise_band_pct"], "A/A noise band (range of the A/A controls, not calibrated)"
+    return None, "A/A noise band"
+
+
+def _verdict_cells(item: Dict) -> List:
+    word = item.get("aa_verdict", "")
+    return [(word, word, VERDICT_CSS.get(word, "")), item.get("aa_reason", "")]
+
+
 def _identity_table(page: Page, identities: Dict[str, Dict[str, str]]) -> None:
     names = list(identities)
     if not names:
@@ -160,9 +210,12 @@ def _identity_table(page: Page, identities: Dict[str, Dict[str, str]]) -> None:
         vals = [identities[n].get(k, "") for n in names]
         if any(vals):
             rows.append([k] + vals + (["differs"] if len(set(vals)) > 1 else [""]))
-    page.add("<h2>Caliber (run_identity.json)</h2>" + table(["field"] + names + [""], rows)
+    differs = sum(1 for r in rows if r[-1])
+    page.add(f'<details id="caliber-table"><summary><h2 style="display:inline">Caliber (run_identity.json)'
+             f'</h2> {len(rows)} fields, {differs} differ</summary>' + table(["field"] + names + [""], rows)
              + '<div class="sub">the comparison tools refuse to pair runs whose caliber fields '
-               '(backend ... direct_repeat) differ; autotune_mode is record on side A, replay on B</div>')
+               '(backend ... direct_repeat) differ; autotune_mode is record on side A, replay on B</div>'
+               '</details>')
 
 
 def _code_line(result: Dict, what: str = "code") -> str:
@@ -180,6 +233,7 @@ def page_ab(result: Dict) -> Page:
     _pair_results(page, result)
     _top(page, result)
     _results_table(page, result)
+    _verdict_block(page, result)
     page.add(_code_line(result, "code (every IR level, binary included)"))
     page.add("<div>" + "".join(
         f'<span class="kpi">{esc(k)} <b class="{_cls(v)}">{esc(pct(v))}</b></span>'
@@ -194,16 +248,19 @@ def page_ab(result: Dict) -> Page:
              + (f"{pct(band[0])} ~ {pct(band[1])} ({esc(result['noise_source'])})" if band
                 else f"unknown ({esc(result.get('noise_source'))})")
              + "</div>")
-    _identity_table(page, result.get("identities") or {})
     if result["paired"]:
-        page.chart("ab_speedup", charts.speedup_bars(result["paired"], "speedup_pct", band,
-                                                     "per-shape speedup, grouped by dtype, small to large"))
+        cband, legend = _chart_band(result)
+        page.chart("ab_speedup", charts.speedup_bars(result["paired"], "speedup_pct", cband,
+                                                     "per-shape speedup, grouped by dtype, small to large",
+                                                     band_label=legend))
     rows = [[p["dtype"], shape_label(p), (f"{p['before_lat']:.6f}", p["before_lat"]),
-             (f"{p['after_lat']:.6f}", p["after_lat"]), _numcell(p["speedup_pct"]),
+             (f"{p['after_lat']:.6f}", p["after_lat"]), _numcell(p["speedup_pct"]), *_verdict_cells(p),
              ", ".join(p.get("flags") or [])] for p in charts.ordered(result["paired"])]
-    rows += [[u["dtype"], shape_label(u), "", "", "", f"UNPAIRED: {u['reason']}"] for u in result["unpaired"]]
-    page.add("<h2>Shapes</h2>" + table(["dtype", "shape", "before (ms)", "after (ms)", "speedup", "flags"],
-                                        rows, sortable=True))
+    rows += [[u["dtype"], shape_label(u), "", "", "", "", "", f"UNPAIRED: {u['reason']}"]
+             for u in result["unpaired"]]
+    page.add("<h2>Shapes</h2>" + table(["dtype", "shape", "before (ms)", "after (ms)", "speedup", "verdict",
+                                        "why", "flags"], rows, sortable=True))
+    _identity_table(page, result.get("identities") or {})
     return page
 
 
@@ -212,6 +269,7 @@ def page_rounds(result: Dict) -> Page:
     _pair_results(page, result)
     _top(page, result)
     _results_table(page, result)
+    _verdict_block(page, result)
     page.add(_code_line(result, "code r1_A vs r1_B (every IR level, binary included)"))
     if result.get("status") != "ok":
         page.add(f'<div class="warn">no per-shape result: {esc(result.get("status"))} '
@@ -230,23 +288,24 @@ def page_rounds(result: Dict) -> Page:
                 f"{result['min_attainable_p']:.3f}): verdicts need >= 4 rounds"
                 if result.get("min_attainable_p") is not None and not result.get("verdicts_possible") else "")
              + "</div>")
-    _identity_table(page, result.get("identities") or {})
     shapes = result.get("shapes") or []
     if shapes:
+        cband, legend = _chart_band(result)
         page.chart("rounds_speedup", charts.speedup_bars(
-            shapes, "speedup_pct", result.get("noise_band_pct"),
-            "per-shape median speedup with the per-round range", err=("delta_min", "delta_max")))
+            shapes, "speedup_pct", cband, "per-shape median speedup with the per-round range",
+            err=("delta_min", "delta_max"), band_label=legend))
         page.add("<h2>Latency per round (drift is visible here)</h2>")
         page.chart("rounds_latency", charts.rounds_latency(shapes, result["round_numbers"]))
         rows = [[s["dtype"], shape_label(s), _numcell(s["speedup_pct"]), _numcell(s["delta_min"]),
                  _numcell(s["delta_max"]), (f"{s['a_median']:.6f}", s["a_median"]),
                  (f"{s['b_median']:.6f}", s["b_median"]), _numcell(s["a_spread_pct"], False),
-                 _numcell(s["b_spread_pct"], False), s["verdict"],
+                 _numcell(s["b_spread_pct"], False), *_verdict_cells(s), s["verdict"],
                  ("n/a" if s["p_value"] is None else f"{s['p_value']:.3f}", s["p_value"]),
                  ", ".join(s.get("flags") or [])] for s in charts.ordered(shapes)]
         page.add("<h2>Shapes</h2>" + table(
             ["dtype", "shape", "median speedup", "round min", "round max", "A median (ms)",
-             "B median (ms)", "A noise", "B noise", "verdict", "p", "flags"], rows, sortable=True))
+             "B median (ms)", "A noise", "B noise", "verdict", "why", "rank test", "p", "flags"],
+            rows, sortable=True))
     pr = result.get("per_round_median_pct") or []
     if pr:
         page.add("<h2>Per-round median speedup</h2>" + table(
@@ -255,6 +314,7 @@ def page_rounds(result: Dict) -> Page:
     if tel and tel.get("rows"):
         page.add("<h2>Telemetry</h2>")
         page.chart("telemetry", charts.telemetry(tel))
+    _identity_table(page, result.get("identities") or {})
     return page
 
 
@@ -284,6 +344,7 @@ def page_screen(result: Dict) -> Page:
             page.add(f'<div class="warn">[caliber] {esc(o["cell"])}: {esc(p)}</div>')
     page.add('<div class="sub">verdicts: ' + esc(", ".join(f"{k}={v}" for k, v in result["verdict_counts"].items()))
              + "</div>")
+    _verdict_block(page, result)
     band = result.get("noise_band_pct")
     if result["median_speedups_pct"]:
         page.chart("screen_hist", charts.histogram(
@@ -292,7 +353,9 @@ def page_screen(result: Dict) -> Page:
     rows = [[o["op"], o["dtypes"], o["verdict"], o["results"] or "not recorded", o["results_torch"] or "",
              f"{code_text(o['code'])}{'; A/A' if o['code']['aa'] else ''} [from {o['code']['source']}]",
              (o["rows_before"], o["rows_before"]),
-             (o["rows_after"], o["rows_after"]), _numcell(o.get("median_pct")), _numcell(o.get("min_pct")),
+             (o["rows_after"], o["rows_after"]),
+             " ".join(f"{k}={n}" for k, n in (o.get("aa_verdict_counts") or {}).items() if n),
+             _numcell(o.get("median_pct")), _numcell(o.get("min_pct")),
              _numcell(o.get("max_pct")),
              "; ".join(x for x in (o.get("note") or o.get("failure_text") or "",
                                    o["code"]["reason"] if o["verdict"] == "NO_IR_DIFF" and not o["code"]["aa"]
@@ -300,7 +363,7 @@ def page_screen(result: Dict) -> Page:
             for o in result["ops"]]
     page.add("<h2>Operators</h2>" + table(["op", "dtypes", "verdict", "results B vs A", "results vs torch",
                                             "code (every IR level)",
-                                            "rows before", "rows after",
+                                            "rows before", "rows after", "shape verdicts",
                                             "median speedup", "min", "max", "notes"], rows, sortable=True))
     if band:
         page.add(f'<div class="sub">noise band {pct(band[0])} ~ {pct(band[1])}: {esc(result["noise_source"])}</div>')

@@ -126,7 +126,9 @@ class Calibration:
             thr, bound = threshold(vals, self.false_alarm)
             judged, exceeded = _leave_one_out(vals, self.false_alarm)
             self.classes.append({"class": cname, "controls": len(vals), "threshold_pct": thr,
-                                 "false_alarm_bound": bound, "loo_judged": judged,
+                                 "false_alarm_bound": bound,
+                                 "false_alarm_bound_pct": None if bound is None else bound * 100,
+                                 "loo_judged": judged,
                                  "loo_false_alarms": exceeded,
                                  "loo_false_alarm_rate": exceeded / judged if judged else None})
 
@@ -134,10 +136,11 @@ class Calibration:
         """Why no shape can get a FASTER/SLOWER/SAME at all, or None."""
         if self.caliber is None:
             return "the judged pair has no run_identity.json: its caliber is unknown"
+        if not self.controls and not self.other_caliber:
+            return f"no A/A control: {self.source}"
         if not self.controls:
-            extra = (f" ({self.other_caliber} measured with another caliber)"
-                     if self.other_caliber else "")
-            return f"no A/A control measured with this pair's caliber{extra}: {self.source}"
+            return (f"no A/A control measured with this pair's caliber ({self.other_caliber} "
+                    f"measured with another caliber): {self.source}")
         return None
 
     def judge(self, delta_pct: float, latency_ms: float, p: Optional[float] = None,
@@ -182,6 +185,8 @@ class Calibration:
                 "control_source": self.source, "controls": len(self.controls),
                 "controls_other_caliber": self.other_caliber, "classes": self.classes,
                 "loo_false_alarm_rate": loo_x / loo_j if loo_j else None,
+                "loo_false_alarm_pct": loo_x / loo_j * 100 if loo_j else None,
+                "false_alarm_target_pct": self.false_alarm * 100,
                 "loo_judged": loo_j, "unusable": self.why_none()}
 
 
