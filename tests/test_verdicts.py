@@ -167,3 +167,37 @@ def test_controls_dir_of_unknown_layout_exits_2(tmp_path, capsys):
     assert bs.main(["--ab", str(pair / "before"), str(pair / "after"), "--controls",
                     str(tmp_path / "empty")]) == 2
     assert "neither a screen root" in capsys.readouterr().err
+
+
+def test_leave_one_out_matches_its_definition():
+    """The one-sort leave-one-out equals judging each control by the others' threshold."""
+    import random
+    rng = random.Random(7)
+    for _ in range(300):
+        fa = rng.choice([0.05, 0.1, 0.3, 0.5])
+        vals = [round(rng.gauss(0, 1), rng.choice([0, 1, 3])) for _ in range(rng.randint(0, 45))]
+        judged = exceeded = 0
+        for i, v in enumerate(vals):
+            thr, _ = vd.threshold(vals[:i] + vals[i + 1:], fa)
+            if thr is not None:
+                judged, exceeded = judged + 1, exceeded + (abs(v) > thr)
+        assert vd._leave_one_out(vals, fa) == (judged, exceeded), (vals, fa)
+
+
+def test_screen_cells_calibrate_each_other_never_themselves(tmp_path):
+    """Two A/A cells: each is judged by the other's shapes only (F = 0.5: one control per
+    class is enough, so the threshold is the other cell's |delta| in that class)."""
+    root = rf.screen_root(tmp_path / "screen")
+    rf.write_fingerprints(root / "relu@float16_after", rf.SAME_CODE)
+    tsv = root / "screen.tsv"
+    tsv.write_text(tsv.read_text().replace("\tIR_CHANGED\tcuda", "\tNO_IR_DIFF\tcuda", 1))
+    d = run_json(tmp_path, "--screen", root, "--false-alarm", "0.5")
+    by = {o["op"]: o for o in d["ops"]}
+    assert by["softmax"]["code"]["aa"] and by["relu"]["code"]["aa"]
+    small = {op: next(s for s in by[op]["shapes"] if "[64, 64]" in s["size_detail"])
+             for op in ("softmax", "relu")}
+    for op, other in (("softmax", "relu"), ("relu", "softmax")):
+        assert small[op]["latency_class"] == "< 10 us"
+        assert small[op]["threshold_pct"] == pytest.approx(abs(small[other]["speedup_pct"]))
+    assert d["verdicts"]["rule"]["controls"] == 10
+    assert d["verdicts"]["summary"]["decided"] > 0

@@ -30,7 +30,7 @@ DEFAULT_FALSE_ALARM = 0.05
 CLASS_EDGES_MS = (0.01, 0.1, 1.0)
 CLASS_NAMES = ("< 10 us", "10-100 us", "100 us-1 ms", ">= 1 ms")
 
-Control = Dict  # {"latency_ms", "delta_pct", "source", "caliber"}
+Control = Dict  # {"latency_ms", "delta_pct", "caliber", "pair" (its pair's name), "source"}
 
 
 class BadFalseAlarm(ValueError):
@@ -73,14 +73,18 @@ def threshold(abs_deltas: Sequence[float], false_alarm: float) -> Tuple[Optional
 
 
 def _leave_one_out(values: Sequence[float], false_alarm: float) -> Tuple[int, int]:
-    """(controls judged by the others' threshold, of those: exceeding it)."""
-    judged = exceeded = 0
-    for i, v in enumerate(values):
-        thr, _ = threshold(list(values[:i]) + list(values[i + 1:]), false_alarm)
-        if thr is not None:
-            judged += 1
-            exceeded += abs(v) > thr
-    return judged, exceeded
+    """(controls judged by the others' threshold, of those: exceeding it). With the n values
+    sorted, the other n - 1 values' k-th smallest is a[k] for a value at or below position
+    k - 1, else a[k - 1] (k = the rank rule for n - 1), so one sort serves every control."""
+    import numpy as np
+    n = len(values)
+    k = _rank(n - 1, false_alarm) if n > 1 else 1
+    if n < 2 or k > n - 1:
+        return 0, 0
+    a = np.sort(np.abs(np.asarray(values, dtype=float)))
+    pos = np.arange(n)
+    thr = np.where(pos <= k - 1, a[min(k, n - 1)], a[k - 1])
+    return n, int(np.sum(a > thr))
 
 
 def caliber_key(identity: Optional[Dict]) -> Optional[Tuple]:
@@ -107,7 +111,7 @@ def pair_controls(name: str, brun, arun) -> Tuple[List[Control], Optional[str]]:
         return [], f"{name}: unreadable: {exc}"
     key = caliber_key(brun.identity)
     return [{"latency_ms": p["before_lat"], "delta_pct": p["speedup_pct"], "caliber": key,
-             "source": f"{name} {p['key'][2]}"} for p in rep.paired], None
+             "pair": name, "source": f"{name} {p['key'][2]}"} for p in rep.paired], None
 
 
 class Calibration:
@@ -117,7 +121,8 @@ class Calibration:
                  false_alarm: float = DEFAULT_FALSE_ALARM, exclude: Sequence[str] = ()) -> None:
         self.false_alarm = check_false_alarm(false_alarm)
         self.source, self.caliber = source, caliber
-        every = [c for c in controls if not any(c["source"].startswith(x + " ") for x in exclude)]
+        left_out = set(exclude)
+        every = [c for c in controls if c["pair"] not in left_out]
         self.controls = [c for c in every if caliber is not None and c["caliber"] == caliber]
         self.other_caliber = len(every) - len(self.controls)
         self.classes = []
@@ -149,7 +154,8 @@ class Calibration:
         positive = B faster); p/alpha: the rank test when the shape has rounds."""
         i = latency_class(latency_ms)
         cls = self.classes[i]
-        out = {"latency_class": cls["class"], "threshold_pct": cls["threshold_pct"]}
+        out = {"latency_class": cls["class"], "threshold_pct": cls["threshold_pct"],
+               "false_alarm_bound": cls["false_alarm_bound"]}
         none = self.why_none()
         if none:
             return {**out, "verdict": UNCLEAR, "reason": none}
@@ -196,16 +202,15 @@ def band(rule: Dict) -> Optional[List[float]]:
     return [-max(thr), max(thr)] if thr and not rule["unusable"] else None
 
 
-def summary(judged: Sequence[Dict], rule: Dict, p_values: Optional[Sequence[Optional[float]]] = None,
+def summary(judged: Sequence[Dict], p_values: Optional[Sequence[Optional[float]]] = None,
             alpha: Optional[float] = None) -> Dict:
     """Verdict counts, the expected number of false FASTER/SLOWER verdicts if every shape
-    judged FASTER/SLOWER/SAME were an A/A (the sum of their classes' bounds), and with
+    judged FASTER/SLOWER/SAME were an A/A (the sum of the bounds each was judged with), and with
     rounds the Benjamini-Hochberg adjusted p-values across shapes (scipy)."""
     counts = {v: sum(1 for j in judged if j["verdict"] == v) for v in VERDICTS}
-    bounds = {c["class"]: c["false_alarm_bound"] for c in rule["classes"]}
     decided = [j for j in judged if j["verdict"] != UNCLEAR]
     out = {"counts": counts, "shapes": len(judged), "decided": len(decided),
-           "expected_false_verdicts": sum(bounds[j["latency_class"]] or 0.0 for j in decided)}
+           "expected_false_verdicts": sum(j["false_alarm_bound"] for j in decided)}
     if p_values is not None and alpha is not None:
         idx = [i for i, p in enumerate(p_values) if p is not None]
         q: List[Optional[float]] = [None] * len(p_values)
@@ -311,18 +316,19 @@ class BadControls(ValueError):
 def apply(rows: Sequence[Dict], cal: Calibration, delta_key: str, latency_key: str,
           p_key: Optional[str] = None, alpha: Optional[float] = None, underpowered: str = "",
           rejected: Sequence[str] = ()) -> Dict:
-    """Judge every row in place (keys aa_verdict, aa_reason, latency_class, threshold_pct)
+    """Judge every row in place (aa_verdict, aa_reason, latency_class, threshold_pct, bound)
     and return {'rule', 'summary', 'band_pct', 'rejected_controls'} for the report dict."""
     judged = []
     for r in rows:
         j = cal.judge(r[delta_key], r[latency_key], r.get(p_key) if p_key else None, alpha,
                       underpowered)
         r.update({"aa_verdict": j["verdict"], "aa_reason": j["reason"],
-                  "latency_class": j["latency_class"], "threshold_pct": j["threshold_pct"]})
+                  "latency_class": j["latency_class"], "threshold_pct": j["threshold_pct"],
+                  "false_alarm_bound": j["false_alarm_bound"]})
         judged.append(j)
     rule = cal.rule()
     return {"rule": rule, "band_pct": band(rule), "rejected_controls": list(rejected),
-            "summary": summary(judged, rule, [r.get(p_key) for r in rows] if p_key else None, alpha)}
+            "summary": summary(judged, [r.get(p_key) for r in rows] if p_key else None, alpha)}
 
 
 def judge_screen(result: Dict, runs, false_alarm: float = DEFAULT_FALSE_ALARM) -> Dict:
@@ -347,6 +353,6 @@ def judge_screen(result: Dict, runs, false_alarm: float = DEFAULT_FALSE_ALARM) -
         (runs.get(root / f"{o['cell']}_before").identity for o in result["ops"]), None)),
         "the screen's A/A cells (every level identical, binary included)", false_alarm)
     rule = everyone.rule()
-    judged = [{"verdict": r["aa_verdict"], "latency_class": r["latency_class"]} for r in rows]
+    judged = [{"verdict": r["aa_verdict"], "false_alarm_bound": r["false_alarm_bound"]} for r in rows]
     return {"rule": rule, "band_pct": band(rule), "rejected_controls": rejected,
-            "summary": summary(judged, rule)}
+            "summary": summary(judged)}
