@@ -299,6 +299,10 @@ def _run_mode(args) -> Dict:
         for line in verdicts.text_lines("[screen]", result["verdicts"]["rule"],
                                         result["verdicts"]["summary"]):
             print(line)
+        for g in result["verdicts"]["change_groups"]:
+            print(f"[screen] change {g['signature']}: {len(g['cells'])} cell(s) "
+                  + " ".join(f"{k}={n}" for k, n in g["shape_verdicts"].items() if n)
+                  + f": {' '.join(g['cells'])}")
         for o in result["ops"]:
             for sh in o.get("shapes") or []:
                 print(f"  {sh['aa_verdict']:<8} {o['cell']:<24} {sh['speedup_pct']:+8.2f}%  "

@@ -201,3 +201,26 @@ def test_screen_cells_calibrate_each_other_never_themselves(tmp_path):
         assert small[op]["threshold_pct"] == pytest.approx(abs(small[other]["speedup_pct"]))
     assert d["verdicts"]["rule"]["controls"] == 10
     assert d["verdicts"]["summary"]["decided"] > 0
+
+
+def test_screen_groups_changed_cells_by_change_signature(tmp_path, capsys):
+    import shutil
+    root = rf.screen_root(tmp_path / "screen")
+    tsv = root / "screen.tsv"
+    lines = tsv.read_text().splitlines()
+    cols = lines[0].split("\t")
+    relu = lines[2].split("\t")
+    relu[cols.index("cvt_after")] = "1"                        # one more ttg.convert_layout
+    gelu = list(relu)
+    gelu[cols.index("op")] = gelu[cols.index("op_file")] = "gelu"
+    for side in ("before", "after"):
+        shutil.copytree(root / f"relu@float16_{side}", root / f"gelu@float16_{side}")
+    tsv.write_text("\n".join(lines[:2] + ["\t".join(relu), lines[3], "\t".join(gelu)]) + "\n")
+    html = tmp_path / "s.html"
+    d = run_json(tmp_path, "--screen", root, "--html", html)
+    groups = d["verdicts"]["change_groups"]
+    assert [g["signature"] for g in groups] == ["IR_CHANGED@llir, +1 convert_layout"]
+    assert groups[0]["cells"] == ["relu@float16", "gelu@float16"]
+    assert sum(groups[0]["shape_verdicts"].values()) == 10      # 5 shapes per cell
+    assert "change IR_CHANGED@llir, +1 convert_layout: 2 cell(s)" in capsys.readouterr().out
+    assert "Changed cells by change signature" in html.read_text()

@@ -345,6 +345,13 @@ def page_screen(result: Dict) -> Page:
     page.add('<div class="sub">verdicts: ' + esc(", ".join(f"{k}={v}" for k, v in result["verdict_counts"].items()))
              + "</div>")
     _verdict_block(page, result)
+    groups = (result.get("verdicts") or {}).get("change_groups") or []
+    if groups:
+        page.add('<h2>Changed cells by change signature</h2>' + table(
+            ["change", "cells", "shape verdicts", "which"],
+            [[g["signature"], (str(len(g["cells"])), len(g["cells"])),
+              " ".join(f"{k}={n}" for k, n in g["shape_verdicts"].items() if n), " ".join(g["cells"])]
+             for g in groups]))
     band = result.get("noise_band_pct")
     if result["median_speedups_pct"]:
         page.chart("screen_hist", charts.histogram(

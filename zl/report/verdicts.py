@@ -355,4 +355,34 @@ def judge_screen(result: Dict, runs, false_alarm: float = DEFAULT_FALSE_ALARM) -
     rule = everyone.rule()
     judged = [{"verdict": r["aa_verdict"], "false_alarm_bound": r["false_alarm_bound"]} for r in rows]
     return {"rule": rule, "band_pct": band(rule), "rejected_controls": rejected,
-            "summary": summary(judged)}
+            "summary": summary(judged), "change_groups": change_groups(result["ops"])}
+
+
+def _count_delta(counts: Dict[str, str], what: str, label: str) -> Optional[str]:
+    try:
+        d = int(counts.get(f"{what}_after") or "") - int(counts.get(f"{what}_before") or "")
+    except ValueError:
+        return None
+    return f"{d:+d} {label}" if d else None
+
+
+def change_groups(ops: Sequence[Dict]) -> List[Dict]:
+    """The screen's changed cells (code verdict other than NO_IR_DIFF, rows on both sides)
+    grouped by one change signature: the first differing level (the code verdict, e.g.
+    IR_CHANGED@llir; WRONG_RESULTS stays that) and the screen.tsv counts
+    that moved (kernels, ttg.convert_layout), with the shape verdicts of the group; largest
+    group first, so a pattern across an inventory reads as one row, not hundreds."""
+    groups: Dict[str, Dict] = {}
+    for o in ops:
+        if o["verdict"] in ("NO_IR_DIFF", "NO_ROWS", "NO_TRITON") or not o.get("shapes"):
+            continue
+        word = o["verdict"] if o["verdict"] == "WRONG_RESULTS" else o["code"].get("verdict") or o["verdict"]
+        parts = [word] + [x for x in (_count_delta(o.get("counts") or {}, "kernels", "kernels"),
+                                             _count_delta(o.get("counts") or {}, "cvt", "convert_layout"))
+                                  if x]
+        g = groups.setdefault(", ".join(parts), {"signature": ", ".join(parts), "cells": [],
+                                                 "shape_verdicts": {v: 0 for v in VERDICTS}})
+        g["cells"].append(o["cell"])
+        for sh in o["shapes"]:
+            g["shape_verdicts"][sh["aa_verdict"]] += 1
+    return sorted(groups.values(), key=lambda g: (-len(g["cells"]), g["signature"]))

@@ -34,6 +34,7 @@ DEMO_FIELD = "demo"
 SCREEN_FAILED_VERDICTS = ("NO_ROWS", "NO_TRITON")
 WRONG_RESULTS = "WRONG_RESULTS"
 TIMEOUT_RCS = ("124", "137")
+COUNTS = ("kernels_before", "kernels_after", "cvt_before", "cvt_after")   # screen.tsv columns
 _SIZE_RE = re.compile(r"Size\(\[([0-9,\s]*)\]\)")
 
 
@@ -237,7 +238,7 @@ def screen_result(root: Path, runs: Optional[Runs] = None) -> Dict:
                     "rows_after": r.get("rows_after", ""), "rc_before": r.get("rc_before", ""),
                     "rc_after": r.get("rc_after", ""), **pair,
                     "results": r.get("results", ""), "results_torch": r.get("results_torch", ""),
-                    "code": _screen_code(r, before, after),
+                    "code": _screen_code(r, before, after), "counts": {k: r.get(k, "") for k in COUNTS},
                     "caliber": {k: r.get(k, "") for k in cal.CALIBER_FIELDS}})
     for o in ops:
         o["failure_reason"] = _screen_reason(o)
