@@ -295,7 +295,7 @@ def _run_mode(args) -> Dict:
         band = result["noise_band_pct"]
         print("[screen] noise band: " + (f"{band[0]:+.2f}% ~ {band[1]:+.2f}% " if band else "unknown ")
               + f"({result['noise_source']})")
-        result["verdicts"] = verdicts.judge_screen(result, runs, args.false_alarm)
+        result = verdicts.lead(result, verdicts.judge_screen(result, runs, args.false_alarm))
         for line in verdicts.text_lines("[screen]", result["verdicts"]["rule"],
                                         result["verdicts"]["summary"]):
             print(line)
@@ -408,6 +408,9 @@ def _check_outputs(args) -> None:
     if mode != "other":
         dirs, files = views.report_inputs(mode, {"ab": args.ab, "ab-rounds": args.ab_rounds,
                                                  "screen": args.screen, "batch": args.batch}[mode])
+        for root in args.controls:   # the A/A controls are inputs too
+            dirs += sorted(p.parent for p in Path(root).glob("*/run.log"))
+            files.append(Path(root) / "screen.tsv")
         check_outputs_apart([("--json", args.json), ("--html", args.html), ("--png", args.png)],
                             dirs, files)
     check_json_target(args.json)

@@ -224,3 +224,28 @@ def test_screen_groups_changed_cells_by_change_signature(tmp_path, capsys):
     assert sum(groups[0]["shape_verdicts"].values()) == 10      # 5 shapes per cell
     assert "change IR_CHANGED@llir, +1 convert_layout: 2 cell(s)" in capsys.readouterr().out
     assert "Changed cells by change signature" in html.read_text()
+
+
+def test_console_and_json_lead_with_the_verdicts(tmp_path, capsys):
+    """The verdict counts come before the per-shape lines (only a results MISMATCH, printed
+    first, precedes them), and `verdicts` is the JSON's first key after mode and label."""
+    d = run_json(tmp_path, "--ab-rounds", rounds(tmp_path), "--false-alarm", "0.1")
+    assert list(d)[:3] == ["mode", "label", "verdicts"]
+    out = capsys.readouterr().out
+    counts = out.index("verdicts (A/A-calibrated): FASTER=1, SLOWER=3")
+    assert counts < out.index("per shape: A/A-calibrated verdict")
+    assert "  SLOWER   torch.float16     -10.38%" in out
+    pair = relu_aa(tmp_path)
+    d = run_json(tmp_path, "--ab", pair / "before", pair / "after", "--controls", rounds(tmp_path / "c"))
+    assert list(d)[:3] == ["mode", "label", "verdicts"]
+    out = capsys.readouterr().out
+    assert out.index("verdicts (A/A-calibrated)") < out.index("gems latency (ms) before -> after")
+
+
+def test_an_output_inside_a_controls_run_exits_2_before_anything_runs(tmp_path, capsys):
+    pair = relu_aa(tmp_path)
+    controls = rounds(tmp_path)
+    js = controls / "r1_A" / "out.json"
+    assert bs.main(["--ab", str(pair / "before"), str(pair / "after"), "--controls", str(controls),
+                    "--json", str(js)]) == 2
+    assert not js.exists()

@@ -37,12 +37,13 @@ def _label(label: str, run: LoadedRun) -> str:
     return label or str((run.identity or {}).get("op") or "") or run.dir.name
 
 
-def _print_rows(name: str, rep: PairReport) -> None:
-    print(f"[ab] {name}: gems latency (ms) before -> after, speedup = before/after - 1")
-    for p in rep.paired:
-        _, dtype, detail, occ = p["key"]
-        print(f"  {dtype:<16} {p['before_lat']:>12.6f} -> {p['after_lat']:<12.6f} "
-              f"{p['speedup_pct']:+8.2f}%  {detail}{f' #{occ + 1}' if occ else ''}")
+def _print_rows(name: str, rep: PairReport, rows: List[Dict]) -> None:
+    print(f"[ab] {name}: gems latency (ms) before -> after, speedup = before/after - 1, verdict")
+    for p in rows:
+        detail, occ = p["size_detail"], p["occurrence"]
+        print(f"  {p['dtype']:<16} {p['before_lat']:>12.6f} -> {p['after_lat']:<12.6f} "
+              f"{p['speedup_pct']:+8.2f}%  {p['aa_verdict']:<8} {detail}"
+              f"{f' #{occ + 1}' if occ else ''}  ({p['aa_reason']})")
     for u in rep.unpaired:
         print(f"  UNPAIRED {key_text(u['key'])}: {u['reason']}")
     for side, n, text in (("before", rep.before_failed, rep.before_failures),
@@ -84,9 +85,9 @@ def _row_keys(k) -> Dict:
 
 
 def _as_json(name: str, blog: Path, alog: Path, rep: PairReport, caliber: Tuple[List[str], List[str]],
-             fallbacks: Dict, code: Dict, band: Dict) -> Dict:
+             fallbacks: Dict, code: Dict, band: Dict, rows: List[Dict], block: Dict) -> Dict:
     return {
-        "mode": "ab", "label": name, "before": str(blog), "after": str(alog),
+        "mode": "ab", "label": name, "verdicts": block, "before": str(blog), "after": str(alog),
         "caliber_problems": caliber[0], "caliber_hazards": caliber[1],
         "code": code, **band,
         "summary": rep.summary(), "markers": {"before": rep.before_markers,
@@ -94,9 +95,7 @@ def _as_json(name: str, blog: Path, alog: Path, rep: PairReport, caliber: Tuple[
         "replay_fallbacks": fallbacks,
         "failed_tests": {"before": rep.before_failed, "after": rep.after_failed},
         "failure_text": {"before": rep.before_failures, "after": rep.after_failures},
-        "paired": [{**_row_keys(p["key"]), "before_lat": p["before_lat"],
-                    "after_lat": p["after_lat"], "speedup_pct": p["speedup_pct"]}
-                   for p in rep.paired],
+        "paired": rows,
         "unpaired": [{**_row_keys(u["key"]), "reason": u["reason"]} for u in rep.unpaired],
     }
 
@@ -125,9 +124,6 @@ def _verdicts(name: str, brun: LoadedRun, paired: List[Dict], controls: Sequence
     block = verdicts.apply(paired, cal, "speedup_pct", "before_lat", rejected=rejected)
     for line in verdicts.text_lines(f"[ab] {name}", block["rule"], block["summary"]):
         print(line)
-    for p in paired:
-        print(f"  {p['aa_verdict']:<8} {p['dtype']:<16} {p['speedup_pct']:+8.2f}%  "
-              f"{p['size_detail']}  ({p['aa_reason']})")
     return block
 
 
@@ -144,7 +140,11 @@ def report_ab(before: Path, after: Path, label: str, allow: bool, controls: Sequ
     rep = pair_logs(brun.parsed, arun.parsed)
     # finished = the log's final line and, where recorded, the identity's `finished`
     rep.before_unfinished, rep.after_unfinished = brun.unfinished, arun.unfinished
-    _print_rows(name, rep)
+    # The verdicts first (after the results check): what a reviewer decides on.
+    rows = [{**_row_keys(p["key"]), "before_lat": p["before_lat"], "after_lat": p["after_lat"],
+             "speedup_pct": p["speedup_pct"]} for p in rep.paired]
+    block = _verdicts(name, brun, rows, controls, false_alarm, runs)
+    _print_rows(name, rep, rows)
     _print_summary(name, rep, rep.summary())
     fallbacks = {"before": replay_fallback_facts(brun.identity, brun.parsed),
                  "after": replay_fallback_facts(arun.identity, arun.parsed)}
@@ -160,10 +160,9 @@ def report_ab(before: Path, after: Path, label: str, allow: bool, controls: Sequ
         f"{fmt_pct(band['noise_band_pct'][0])} ~ {fmt_pct(band['noise_band_pct'][1])} "
         f"({band['noise_source']})" if band["noise_band_pct"] else f"unknown ({band['noise_source']})"))
     result = results_report.ordered(_as_json(name, brun.log, arun.log, rep, caliber, fallbacks,
-                                             code, band), res)
+                                             code, band, rows, block), res)
     if not rep.paired:
         result["status"] = "no_paired_rows"
         raise NoReport(f"{name}: no row succeeded on both sides: no speedup to report", result)
-    result["verdicts"] = _verdicts(name, brun, result["paired"], controls, false_alarm, runs)
     result["status"] = "ok"
     return views.augment(result, {"before": brun, "after": arun})

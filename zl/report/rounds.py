@@ -105,17 +105,17 @@ def _as_json(name: str, root: Path, res: Dict, data: RoundsData, choice: Campaig
     return out
 
 
-def _print_shapes(name: str, res: Dict) -> None:
-    print(f"[ab-rounds] {name}: per shape: median speedup [per-round min~max] "
-          "A median -> B median (ms), side spreads A/B, verdict (p)")
-    for s in res["shapes"]:
+def _print_shapes(name: str, res: Dict, judged: List[Dict]) -> None:
+    print(f"[ab-rounds] {name}: per shape: A/A-calibrated verdict, median speedup [per-round "
+          "min~max] A median -> B median (ms), side spreads A/B, rank-test verdict (p)")
+    for s, j in zip(res["shapes"], judged):
         _, dtype, detail, occ = s["key"]
         p = "" if s["p_value"] is None else f" (p={s['p_value']:.3f})"
         flag = "" if s["sign_stable"] else "  SIGN-UNSTABLE"
-        print(f"  {dtype:<16} {s['speedup_pct']:+7.2f}%  [{s['delta_min']:+.2f}%~{s['delta_max']:+.2f}%]"
-              f"  {s['a_median']:.6f} -> {s['b_median']:.6f}  spread {s['a_spread_pct']:.2f}%/"
-              f"{s['b_spread_pct']:.2f}%  {s['verdict']}{p}  {detail}"
-              f"{f' #{occ + 1}' if occ else ''}{flag}")
+        print(f"  {j['aa_verdict']:<8} {dtype:<16} {s['speedup_pct']:+7.2f}%  [{s['delta_min']:+.2f}%~"
+              f"{s['delta_max']:+.2f}%]  {s['a_median']:.6f} -> {s['b_median']:.6f}  spread "
+              f"{s['a_spread_pct']:.2f}%/{s['b_spread_pct']:.2f}%  {s['verdict']}{p}  {detail}"
+              f"{f' #{occ + 1}' if occ else ''}{flag}  ({j['aa_reason']})")
     for u in res["unpaired"]:
         print(f"  UNPAIRED {key_text(u['key'])}: {u['reason']}")
 
@@ -167,9 +167,6 @@ def _verdicts(name: str, used: Dict[Cell, LoadedRun], out: Dict, res: Dict,
                            rejected + why)
     for line in verdicts.text_lines(f"[ab-rounds] {name}", block["rule"], block["summary"]):
         print(line)
-    for s in out["shapes"]:
-        print(f"  {s['aa_verdict']:<8} {s['dtype']:<16} {s['speedup_pct']:+7.2f}%  {s['size_detail']}"
-              f"  ({s['aa_reason']})")
     return block
 
 
@@ -200,7 +197,9 @@ def report_ab_rounds(root: Path, label: str, allow: bool,
         out["status"] = "too_few_rounds"
         raise NoReport(f"{name}: need at least 2 complete rounds of r<k>_<A|B>/run.log "
                        f"(found {res['rounds']})", out)
-    _print_shapes(name, res)
+    # The verdicts first (after the results check): what a reviewer decides on.
+    out = verdicts.lead(out, _verdicts(name, used, out, res, controls, false_alarm, loaded))
+    _print_shapes(name, res, out["shapes"])
     print_replay_fallbacks(name, "ab-rounds", {k: v for k, v in out["replay_fallbacks"].items()
                                                if v["events"] or v["replay_fallback_keys"]})
     results_report.print_line(name, "ab-rounds", checked, "B vs r1_A")
@@ -213,6 +212,5 @@ def report_ab_rounds(root: Path, label: str, allow: bool,
                        "on both sides", out)
     _print_operator(name, res)
     _print_caveats(name, res, out["markers"])
-    out["verdicts"] = _verdicts(name, used, out, res, controls, false_alarm, loaded)
     out["status"] = "ok"
     return views.augment(out, runs)

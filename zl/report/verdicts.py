@@ -338,7 +338,6 @@ def judge_screen(result: Dict, runs, false_alarm: float = DEFAULT_FALSE_ALARM) -
     root = Path(result["root"])
     controls, rejected = screen_controls(root, result["ops"], runs)
     rows: List[Dict] = []
-    per_cell = []
     for o in result["ops"]:
         if not o.get("shapes"):
             continue
@@ -348,14 +347,24 @@ def judge_screen(result: Dict, runs, false_alarm: float = DEFAULT_FALSE_ALARM) -
         apply(o["shapes"], cal, "speedup_pct", "before_lat")
         o["aa_verdict_counts"] = {v: sum(1 for s in o["shapes"] if s["aa_verdict"] == v) for v in VERDICTS}
         rows += o["shapes"]
-        per_cell.append(cal.rule())
     everyone = Calibration(controls, caliber_key(next(
-        (runs.get(root / f"{o['cell']}_before").identity for o in result["ops"]), None)),
-        "the screen's A/A cells (every level identical, binary included)", false_alarm)
+        (runs.get(root / f"{o['cell']}_before").identity for o in result["ops"] if o.get("shapes")),
+        None)), "the screen's A/A cells (every level identical, binary included; the rule shown "
+        "for the first measured cell's caliber)", false_alarm)
     rule = everyone.rule()
     judged = [{"verdict": r["aa_verdict"], "false_alarm_bound": r["false_alarm_bound"]} for r in rows]
     return {"rule": rule, "band_pct": band(rule), "rejected_controls": rejected,
             "summary": summary(judged), "change_groups": change_groups(result["ops"])}
+
+
+def lead(result: Dict, block: Dict) -> Dict:
+    """The report dict with `verdicts` right after `results` (when a MISMATCH put it first),
+    `mode` and `label`: the JSON reads in the order the page does."""
+    head = [k for k in list(result)[:1] if k == "results"] + [k for k in ("mode", "label") if k in result]
+    out = {k: result[k] for k in head}
+    out["verdicts"] = block
+    out.update((k, v) for k, v in result.items() if k not in out)
+    return out
 
 
 def _count_delta(counts: Dict[str, str], what: str, label: str) -> Optional[str]:
