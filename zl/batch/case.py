@@ -51,6 +51,10 @@ class CaseConfig:
     batch_id: str = ""
     extra_env: Dict[str, str] = field(default_factory=dict)
     device_share: int = 1               # cases sharing one device at once (> 1: functional only)
+    # the environment every case starts from (zl.childenv.batch_case_base on the batch's host);
+    # None: this process's. A Ray task gets the driver's, so the cases measure under the
+    # conditions batch.json recorded, whatever environment the node's Ray worker has.
+    base_env: Optional[Dict[str, str]] = None
 
 
 @dataclass
@@ -92,7 +96,8 @@ class CaseRunner:
             values["SHAPE_FILE"] = self.cfg.shape_file
         if replay:
             values["REPLAY_FROM"] = replay
-        return batch_case_environ(self.cfg.backend, device, batch_case_base(self.cfg.extra_env), values)
+        base = self.cfg.base_env if self.cfg.base_env is not None else batch_case_base(self.cfg.extra_env)
+        return batch_case_environ(self.cfg.backend, device, base, values)
 
     def console_path(self, e: Entry) -> Path:
         return Path(self.cfg.batch_dir) / "console" / e.repo / f"{e.run_name}.log"

@@ -18,6 +18,10 @@ valid; every latency is measured under contention: each case gets ZL_DEVICE_SHAR
 device_share, refused by every comparison), ops_status notes shared_device=N. --resume keeps
 a batch's caliber: 1 and > 1 never mix in one batch (exit 2).
 --use-flagtune: USE_FLAGTUNE=1 for every case (the variable, inherited, works too).
+--executor ray [--ray-address HOST:PORT]: every case (both sides of a screen) is one Ray task
+holding one GPU of its node (1/N with --share-device N), returned compressed into this host's
+batch directory; same tables, each row noting host=, node= and device_name=
+(zl/batch/ray_executor.py; pip install -e '.[ray]').
 
 Examples:
   python run_batch.py --all --devices 0,1,2,3 --dtypes float16 --op-timeout 1800
@@ -25,6 +29,7 @@ Examples:
   python run_batch.py --ops-file my_ops.txt --replay-root runs/batch_X
   python run_batch.py --resume --batch-dir runs/batch_X        # rerun only the unfinished
   python run_batch.py --ops-file list.txt --switch NAME --share-device 3   # functional screen
+  python run_batch.py --all --executor ray --ray-address head:6379            # on a Ray cluster
 
 Outputs:
   <batch>/<repo>/<run_name>/ (a single run's layout), <batch>/ops_status.csv (one row per case,
@@ -38,7 +43,8 @@ Outputs:
 Exit codes:
   0    every case has a final status (the statuses carry the results)
   2    bad input, a batch directory in use or already holding a batch (without --resume),
-       a --resume under other conditions
+       a --resume under other conditions; --executor ray without Ray importable (the message
+       gives the install command), its cluster unreachable or without GPUs
   3    cases left unstarted (--budget-s reached; rerun with --resume)
   4    the interpreter cannot import triton or flag_gems (checked once, before the first case)
   130  interrupted (Ctrl-C, SIGTERM): running cases killed, their rows INTERRUPTED
@@ -68,6 +74,7 @@ from zl.batch import shard
 from zl.batch.execute import conclude, execute, warn_shared
 from zl.batch.partition import PartitionError
 from zl.batch.select import SelectionError, Selector, read_dismiss, read_names_file
+from zl.batch.ray_executor import Cluster, RayError, require_ray
 from zl.batch.screen import SIDES
 from zl.childenv import batch_case_base, inherited
 from zl.config import environ
@@ -78,6 +85,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 OPS_DIR = REPO_ROOT / "ops"
 EXIT_OK, EXIT_USAGE, EXIT_INTERPRETER = 0, 2, 4
 LOG = "[batch]"
+RAY_DEVICE = "ray"   # the device column of a case Ray has not placed yet
 
 
 class UsageError(ValueError):
@@ -140,6 +148,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--switch", metavar="NAME",
                    help="screen NAME: per case NAME=0 records into <batch>/before, then NAME=1 "
                         "replays it into <batch>/after; verdicts in <batch>/screen.tsv")
+    x = p.add_argument_group("cluster")
+    x.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="local (default): this host's devices; ray: one Ray task per case, one GPU "
+                        "each, on the cluster's nodes (pip install -e '.[ray]')")
+    x.add_argument("--ray-address", default=None, metavar="ADDRESS",
+                   help="with --executor ray: the cluster's head (host:6379; default $RAY_ADDRESS, "
+                        "else a new one-host cluster)")
+    x.add_argument("--ray-retries", type=int, default=3, choices=range(0, 10), metavar="N",
+                   help="with --executor ray: reruns of a case whose node or worker died (default 3)")
     r.add_argument("--budget-s", type=_positive(float), default=None,
                    help="start no case that could end after this many seconds (then exit 3)")
     return p
@@ -219,7 +236,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"!!! {LOG} {exc}", file=sys.stderr)
         return EXIT_INTERPRETER
     except (UsageError, BatchDirError, SelectionError, inv.InventoryError, PartitionError,
-            UnknownBackendError, conds.ShapeFileError) as exc:
+            UnknownBackendError, conds.ShapeFileError, RayError) as exc:
         return _fail(str(exc))
 
 
@@ -236,6 +253,14 @@ def check_args(args) -> None:
     explicit = args.devices if args.devices is not None else args.gpus
     if explicit is not None and not parse_device_list(explicit):
         raise UsageError(f"--devices has no device id: {explicit!r}")
+    if args.executor != "ray":
+        if args.ray_address is not None:
+            raise UsageError("--ray-address needs --executor ray")
+        return
+    if explicit is not None or args.balance is not None:
+        raise UsageError("--executor ray places cases on the cluster's GPUs itself; "
+                         "drop --devices/--gpus/--balance")
+    require_ray()
 
 
 def settle_options(args, started: Dict) -> None:
@@ -357,6 +382,8 @@ def settle_measurement(args, started: Dict) -> Dict:
 
 def place(args, backend, cases: List[inv.Entry]) -> Tuple[List[str], Dict[str, List[inv.Entry]]]:
     """The devices and each one's cases (by measured weight with --balance, else by hash)."""
+    if args.executor == "ray":   # Ray places each case on a free GPU of the cluster
+        return [RAY_DEVICE], {RAY_DEVICE: list(cases)}
     # after the selection: without an explicit list this may probe the devices (seconds)
     explicit = args.devices if args.devices is not None else args.gpus
     devices = backend.enumerate_devices(explicit)
@@ -404,6 +431,7 @@ def run(args) -> int:
     batch_dir = (args.batch_dir or Path(environ().get("ZL_RUNS_ROOT") or REPO_ROOT / "runs")
                  / f"batch_{datetime.now():%Y%m%d-%H%M%S}").resolve()
     held = DirLock(batch_dir)
+    cluster = None
     try:
         # an existing directory is locked before it is read; a new one when first written
         if batch_dir.is_dir() and not args.list:
@@ -412,6 +440,10 @@ def run(args) -> int:
         if args.list:
             return list_cases(plan)
         preflight_interpreter(plan.backend.name)
+        if args.executor == "ray":
+            cluster = Cluster(args.ray_address, plan.backend.name, args.ray_retries, REPO_ROOT,
+                              inherited().get("PYTHONPATH", ""))
+            print(f"{LOG} {cluster.describe()}")
         if held.lock is None:
             batch_dir.mkdir(parents=True, exist_ok=True)
             held.take()
@@ -430,7 +462,9 @@ def run(args) -> int:
               + (f"  screen of {args.switch}: before=0 (record), after=1 (replay)" if args.switch else "")
               + (f"  {args.share_device} case(s) at a time per device" if args.share_device > 1 else ""))
         warn_shared(args.share_device)
-        interrupted = execute(plan, tables, todo, batch_id)
+        interrupted = execute(plan, tables, todo, batch_id, cluster)
         return conclude(plan, tables, interrupted)
     finally:
+        if cluster is not None:
+            cluster.shutdown()
         held.release()

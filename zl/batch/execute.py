@@ -23,6 +23,7 @@ from zl.batch.case import CaseConfig, CaseRunner, case_dir
 from zl.batch.executor import GroupGuard, LocalExecutor
 from zl.batch.screen import SIDES, ScreenTable, screen_row
 from zl.batch.status import UNFINISHED, StatusTable, blank_row
+from zl.childenv import batch_case_base
 from zl.runlog.costs import write_batch_costs
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -90,7 +91,8 @@ class BatchRun:
             batch_dir=p.side_dir(name), run_script=p.run_script, roots=p.roots, backend=p.backend,
             op_timeout=a.op_timeout, kill_grace=a.kill_grace, retries=a.retries, dtypes=p.dtypes,
             replay_root=replay, shape_file=p.shape_file, batch_id=batch_id,
-            extra_env={**p.common_env, **extra}, device_share=a.share_device)
+            extra_env={**p.common_env, **extra}, device_share=a.share_device,
+            base_env=batch_case_base({**p.common_env, **extra}))
 
     def may_start(self) -> bool:
         if self.stop.is_set():
@@ -98,41 +100,30 @@ class BatchRun:
         budget = self.plan.args.budget_s
         return budget is None or time.monotonic() - self.t0 + self.worst_case <= budget
 
-    def run_side(self, name: str, c: inv.Entry, device: str, dtypes: Optional[str]) -> Dict[str, str]:
-        key = (c.repo, c.run_name)
-        table = self.tables.status[name]
-        table.set(key, status="RUNNING", device=device, gpu=device)
-        try:
-            row, _ = self.runners[name].run(c, device, dtypes=dtypes)
-        except Exception as exc:  # one case's harness error must not stop its device's shard
-            row = blank_row(c.repo, c.op, c.op_file, c.run_name, self.plan.backend.name, device,
-                            str(case_dir(self.plan.side_dir(name), c)), status="FAIL",
-                            notes=f"reason=harness error {type(exc).__name__}: {exc}")
-        table.replace(key, row)
-        return row
-
-    def run_screen_side(self, c: inv.Entry, device: str, row_a: Dict[str, str]) -> Tuple[Dict[str, str], str]:
-        """Side B after side A (which did not stop on an interrupt): (B's row, screen verdict)."""
-        # B measures what A measured: after a dtype fallback, without the restriction too
-        dt = "" if "dtype_" in row_a["notes"] else self.plan.dtypes
-        if row_a["status"] == "PASS":
-            row_b = self.run_side(SIDES[1], c, device, dt)
-        else:
-            row_b = blank_row(c.repo, c.op, c.op_file, c.run_name, self.plan.backend.name, device,
-                              str(case_dir(self.plan.side_dir(SIDES[1]), c)), status="NOT_RUN",
-                              notes=f"side before ended {row_a['status']}")
-            self.tables.status[SIDES[1]].replace((c.repo, c.run_name), row_b)
-        if row_b["status"] == "INTERRUPTED":
-            return row_b, ""
-        srow = screen_row(row_a, row_b, dt)
-        self.tables.screen.set((c.repo, c.run_name), srow)
-        return row_b, f" {srow['verdict']}"
-
     def work(self, c: inv.Entry, device: str) -> None:
-        row = self.run_side(self.plan.sides[0][0], c, device, None)
+        """Run the case here on `device`, each side's row written as it starts and ends."""
+        def started(name: str) -> None:
+            self.tables.status[name].set((c.repo, c.run_name), status="RUNNING", device=device, gpu=device)
+
+        def ended(name: str, row: Dict[str, str]) -> None:
+            self.tables.status[name].replace((c.repo, c.run_name), row)
+
+        rows, dt = run_sides(self.runners, [n for n, _ in self.plan.sides], c, device, self.plan.dtypes,
+                             self.plan.backend.name, self.plan.side_dir, started, ended)
+        self.record(c, device, rows, dt)
+
+    def record(self, c: inv.Entry, device: str, rows: Dict[str, Dict[str, str]], dt: str) -> None:
+        """After a case's rows are in the tables: a screen's verdict (read from the case
+        directories in this batch directory) and the progress line."""
+        names = [n for n, _ in self.plan.sides]
+        row = rows[names[0]]
         shown, verdict = row["status"], ""
-        if self.tables.screen is not None and row["status"] != "INTERRUPTED":
-            row_b, verdict = self.run_screen_side(c, device, row)
+        if self.tables.screen is not None and len(rows) > 1:
+            row_b = rows[names[1]]
+            if row_b["status"] != "INTERRUPTED":
+                srow = screen_row(row, row_b, dt)
+                self.tables.screen.set((c.repo, c.run_name), srow)
+                verdict = f" {srow['verdict']}"
             shown = f"{row['status']}/{row_b['status']}"
             row = dict(row, elapsed_ms=str(int(row["elapsed_ms"] or 0) + int(row_b.get("elapsed_ms") or 0)))
         elapsed = int(row.get("elapsed_ms") or 0) / 1000
@@ -143,15 +134,52 @@ class BatchRun:
             f"device={device} ETA {eta_min:.1f}min" + (f"  {row['notes']}" if row.get("notes") else "")))
 
 
+def run_sides(runners: Dict[str, CaseRunner], names: List[str], c: inv.Entry, device: str, dtypes: str,
+              backend: str, side_dir: Callable[[str], Path],
+              started: Callable[[str], None] = lambda name: None,
+              ended: Callable[[str, Dict[str, str]], None] = lambda name, row: None
+              ) -> Tuple[Dict[str, Dict[str, str]], str]:
+    """One case on `device`, every side, in the runners' directories: (row per side run, the
+    dtypes side B measured). The executors' one case function: the local one calls it in a
+    worker thread, the Ray one in a task on the case's node. In a screen, side B runs after
+    a PASS of side A (else its row is NOT_RUN) and measures what A measured: after a dtype
+    fallback, without the restriction too. An interrupted side A ends the case."""
+    def side(name: str, dt: Optional[str]) -> Dict[str, str]:
+        started(name)
+        try:
+            row, _ = runners[name].run(c, device, dtypes=dt)
+        except Exception as exc:  # one case's harness error must not stop its device's shard
+            row = blank_row(c.repo, c.op, c.op_file, c.run_name, backend, device,
+                            str(case_dir(side_dir(name), c)), status="FAIL",
+                            notes=f"reason=harness error {type(exc).__name__}: {exc}")
+        ended(name, row)
+        return row
+
+    rows = {names[0]: side(names[0], None)}
+    row_a = rows[names[0]]
+    if len(names) == 1 or row_a["status"] == "INTERRUPTED":
+        return rows, dtypes
+    dt = "" if "dtype_" in row_a["notes"] else dtypes
+    if row_a["status"] == "PASS":
+        rows[names[1]] = side(names[1], dt)
+    else:
+        rows[names[1]] = blank_row(c.repo, c.op, c.op_file, c.run_name, backend, device,
+                                   str(case_dir(side_dir(names[1]), c)), status="NOT_RUN",
+                                   notes=f"side before ended {row_a['status']}")
+        ended(names[1], rows[names[1]])
+    return rows, dt
+
+
 def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def execute(plan, tables: Tables, todo: Dict[str, List[inv.Entry]], batch_id: str) -> bool:
-    """Run `todo` (device -> cases); True when Ctrl-C or SIGTERM stopped it. Running cases are
-    then killed with their process groups, and every row still RUNNING reads INTERRUPTED."""
+def execute(plan, tables: Tables, todo: Dict[str, List[inv.Entry]], batch_id: str, cluster=None) -> bool:
+    """Run `todo` (device -> cases) here, or on `cluster` (zl/batch/ray_executor.py's
+    connection); True when Ctrl-C or SIGTERM stopped it. Running cases are then killed with
+    their process groups (Ray tasks cancelled), and every row still RUNNING reads INTERRUPTED."""
     batch = BatchRun(plan, tables, todo, batch_id)
-    executor = LocalExecutor(plan.args.share_device)
+    executor = cluster.executor(batch) if cluster is not None else LocalExecutor(plan.args.share_device)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     interrupted = False
     try:

@@ -41,13 +41,16 @@ def child_setup(parent_pid: int) -> Callable[[], None]:
 class GroupGuard:
     """Tracks the case process groups alive now; kills them on abort and via the reaper."""
 
-    def __init__(self, grace: float):
+    def __init__(self, grace: float, detached: bool = False):
+        """`detached`: the reaper is no child of this process (a Ray worker's children die
+        with it, and the reaper must outlive it to kill the case groups' other members)."""
         self.grace = grace
         self.lock = threading.Lock()
         self.groups: Dict[int, subprocess.Popen] = {}
         self.aborted = False
         self.reaper = subprocess.Popen(
-            [sys.executable, str(Path(__file__).with_name("reaper.py")), str(grace)],
+            [sys.executable, str(Path(__file__).with_name("reaper.py")), str(grace),
+             *(["--detach"] if detached else [])],
             stdin=subprocess.PIPE, text=True, start_new_session=True)
 
     def _tell(self, line: str) -> None:

@@ -43,6 +43,10 @@ def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     grace = float(sys.argv[1]) if len(sys.argv) > 1 else 10.0
+    if sys.argv[2:3] == ["--detach"] and os.fork() > 0:
+        # the parent exits at once: this process is nobody's child now, so a Ray raylet that
+        # kills a dead worker's children (kill_child_processes_on_worker_exit) spares it
+        os._exit(0)
     groups = set()
     for line in sys.stdin:
         line = line.strip()

@@ -1,0 +1,182 @@
+"""run_batch.py --executor ray (zl/batch/ray_executor.py) on a real local Ray cluster.
+
+One cluster per module: a head without GPUs and two worker nodes with one fake GPU each
+(ray.cluster_utils.Cluster, loopback). Cases are the stub (tests/fixtures/batch/stub_case.sh),
+as in tests/test_batch.py, so the module spends its time in Ray, not in pytest runs.
+"""
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from harness.runner import REPO_ROOT, base_env
+from test_batch import STUB, batch, batch_processes, pid_alive, status, trace
+
+SELECTION = ("softmax", "abs", "amax", "exp", "zl_flaky", "zl_skipped", "relu", "gelu_backward")
+PLAN = "abs=dtype,amax=rescue,exp=fail,zl_flaky=flaky,zl_skipped=skip,relu=slow,gelu_backward=slow"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from ray.cluster_utils import Cluster   # requirements-ci.txt: CI runs these on real Ray
+    c = Cluster(initialize_head=True, head_node_args=dict(num_cpus=1, num_gpus=0, include_dashboard=False))
+    c.workers = [c.add_node(num_cpus=2, num_gpus=1) for _ in range(2)]
+    c.wait_for_nodes()
+    yield c
+    c.shutdown()
+
+
+def ray_batch(cluster, tmp_path, *args, **env):
+    return batch(tmp_path, "--executor", "ray", "--ray-address", cluster.address, *args, timeout=180, **env)
+
+
+def notes(row):
+    return dict(p.split("=", 1) for p in row["notes"].split(";") if "=" in p)
+
+
+def spans(path):
+    """{op: (start, end)} from the stub's ZL_STUB_TIMES lines."""
+    out = defaultdict(dict)
+    for what, op, _dev, t in (ln.split() for ln in path.read_text().splitlines()):
+        out[op][what] = float(t)
+    return {op: (v["start"], v.get("end", v["start"])) for op, v in out.items()}
+
+
+def test_statuses_match_the_local_executor_one_case_per_gpu(cluster, tmp_path):
+    (tmp_path / "local").mkdir()
+    (tmp_path / "ray").mkdir()
+    common = dict(ZL_STUB_PLAN=PLAN, ZL_STUB_SLOW_S="0.6")
+    local = batch(tmp_path / "local", "--ops", *SELECTION, "--devices", "0,1", "--dtypes", "float16",
+                  "--batch-dir", tmp_path / "local/b", **common)
+    assert local.returncode == 0, local.stdout + local.stderr
+    r = ray_batch(cluster, tmp_path / "ray", "--ops", *SELECTION, "--dtypes", "float16",
+                  "--batch-dir", tmp_path / "ray/b", ZL_STUB_TIMES=tmp_path / "times", **common)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lo, st = status(tmp_path / "local/b"), status(tmp_path / "ray/b")
+    same = ("status", "return_code", "rows_total", "rows_success", "timer")
+    assert {k: [v[f] for f in same] for k, v in st.items()} == {k: [v[f] for f in same] for k, v in lo.items()}
+    assert st["exp"]["status"] == "FAIL" and "dtype_rescue" in st["amax"]["notes"]
+    # the case directories came back whole into the driver's batch directory
+    for name, row in st.items():
+        d = tmp_path / "ray/b/main" / name
+        assert row["out_dir"] == str(d.resolve())
+        assert sorted(p.name for p in d.iterdir()) == sorted(p.name for p in (tmp_path / "local/b/main" / name).iterdir())
+        assert (tmp_path / "ray/b/console/main" / f"{name}.log").is_file()
+    assert (tmp_path / "ray/b/summary.csv").is_file() and (tmp_path / "ray/b/costs.tsv").is_file()
+    assert not (tmp_path / "ray/b/.ray_incoming").exists() or not any((tmp_path / "ray/b/.ray_incoming").iterdir())
+    # each row says where it ran; both nodes took cases, never two at once on one fake GPU
+    where = {k: notes(v) for k, v in st.items()}
+    ids = {n.node_id[:8] for n in cluster.workers}
+    assert {w["node"] for w in where.values()} == ids and all(w["host"] for w in where.values())
+    by_node = defaultdict(list)
+    for op, span in spans(tmp_path / "times").items():
+        by_node[where[op]["node"]].append(span)
+    for runs in by_node.values():
+        runs.sort()
+        assert all(a[1] <= b[0] for a, b in zip(runs, runs[1:])), runs
+    record = (tmp_path / "ray/b/batch.json").read_text()
+    assert '"executor": "ray"' in record and cluster.address in record
+
+
+def test_screen_keeps_both_sides_of_a_case_on_one_gpu(cluster, tmp_path):
+    bd = tmp_path / "b"
+    r = ray_batch(cluster, tmp_path, "--ops", "relu", "abs", "exp", "amax", "--switch", "ZL_TEST_SWITCH",
+                  "--batch-dir", bd, ZL_STUB_SWITCH="ZL_TEST_SWITCH", ZL_STUB_IR_MAP="abs=same,exp=none",
+                  ZL_STUB_PLAN="amax=fail")
+    assert r.returncode == 0, r.stdout + r.stderr
+    with open(bd / "screen.tsv", newline="") as fh:
+        rows = {x["run_name"]: x for x in csv.DictReader(fh, delimiter="\t")}
+    assert {k: v["verdict"] for k, v in rows.items()} == {
+        "relu": "IR_CHANGED@ttgir", "abs": "NO_IR_DIFF", "exp": "NO_TRITON", "amax": "NO_ROWS"}
+    before, after = status(bd / "before"), status(bd / "after")
+    assert after["amax"]["status"] == "NOT_RUN"
+    for op in ("relu", "abs", "exp"):
+        assert notes(before[op])["node"] == notes(after[op])["node"]     # one task per pair
+    # side B replayed side A's directory on its node (a scratch path there, not the driver's)
+    replays = [t[5] for t in trace(tmp_path) if t[0] == "relu" and t[5] != "replay=-"]
+    assert len(replays) == 1 and replays[0].endswith("/before/main/relu") and str(bd) not in replays[0]
+
+
+def test_driver_sigkill_leaves_no_case_running_then_resume(cluster, tmp_path):
+    bd = tmp_path / "b"
+    env = dict(ZL_STUB_PLAN="relu=hang", ZL_RUN_PYTEST=str(STUB), ZL_STUB_STATE=str(tmp_path),
+               ZL_STUB_TRACE=str(tmp_path / "trace"))
+    home = tmp_path / "home"
+    home.mkdir()
+    proc = subprocess.Popen([sys.executable, str(REPO_ROOT / "run_batch.py"), "--executor", "ray",
+                             "--ray-address", cluster.address, "--ops", "softmax", "relu", "abs",
+                             "--batch-dir", str(bd), "--kill-grace", "0.5"],
+                            env=base_env(home, **env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pidfile = tmp_path / "relu.pids"
+    deadline = time.monotonic() + 120
+    while not (pidfile.exists() and bd.joinpath("ops_status.csv").exists()
+               and status(bd)["softmax"]["status"] == "PASS") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert pidfile.exists() and status(bd)["softmax"]["status"] == "PASS"
+    hung = [int(p) for p in pidfile.read_text().split()]
+    soft_before = (bd / "main/softmax/run.log").stat().st_mtime_ns
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 60     # Ray ends the dead driver's job and its workers
+    while (any(pid_alive(p) for p in hung) or batch_processes("b-")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(pid_alive(p) for p in hung) and not batch_processes("b-")
+    st = status(bd)
+    assert st["relu"]["status"] == "RUNNING" and st["softmax"]["status"] == "PASS"
+    r = ray_batch(cluster, tmp_path, "--resume", "--batch-dir", bd, **{**env, "ZL_STUB_PLAN": "relu=pass"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    st2 = status(bd)
+    assert all(v["status"] == "PASS" for v in st2.values()) and st2["softmax"] == st["softmax"]
+    assert (bd / "main/softmax/run.log").stat().st_mtime_ns == soft_before
+    assert [t[0] for t in trace(tmp_path)].count("softmax") == 1
+
+
+def test_a_dead_node_s_case_finishes_on_the_other_node(cluster, tmp_path):
+    bd = tmp_path / "b"
+    times = tmp_path / "times"
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO_ROOT / "run_batch.py"), "--executor", "ray", "--ray-address", cluster.address,
+         "--ops", "relu", "abs", "--batch-dir", str(bd), "--kill-grace", "0.5"],
+        env=base_env(tmp_path, ZL_RUN_PYTEST=str(STUB), ZL_STUB_STATE=str(tmp_path), ZL_STUB_PLAN="relu=slow,abs=slow",
+                     ZL_STUB_SLOW_S="4", ZL_STUB_TIMES=str(times), ZL_RUNS_ROOT=str(tmp_path / "runs")),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    dead = cluster.workers[1]
+    try:
+        deadline = time.monotonic() + 120
+        while not (times.exists() and times.read_text().count("start") >= 2) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert times.read_text().count("start") >= 2, "both cases never ran at once"
+        cluster.remove_node(dead, allow_graceful=False)
+        out, _ = proc.communicate(timeout=150)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        cluster.workers[1] = cluster.add_node(num_cpus=2, num_gpus=1)
+        cluster.wait_for_nodes()
+    assert proc.returncode == 0, out
+    st = status(bd)
+    assert all(v["status"] == "PASS" for v in st.values()), st
+    alive, gone = cluster.workers[0].node_id[:8], dead.node_id[:8]
+    assert {notes(v)["node"] for v in st.values()} == {alive}
+    lost = [k for k, v in st.items() if gone in v["notes"]]
+    assert len(lost) == 1 and f"node_lost=" in st[lost[0]]["notes"] and "partial discarded" in st[lost[0]]["notes"]
+    assert not batch_processes("b-")
+
+
+def test_without_ray_the_executor_exits_2_with_the_install_command(tmp_path):
+    shim = tmp_path / "shim" / "ray"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text("raise ImportError('No module named ray (test shim)')\n")
+    env = {"PYTHONPATH": f"{tmp_path / 'shim'}{os.pathsep}{base_env(tmp_path)['PYTHONPATH']}"}
+    r = batch(tmp_path, "--executor", "ray", "--ops", "softmax", "--batch-dir", tmp_path / "b", **env)
+    assert r.returncode == 2 and "pip install -e '.[ray]'" in r.stderr, r.stdout + r.stderr
+    assert not (tmp_path / "b").exists()
+    r = batch(tmp_path, "--ray-address", "127.0.0.1:1", "--ops", "softmax", "--batch-dir", tmp_path / "b")
+    assert r.returncode == 2 and "--ray-address needs --executor ray" in r.stderr
