@@ -249,3 +249,27 @@ def test_an_output_inside_a_controls_run_exits_2_before_anything_runs(tmp_path, 
     assert bs.main(["--ab", str(pair / "before"), str(pair / "after"), "--controls", str(controls),
                     "--json", str(js)]) == 2
     assert not js.exists()
+
+
+def test_run_batch_switch_layout_gets_shape_verdicts(tmp_path, capsys):
+    """run_batch.py --switch keeps a pair in before|after/<repo>/<run_name> and names repo and
+    run_name in screen.tsv: its cells get shapes, controls and verdicts too."""
+    import shutil
+    root = rf.screen_root(tmp_path / "screen")
+    tsv = root / "screen.tsv"
+    lines = tsv.read_text().splitlines()
+    rows = [lines[0] + "\trepo\trun_name"] + [f"{x}\tFlagGems\t{x.split(chr(9))[0]}" for x in lines[1:]]
+    tsv.write_text("\n".join(rows) + "\n")
+    for op in ("softmax", "relu"):
+        for side in ("before", "after"):
+            (root / side / "FlagGems").mkdir(parents=True, exist_ok=True)
+            shutil.move(str(root / f"{op}@float16_{side}"), str(root / side / "FlagGems" / op))
+    d = run_json(tmp_path, "--screen", root, "--false-alarm", "0.5")
+    by = {o["op"]: o for o in d["ops"]}
+    assert len(by["relu"]["shapes"]) == 5 and by["softmax"]["code"]["aa"]
+    assert d["verdicts"]["rule"]["controls"] == 5
+    assert {s["aa_verdict"] for s in by["softmax"]["shapes"]} == {"UNCLEAR"}   # never itself
+    relu = [root / side / "FlagGems" / "relu" for side in ("before", "after")]
+    d = run_json(tmp_path, "--ab", *relu, "--false-alarm", "0.5")
+    assert d["verdicts"]["rule"]["controls"] == 5 and "screen" in d["verdicts"]["rule"]["control_source"]
+    assert {p["aa_verdict"] for p in d["paired"]} - {"UNCLEAR"}

@@ -105,8 +105,9 @@ def _verdicts(name: str, brun: LoadedRun, paired: List[Dict], controls: Sequence
     """FASTER/SLOWER/SAME/UNCLEAR per shape (zl.report.verdicts), calibrated from --controls
     roots, else from the A/A cells of the screen root this pair sits in; this pair's own
     shapes are never among its controls."""
-    screen = brun.dir.parent
-    cell = brun.dir.name[:-len("_before")] if brun.dir.name.endswith("_before") else ""
+    # ab_rlc_test.sh's <root>/<cell>_before, or run_batch.py --switch's <root>/before/<repo>/<case>
+    screen = next((d for d in (brun.dir.parent, brun.dir.parents[2] if len(brun.dir.parents) > 2 else None)
+                   if d is not None and (d / "screen.tsv").is_file()), brun.dir.parent)
     if controls:
         got, rejected = verdicts.dir_controls(controls, runs)
         source = "--controls " + " ".join(map(str, controls))
@@ -120,7 +121,7 @@ def _verdicts(name: str, brun: LoadedRun, paired: List[Dict], controls: Sequence
         got, rejected = [], []
         source = "none (give --controls: a screen root or an --ab-rounds root measured alike)"
     cal = verdicts.Calibration(got, verdicts.caliber_key(brun.identity), source, false_alarm,
-                               exclude=[verdicts.screen_cell_name(screen, cell)] if cell else [])
+                               exclude=[verdicts.pair_name(brun.dir)])
     block = verdicts.apply(paired, cal, "speedup_pct", "before_lat", rejected=rejected)
     for line in verdicts.text_lines(f"[ab] {name}", block["rule"], block["summary"]):
         print(line)

@@ -291,22 +291,24 @@ def dir_controls(dirs: Sequence, runs) -> Tuple[List[Control], List[str]]:
 
 def screen_controls(root, ops: Sequence[Dict], runs) -> Tuple[List[Control], List[str]]:
     """Controls from a screen's every-level A/A cells (views.screen_result's `code.aa`)."""
+    from pathlib import Path
     controls: List[Control] = []
     rejected: List[str] = []
     for o in ops:
         if not o["code"].get("aa"):
             continue
-        got, why = pair_controls(screen_cell_name(root, o["cell"]), runs.get(root / f"{o['cell']}_before"),
-                                 runs.get(root / f"{o['cell']}_after"))
+        got, why = pair_controls(pair_name(o["dirs"]["before"]), runs.get(Path(o["dirs"]["before"])),
+                                 runs.get(Path(o["dirs"]["after"])))
         controls += got
         rejected += [why] if why else []
     return controls, rejected
 
 
-def screen_cell_name(root, cell: str) -> str:
-    """How a screen cell's controls are named (and left out when that cell is judged)."""
+def pair_name(before_dir) -> str:
+    """How a screen pair's controls are named, and left out when that pair is judged: its
+    side A run directory, resolved (an --ab of that cell names the same pair)."""
     import os
-    return f"{os.path.realpath(root)}:{cell}"
+    return os.path.realpath(before_dir)
 
 
 class BadControls(ValueError):
@@ -341,14 +343,14 @@ def judge_screen(result: Dict, runs, false_alarm: float = DEFAULT_FALSE_ALARM) -
     for o in result["ops"]:
         if not o.get("shapes"):
             continue
-        cal = Calibration(controls, caliber_key(runs.get(root / f"{o['cell']}_before").identity),
+        cal = Calibration(controls, caliber_key(runs.get(Path(o["dirs"]["before"])).identity),
                           f"the screen's A/A cells (every level identical, binary included), "
-                          f"this cell left out", false_alarm, exclude=[screen_cell_name(root, o["cell"])])
+                          f"this cell left out", false_alarm, exclude=[pair_name(o["dirs"]["before"])])
         apply(o["shapes"], cal, "speedup_pct", "before_lat")
         o["aa_verdict_counts"] = {v: sum(1 for s in o["shapes"] if s["aa_verdict"] == v) for v in VERDICTS}
         rows += o["shapes"]
     everyone = Calibration(controls, caliber_key(next(
-        (runs.get(root / f"{o['cell']}_before").identity for o in result["ops"] if o.get("shapes")),
+        (runs.get(Path(o["dirs"]["before"])).identity for o in result["ops"] if o.get("shapes")),
         None)), "the screen's A/A cells (every level identical, binary included; the rule shown "
         "for the first measured cell's caliber)", false_alarm)
     rule = everyone.rule()

@@ -231,7 +231,7 @@ def screen_result(root: Path, runs: Optional[Runs] = None) -> Dict:
     for r in rows:
         dt = r.get("dtypes") or ""
         cell = r["op"] if dt in ("", "<all>") else f"{r['op']}@{dt.replace(',', '+')}"
-        before, after = runs.get(root / f"{cell}_before"), runs.get(root / f"{cell}_after")
+        before, after = _cell_runs(root, r, cell, runs)
         pair = _pair_summary(before, after)
         ops.append({"op": r["op"], "op_file": r.get("op_file", ""), "dtypes": dt, "cell": cell,
                     "verdict": r["verdict"], "rows_before": r.get("rows_before", ""),
@@ -239,6 +239,7 @@ def screen_result(root: Path, runs: Optional[Runs] = None) -> Dict:
                     "rc_after": r.get("rc_after", ""), **pair,
                     "results": r.get("results", ""), "results_torch": r.get("results_torch", ""),
                     "code": _screen_code(r, before, after), "counts": {k: r.get(k, "") for k in COUNTS},
+                    "dirs": {"before": str(before.dir), "after": str(after.dir)},
                     "caliber": {k: r.get(k, "") for k in cal.CALIBER_FIELDS}})
     for o in ops:
         o["failure_reason"] = _screen_reason(o)
@@ -264,6 +265,15 @@ def screen_result(root: Path, runs: Optional[Runs] = None) -> Dict:
             "calibers_differ": len({tuple(v for k, v in o["caliber"].items()
                                           if k not in cal.PER_OPERATOR_FIELDS) for o in ops}) > 1,
             "demo": None}
+
+
+def _cell_runs(root: Path, r: Dict[str, str], cell: str, runs: Runs) -> Tuple[LoadedRun, LoadedRun]:
+    """A cell's two runs: ab_rlc_test.sh's <cell>_before|_after, or run_batch.py --switch's
+    before|after/<repo>/<run_name> (its screen.tsv rows name repo and run_name)."""
+    if r.get("repo") and r.get("run_name") and not (root / f"{cell}_before").is_dir():
+        return (runs.get(root / "before" / r["repo"] / r["run_name"]),
+                runs.get(root / "after" / r["repo"] / r["run_name"]))
+    return runs.get(root / f"{cell}_before"), runs.get(root / f"{cell}_after")
 
 
 # screen.tsv's fingerprint cells (zl.ir.fingerprint.verdict_row): `hash` when both sides
@@ -413,8 +423,9 @@ def report_inputs(mode: str, arg) -> Tuple[List[Path], List[Path]]:
     if mode == "ab-rounds":
         return (_run_dirs_under(root, "*/run.log"),
                 [root / "telemetry.tsv", root.parent / "telemetry.tsv", root.parent / "status.tsv"])
-    if mode == "screen":
-        return _run_dirs_under(root, "*/run.log"), [root / "screen.tsv"]
+    if mode == "screen":   # ab_rlc_test.sh's cells, run_batch.py --switch's side/repo/case
+        return (_run_dirs_under(root, "*/run.log") + _run_dirs_under(root, "*/*/*/run.log"),
+                [root / "screen.tsv"])
     dirs = _run_dirs_under(root, "*/*/run.log")
     try:
         rows = _read_table(root / "ops_status.csv", "a run_batch.py batch", {"repo", "op", "status"})
