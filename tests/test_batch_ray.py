@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 from collections import defaultdict
 from pathlib import Path
 
@@ -178,5 +179,25 @@ def test_without_ray_the_executor_exits_2_with_the_install_command(tmp_path):
     r = batch(tmp_path, "--executor", "ray", "--ops", "softmax", "--batch-dir", tmp_path / "b", **env)
     assert r.returncode == 2 and "pip install -e '.[ray]'" in r.stderr, r.stdout + r.stderr
     assert not (tmp_path / "b").exists()
+    # the command names an extra that exists
+    with open(REPO_ROOT / "pyproject.toml", "rb") as fh:
+        extras = tomllib.load(fh)["project"]["optional-dependencies"]
+    assert [d.split(">")[0] for d in extras["ray"]] == ["ray"]
     r = batch(tmp_path, "--ray-address", "127.0.0.1:1", "--ops", "softmax", "--batch-dir", tmp_path / "b")
     assert r.returncode == 2 and "--ray-address needs --executor ray" in r.stderr
+
+
+def test_rows_name_their_device_and_a_mixed_batch_says_so(cluster, tmp_path):
+    # run_identity.json's device_name as a real run records it, one name per operator here
+    wrapper = tmp_path / "named_case.sh"
+    wrapper.write_text(
+        f'bash "{STUB}"; rc=$?\n'
+        '"$ZL_PYTHON" - <<\'PY\'\nimport json, os, pathlib\n'
+        'p = pathlib.Path(os.environ["OUT_DIR"]) / "run_identity.json"\nd = json.loads(p.read_text())\n'
+        'd["device_name"] = {"relu": "NVIDIA H200", "abs": "NVIDIA H100"}[d["op"]]\np.write_text(json.dumps(d))\nPY\n'
+        'exit $rc\n')
+    r = ray_batch(cluster, tmp_path, "--ops", "relu", "abs", "--batch-dir", tmp_path / "b", ZL_RUN_PYTEST=wrapper)
+    assert r.returncode == 0, r.stdout + r.stderr
+    st = status(tmp_path / "b")
+    assert notes(st["relu"])["device_name"] == "NVIDIA H200" and notes(st["abs"])["device_name"] == "NVIDIA H100"
+    assert "!!! [batch] MIXED HARDWARE: cases of this batch ran on NVIDIA H100, NVIDIA H200" in r.stdout
