@@ -62,6 +62,7 @@ def test_real_change_is_slower_where_its_slowdown_exceeds_the_aa_noise(tmp_path,
     v = d["verdicts"]
     rule = v["rule"]
     assert rule["controls"] == 60 and not rule["unusable"] and not v["rejected_controls"]
+    assert rule["alpha"] == 0.05 and "Mann-Whitney p < 0.05" in rule["text"]
     thr = {c["class"]: c["threshold_pct"] for c in rule["classes"]}
     by = {s["size_detail"]: s for s in d["shapes"]}
     big = by["[torch.Size([1048576])]"]
@@ -273,3 +274,17 @@ def test_run_batch_switch_layout_gets_shape_verdicts(tmp_path, capsys):
     d = run_json(tmp_path, "--ab", *relu, "--false-alarm", "0.5")
     assert d["verdicts"]["rule"]["controls"] == 5 and "screen" in d["verdicts"]["rule"]["control_source"]
     assert {p["aa_verdict"] for p in d["paired"]} - {"UNCLEAR"}
+
+
+def test_three_rounds_are_underpowered_not_slower(tmp_path):
+    """3 rounds cannot reach p < 0.05 (smallest Mann-Whitney p 0.100): the -10 % shape is
+    UNCLEAR with that reason, however far it is beyond the A/A threshold."""
+    import shutil
+    root = rounds(tmp_path)
+    for side in "AB":
+        shutil.rmtree(root / f"r4_{side}")
+    d = run_json(tmp_path, "--ab-rounds", root, "--false-alarm", "0.2")
+    big = next(s for s in d["shapes"] if s["size_detail"] == "[torch.Size([1048576])]")
+    assert abs(big["speedup_pct"]) > big["threshold_pct"]
+    assert big["aa_verdict"] == "UNCLEAR" and "underpowered" in big["aa_reason"]
+    assert d["verdicts"]["summary"]["counts"]["SLOWER"] == 0

@@ -329,6 +329,10 @@ def apply(rows: Sequence[Dict], cal: Calibration, delta_key: str, latency_key: s
                   "false_alarm_bound": j["false_alarm_bound"]})
         judged.append(j)
     rule = cal.rule()
+    if alpha is not None:
+        rule["text"] += (f"; with rounds, FASTER/SLOWER also need the shape's Mann-Whitney "
+                         f"p < {alpha} and enough rounds to reach it, else UNCLEAR")
+        rule["alpha"] = alpha
     return {"rule": rule, "band_pct": band(rule), "rejected_controls": list(rejected),
             "summary": summary(judged, [r.get(p_key) for r in rows] if p_key else None, alpha)}
 
