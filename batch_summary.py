@@ -54,7 +54,7 @@ Verdicts: each shape of --ab, --ab-rounds and --screen is FASTER, SLOWER, SAME o
 (zl/report/verdicts.py): FASTER/SLOWER only when |delta| exceeds its latency class's
 threshold, calibrated from every-level A/A controls of the same caliber (--controls DIR...,
 the screen root an --ab pair sits in, an --ab-rounds campaign's same-side cells across
-rounds, a screen's own A/A cells) for at most --false-alarm false alarms per unchanged shape,
+rounds, a screen's own A/A cells and --controls) for at most --false-alarm false alarms per unchanged shape,
 and with rounds only when the Mann-Whitney test agrees; the rule, the thresholds and the
 expected number of false verdicts are printed before the per-shape list.
 
@@ -224,9 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--ab-rounds: use this campaign_id's cells (default: the newest campaign)")
     p.add_argument("--label", default="", help="operator name shown in the report")
     p.add_argument("--controls", nargs="+", type=Path, default=(), metavar="DIR",
-                   help="--ab/--ab-rounds: A/A controls for the per-shape verdicts: screen roots "
-                        "(their every-level A/A cells) or --ab-rounds roots (same-side cells "
-                        "across rounds), measured with the judged pair's caliber")
+                   help="--ab/--ab-rounds/--screen: A/A controls for the per-shape verdicts: "
+                        "screen roots (their every-level A/A cells) or --ab-rounds roots "
+                        "(same-side cells across rounds), measured with the judged pair's caliber")
     p.add_argument("--false-alarm", type=float, default=verdicts.DEFAULT_FALSE_ALARM,
                    metavar="RATE", help="per-shape false-alarm target of the verdict rule, in "
                    "(0, 0.5] (default 0.05; a latency class needs >= 1/RATE - 1 A/A controls)")
@@ -295,7 +295,8 @@ def _run_mode(args) -> Dict:
         band = result["noise_band_pct"]
         print("[screen] noise band: " + (f"{band[0]:+.2f}% ~ {band[1]:+.2f}% " if band else "unknown ")
               + f"({result['noise_source']})")
-        result = verdicts.lead(result, verdicts.judge_screen(result, runs, args.false_alarm))
+        result = verdicts.lead(result, verdicts.judge_screen(result, runs, args.false_alarm,
+                                                             args.controls))
         for line in verdicts.text_lines("[screen]", result["verdicts"]["rule"],
                                         result["verdicts"]["summary"]):
             print(line)
@@ -431,9 +432,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("batch_summary.py: --html/--png go with --ab, --ab-rounds, --screen or --batch",
               file=sys.stderr)
         return EXIT_USAGE
-    if args.controls and not (args.ab or args.ab_rounds):
-        print("batch_summary.py: --controls goes with --ab or --ab-rounds (a screen's controls "
-              "are its own A/A cells)", file=sys.stderr)
+    if args.controls and not (args.ab or args.ab_rounds or args.screen):
+        print("batch_summary.py: --controls goes with --ab, --ab-rounds or --screen",
+              file=sys.stderr)
         return EXIT_USAGE
     try:
         verdicts.check_false_alarm(args.false_alarm)

@@ -154,12 +154,34 @@ def test_screen_aa_cell_is_judged_without_its_own_shapes(tmp_path, capsys):
     assert d["verdicts"]["summary"]["counts"]["FASTER"] == 0
 
 
-@pytest.mark.parametrize("argv", [["--false-alarm", "0"], ["--false-alarm", "0.7"],
-                                  ["--controls", "X"]])
+@pytest.mark.parametrize("argv", [["--false-alarm", "0"], ["--false-alarm", "0.7"]])
 def test_bad_verdict_options_exit_2(tmp_path, argv, capsys):
     root = rf.screen_root(tmp_path / "screen")
     assert bs.main(["--screen", str(root)] + argv) == 2
     assert "batch_summary.py: --" in capsys.readouterr().err
+
+
+def test_controls_go_with_a_comparison_only(tmp_path, capsys):
+    batch = rf.batch_dir(tmp_path / "batch")
+    assert bs.main(["--batch", str(batch), "--controls", str(tmp_path)]) == 2
+    assert "--controls goes with --ab, --ab-rounds or --screen" in capsys.readouterr().err
+
+
+def test_switch_screen_judged_against_an_aa_screen_of_the_same_nodes(tmp_path, capsys):
+    """The evidence layout: an A/A screen gives the controls, the switch's screen (no A/A
+    cell of its own) is judged against them with --controls."""
+    aa = rf.screen_root(tmp_path / "aa")
+    switch = rf.screen_root(tmp_path / "switch")
+    tsv = switch / "screen.tsv"
+    tsv.write_text(tsv.read_text().replace("\tNO_IR_DIFF\tcuda", "\tIR_CHANGED\tcuda"))
+    rf.write_fingerprints(switch / "softmax@float16_after", B_CODE)
+    alone = run_json(tmp_path, "--screen", switch)
+    assert alone["verdicts"]["rule"]["controls"] == 0
+    assert "no A/A control" in alone["verdicts"]["rule"]["unusable"]
+    d = run_json(tmp_path, "--screen", switch, "--controls", aa, "--false-alarm", "0.5")
+    assert d["verdicts"]["rule"]["controls"] == 5 and "--controls" in d["verdicts"]["rule"]["control_source"]
+    relu = {s["size_detail"]: s for s in next(o for o in d["ops"] if o["op"] == "relu")["shapes"]}
+    assert relu["[torch.Size([64, 64])]"]["threshold_pct"] is not None
 
 
 def test_controls_dir_of_unknown_layout_exits_2(tmp_path, capsys):

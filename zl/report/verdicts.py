@@ -337,26 +337,32 @@ def apply(rows: Sequence[Dict], cal: Calibration, delta_key: str, latency_key: s
             "summary": summary(judged, [r.get(p_key) for r in rows] if p_key else None, alpha)}
 
 
-def judge_screen(result: Dict, runs, false_alarm: float = DEFAULT_FALSE_ALARM) -> Dict:
+def judge_screen(result: Dict, runs, false_alarm: float = DEFAULT_FALSE_ALARM,
+                 more: Sequence = ()) -> Dict:
     """Every screen cell's shapes judged (views.screen_result's ops, in place) against the
-    screen's every-level A/A cells, the judged cell left out; one rule and summary over all."""
+    screen's every-level A/A cells and those of the `more` roots (--controls: e.g. an A/A
+    screen of the same nodes), the judged cell left out; one rule and summary over all."""
     from pathlib import Path
     root = Path(result["root"])
     controls, rejected = screen_controls(root, result["ops"], runs)
+    if more:
+        extra, why = dir_controls(more, runs)
+        controls, rejected = controls + extra, rejected + why
+    where = "the screen's A/A cells (every level identical, binary included)" + (
+        f" and --controls {' '.join(map(str, more))}" if more else "")
     rows: List[Dict] = []
     for o in result["ops"]:
         if not o.get("shapes"):
             continue
         cal = Calibration(controls, caliber_key(runs.get(Path(o["dirs"]["before"])).identity),
-                          f"the screen's A/A cells (every level identical, binary included), "
-                          f"this cell left out", false_alarm, exclude=[pair_name(o["dirs"]["before"])])
+                          f"{where}, this cell left out", false_alarm,
+                          exclude=[pair_name(o["dirs"]["before"])])
         apply(o["shapes"], cal, "speedup_pct", "before_lat")
         o["aa_verdict_counts"] = {v: sum(1 for s in o["shapes"] if s["aa_verdict"] == v) for v in VERDICTS}
         rows += o["shapes"]
     everyone = Calibration(controls, caliber_key(next(
         (runs.get(Path(o["dirs"]["before"])).identity for o in result["ops"] if o.get("shapes")),
-        None)), "the screen's A/A cells (every level identical, binary included; the rule shown "
-        "for the first measured cell's caliber)", false_alarm)
+        None)), f"{where} (the rule shown for the first measured cell's caliber)", false_alarm)
     rule = everyone.rule()
     judged = [{"verdict": r["aa_verdict"], "false_alarm_bound": r["false_alarm_bound"]} for r in rows]
     return {"rule": rule, "band_pct": band(rule), "rejected_controls": rejected,
