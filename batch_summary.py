@@ -300,6 +300,7 @@ def _run_mode(args) -> Dict:
         for line in verdicts.text_lines("[screen]", result["verdicts"]["rule"],
                                         result["verdicts"]["summary"]):
             print(line)
+        print(verdicts.aa_line("[screen]", result["verdicts"]["aa_cells"]))
         for g in result["verdicts"]["change_groups"]:
             print(f"[screen] change {g['signature']}: {len(g['cells'])} cell(s) "
                   + " ".join(f"{k}={n}" for k, n in g["shape_verdicts"].items() if n)

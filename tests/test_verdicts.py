@@ -207,16 +207,17 @@ def test_leave_one_out_matches_its_definition():
         assert vd._leave_one_out(vals, fa) == (judged, exceeded), (vals, fa)
 
 
-def test_screen_cells_calibrate_each_other_never_themselves(tmp_path):
+def test_screen_cells_calibrate_each_other_never_themselves(tmp_path, capsys):
     """Two A/A cells: each is judged by the other's shapes only (F = 0.5: one control per
     class is enough, so the threshold is the other cell's |delta| in that class)."""
     root = rf.screen_root(tmp_path / "screen")
     rf.write_fingerprints(root / "relu@float16_after", rf.SAME_CODE)
     tsv = root / "screen.tsv"
     tsv.write_text(tsv.read_text().replace("\tIR_CHANGED\tcuda", "\tNO_IR_DIFF\tcuda", 1))
-    d = run_json(tmp_path, "--screen", root, "--false-alarm", "0.5")
+    d = run_json(tmp_path, "--screen", root, "--false-alarm", "0.5", "--html", tmp_path / "s.html")
     by = {o["op"]: o for o in d["ops"]}
     assert by["softmax"]["code"]["aa"] and by["relu"]["code"]["aa"]
+    assert 'id="aa-false-alarms"' in (tmp_path / "s.html").read_text()
     small = {op: next(s for s in by[op]["shapes"] if "[64, 64]" in s["size_detail"])
              for op in ("softmax", "relu")}
     for op, other in (("softmax", "relu"), ("relu", "softmax")):
@@ -224,6 +225,14 @@ def test_screen_cells_calibrate_each_other_never_themselves(tmp_path):
         assert small[op]["threshold_pct"] == pytest.approx(abs(small[other]["speedup_pct"]))
     assert d["verdicts"]["rule"]["controls"] == 10
     assert d["verdicts"]["summary"]["decided"] > 0
+    # both cells are A/A: each FASTER/SLOWER among them is a measured false alarm
+    aa = d["verdicts"]["aa_cells"]
+    shapes = by["softmax"]["shapes"] + by["relu"]["shapes"]
+    alarms = sum(s["aa_verdict"] in ("FASTER", "SLOWER") for s in shapes)
+    assert aa["shapes"] == 10 and aa["counts"]["FASTER"] + aa["counts"]["SLOWER"] == alarms
+    assert aa["expected_false_verdicts"] == pytest.approx(
+        sum(s["false_alarm_bound"] for s in shapes if s["aa_verdict"] != "UNCLEAR"))
+    assert f"A/A cells judged like the others: {alarms} FASTER/SLOWER" in capsys.readouterr().out
 
 
 def test_screen_groups_changed_cells_by_change_signature(tmp_path, capsys):

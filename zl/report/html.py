@@ -170,6 +170,12 @@ def _verdict_block(page: Page, result: Dict) -> None:
            f'{s["bh_alpha"]}</span>' if "bh_discoveries" in s else "") + "</div>")
     if rule["unusable"]:
         page.add(f'<div class="flag">every shape UNCLEAR: {esc(rule["unusable"])}</div>')
+    aa = v.get("aa_cells")
+    if aa and aa["shapes"]:
+        c = aa["counts"]
+        page.add(f'<div class="sub" id="aa-false-alarms">the A/A cells, judged like the others: '
+                 f'{c["FASTER"] + c["SLOWER"]} FASTER/SLOWER (false alarms) among {aa["decided"]} '
+                 f'decided shapes, expected &le; {aa["expected_false_verdicts"]:.2f}</div>')
     loo = rule["loo_false_alarm_pct"]
     rows = [[c["class"], (str(c["controls"]), c["controls"]),
              _numcell(c["threshold_pct"], False), _numcell(c["false_alarm_bound_pct"], False),

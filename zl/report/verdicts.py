@@ -365,8 +365,21 @@ def judge_screen(result: Dict, runs, false_alarm: float = DEFAULT_FALSE_ALARM,
         None)), f"{where} (the rule shown for the first measured cell's caliber)", false_alarm)
     rule = everyone.rule()
     judged = [{"verdict": r["aa_verdict"], "false_alarm_bound": r["false_alarm_bound"]} for r in rows]
+    # The screen's own A/A cells, each judged by the others: every FASTER/SLOWER among them is
+    # a false alarm, measured, beside the number the bounds expect.
+    aa = [{"verdict": s["aa_verdict"], "false_alarm_bound": s["false_alarm_bound"]}
+          for o in result["ops"] if o["code"].get("aa") for s in o.get("shapes") or []]
     return {"rule": rule, "band_pct": band(rule), "rejected_controls": rejected,
-            "summary": summary(judged), "change_groups": change_groups(result["ops"])}
+            "summary": summary(judged), "aa_cells": summary(aa),
+            "change_groups": change_groups(result["ops"])}
+
+
+def aa_line(prefix: str, aa: Dict) -> str:
+    """The measured false alarms of a screen's A/A cells, beside their expected number."""
+    c = aa["counts"]
+    return (f"{prefix}: A/A cells judged like the others: {c[FASTER] + c[SLOWER]} FASTER/SLOWER "
+            f"(false alarms) among {aa['decided']} decided shape(s) of {aa['shapes']}, expected "
+            f"<= {aa['expected_false_verdicts']:.2f}")
 
 
 def lead(result: Dict, block: Dict) -> Dict:
