@@ -8,6 +8,7 @@ as in tests/test_batch.py, so the module spends its time in Ray, not in pytest r
 import csv
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -185,6 +186,19 @@ def test_without_ray_the_executor_exits_2_with_the_install_command(tmp_path):
     assert [d.split(">")[0] for d in extras["ray"]] == ["ray"]
     r = batch(tmp_path, "--ray-address", "127.0.0.1:1", "--ops", "softmax", "--batch-dir", tmp_path / "b")
     assert r.returncode == 2 and "--ray-address needs --executor ray" in r.stderr
+    r = batch(tmp_path, "--executor", "ray", "--devices", "0", "--ops", "softmax", "--batch-dir", tmp_path / "b")
+    assert r.returncode == 2 and "drop --devices/--gpus/--balance" in r.stderr
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_head_that_does_not_answer_exits_2_at_once(tmp_path):
+    with socket.socket() as s:     # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = batch(tmp_path, "--executor", "ray", "--ray-address", f"127.0.0.1:{port}", "--ops", "softmax",
+              "--batch-dir", tmp_path / "b", timeout=60)
+    assert r.returncode == 2 and f"nothing answers at --ray-address 127.0.0.1:{port}" in r.stderr, r.stderr
+    assert not (tmp_path / "b").exists()
 
 
 def test_rows_name_their_device_and_a_mixed_batch_says_so(cluster, tmp_path):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import socket
 import tarfile
@@ -126,6 +127,20 @@ class Attempts:
 
 # ------------------------------------------------------------------ on the driver
 
+def probe(address: Optional[str]) -> None:
+    """A HOST:PORT that nothing answers is refused at once: ray.init retries an unreachable
+    head for minutes before it gives up."""
+    m = re.fullmatch(r"\[?([^\[\]/\s]+?)\]?:(\d+)", address or "")
+    if not m:
+        return
+    try:
+        socket.create_connection((m.group(1), int(m.group(2))), timeout=5).close()
+    except OSError as exc:
+        raise RayError(f"--executor ray: nothing answers at --ray-address {address} "
+                       f"({exc.strerror or exc}); start the head there with: ray start --head "
+                       f"--port={m.group(2)}") from None
+
+
 class Cluster:
     """The driver's connection, made before the batch directory is written (so an unreachable
     or GPU-less cluster exits 2 having changed nothing)."""
@@ -136,6 +151,7 @@ class Cluster:
             raise RayError(f"--executor ray: backend {backend} has no Ray accelerator resource here "
                            f"(supported: {', '.join(RAY_GPU_BACKENDS)}); use the local executor")
         self.ray = require_ray()
+        probe(address)
         # the workers import zl from the same checkout path as the driver (README: each host)
         path = str(repo_root) + (os.pathsep + pythonpath if pythonpath else "")
         try:
