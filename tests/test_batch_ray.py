@@ -215,3 +215,48 @@ def test_rows_name_their_device_and_a_mixed_batch_says_so(cluster, tmp_path):
     st = status(tmp_path / "b")
     assert notes(st["relu"])["device_name"] == "NVIDIA H200" and notes(st["abs"])["device_name"] == "NVIDIA H100"
     assert "!!! [batch] MIXED HARDWARE: cases of this batch ran on NVIDIA H100, NVIDIA H200" in r.stdout
+
+
+def test_share_device_puts_n_cases_on_one_gpu_and_marks_them(cluster, tmp_path):
+    ops = ("relu", "abs", "exp", "amax")
+    r = ray_batch(cluster, tmp_path, "--ops", *ops, "--share-device", "2", "--batch-dir", tmp_path / "b",
+                  ZL_STUB_PLAN=",".join(f"{op}=slow" for op in ops), ZL_STUB_SLOW_S="3",
+                  ZL_STUB_TIMES=tmp_path / "times")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "FUNCTIONAL ONLY" in r.stdout
+    st = status(tmp_path / "b")
+    assert all(v["status"] == "PASS" and "shared_device=2" in v["notes"] for v in st.values())
+    assert all('"device_share": 2' in (tmp_path / "b/main" / op / "run_identity.json").read_text() for op in ops)
+    edges = sorted((t, +1 if i == 0 else -1) for a, b in spans(tmp_path / "times").values() for i, t in enumerate((a, b)))
+    running = peak = 0
+    for _, step in edges:
+        running += step
+        peak = max(peak, running)
+    assert peak > 2      # two fake GPUs: more than two at once only if they are shared
+
+
+def test_ctrl_c_cancels_the_tasks_and_marks_them_interrupted(cluster, tmp_path):
+    bd = tmp_path / "b"
+    home = tmp_path / "home"
+    home.mkdir()
+    proc = subprocess.Popen([sys.executable, str(REPO_ROOT / "run_batch.py"), "--executor", "ray",
+                             "--ray-address", cluster.address, "--ops", "relu", "abs", "--batch-dir", str(bd),
+                             "--kill-grace", "0.5"],
+                            env=base_env(home, ZL_RUN_PYTEST=str(STUB), ZL_STUB_STATE=str(tmp_path),
+                                         ZL_STUB_PLAN="relu=hang,abs=hang"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    pidfiles = [tmp_path / "relu.pids", tmp_path / "abs.pids"]
+    deadline = time.monotonic() + 120
+    while not all(p.exists() for p in pidfiles) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(p.exists() for p in pidfiles), "the hanging cases never started"
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out
+    hung = [int(x) for p in pidfiles for x in p.read_text().split()]
+    deadline = time.monotonic() + 60
+    while any(pid_alive(p) for p in hung) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(pid_alive(p) for p in hung)
+    assert {v["status"] for v in status(bd).values()} == {"INTERRUPTED"}

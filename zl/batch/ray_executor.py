@@ -284,6 +284,13 @@ class RayExecutor(Executor):
         refs = list(self.inflight)
         for ref in refs:
             self.ray.cancel(ref, force=True)
+        # submitted cases whose start the driver has not heard of yet: RUNNING, so that
+        # execute() marks them INTERRUPTED like the rest (never PENDING: they may have run)
+        first = self.batch.plan.sides[0][0]
+        for c in self.inflight.values():
+            key = (c.repo, c.run_name)
+            if self.batch.tables.status[first].get(key)["status"] == "PENDING":
+                self.batch.tables.status[first].set(key, status="RUNNING")
         deadline = time.monotonic() + self.batch.plan.args.kill_grace + 10
         while refs and time.monotonic() < deadline:
             _, refs = self.ray.wait(refs, num_returns=len(refs), timeout=0.5)
