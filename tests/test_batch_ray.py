@@ -21,8 +21,8 @@ import pytest
 from harness.runner import REPO_ROOT, base_env
 from test_batch import STUB, batch, batch_processes, pid_alive, status, trace
 
-SELECTION = ("softmax", "abs", "amax", "exp", "zl_flaky", "zl_skipped", "relu", "gelu_backward")
-PLAN = "abs=dtype,amax=rescue,exp=fail,zl_flaky=flaky,zl_skipped=skip,relu=slow,gelu_backward=slow"
+SELECTION = ("softmax", "abs", "amax", "exp", "zl_flaky", "zl_skipped", "relu", "gelu_backward", "zl_hang")
+PLAN = "abs=dtype,amax=rescue,exp=fail,zl_flaky=flaky,zl_skipped=skip,relu=slow,gelu_backward=slow,zl_hang=hang"
 
 
 @pytest.fixture(scope="module")
@@ -43,28 +43,32 @@ def notes(row):
     return dict(p.split("=", 1) for p in row["notes"].split(";") if "=" in p)
 
 
-def spans(path):
-    """{op: (start, end)} from the stub's ZL_STUB_TIMES lines."""
+def spans(path, unfinished_s=0.0):
+    """{op: (start, end)} from the stub's ZL_STUB_TIMES lines; a killed case (no end line)
+    held its GPU `unfinished_s` (its --op-timeout)."""
     out = defaultdict(dict)
     for what, op, _dev, t in (ln.split() for ln in path.read_text().splitlines()):
         out[op][what] = float(t)
-    return {op: (v["start"], v.get("end", v["start"])) for op, v in out.items()}
+    return {op: (v["start"], v.get("end", v["start"] + unfinished_s)) for op, v in out.items()}
 
 
 def test_statuses_match_the_local_executor_one_case_per_gpu(cluster, tmp_path):
     (tmp_path / "local").mkdir()
     (tmp_path / "ray").mkdir()
     common = dict(ZL_STUB_PLAN=PLAN, ZL_STUB_SLOW_S="0.6")
-    local = batch(tmp_path / "local", "--ops", *SELECTION, "--devices", "0,1", "--dtypes", "float16",
-                  "--batch-dir", tmp_path / "local/b", **common)
+    opts = ("--ops", *SELECTION, "--dtypes", "float16", "--op-timeout", "2", "--kill-grace", "0.5")
+    local = batch(tmp_path / "local", *opts, "--devices", "0,1", "--batch-dir", tmp_path / "local/b", **common)
     assert local.returncode == 0, local.stdout + local.stderr
-    r = ray_batch(cluster, tmp_path / "ray", "--ops", *SELECTION, "--dtypes", "float16",
-                  "--batch-dir", tmp_path / "ray/b", ZL_STUB_TIMES=tmp_path / "times", **common)
+    r = ray_batch(cluster, tmp_path / "ray", *opts, "--batch-dir", tmp_path / "ray/b",
+                  ZL_STUB_TIMES=tmp_path / "times", **common)
     assert r.returncode == 0, r.stdout + r.stderr
     lo, st = status(tmp_path / "local/b"), status(tmp_path / "ray/b")
     same = ("status", "return_code", "rows_total", "rows_success", "timer")
     assert {k: [v[f] for f in same] for k, v in st.items()} == {k: [v[f] for f in same] for k, v in lo.items()}
     assert st["exp"]["status"] == "FAIL" and "dtype_rescue" in st["amax"]["notes"]
+    # --op-timeout on the node: TIMEOUT, the hanging case's whole group killed (TERM ignored)
+    assert st["zl_hang"]["status"] == "TIMEOUT" and st["zl_hang"]["return_code"] == "124"
+    assert not any(pid_alive(int(p)) for p in (tmp_path / "ray/zl_hang.pids").read_text().split())
     # the case directories came back whole into the driver's batch directory
     for name, row in st.items():
         d = tmp_path / "ray/b/main" / name
@@ -78,7 +82,7 @@ def test_statuses_match_the_local_executor_one_case_per_gpu(cluster, tmp_path):
     ids = {n.node_id[:8] for n in cluster.workers}
     assert {w["node"] for w in where.values()} == ids and all(w["host"] for w in where.values())
     by_node = defaultdict(list)
-    for op, span in spans(tmp_path / "times").items():
+    for op, span in spans(tmp_path / "times", unfinished_s=2.0).items():
         by_node[where[op]["node"]].append(span)
     for runs in by_node.values():
         runs.sort()
