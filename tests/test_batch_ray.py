@@ -28,7 +28,10 @@ PLAN = "abs=dtype,amax=rescue,exp=fail,zl_flaky=flaky,zl_skipped=skip,relu=slow,
 @pytest.fixture(scope="module")
 def cluster():
     from ray.cluster_utils import Cluster   # requirements-ci.txt: CI runs these on real Ray
-    c = Cluster(initialize_head=True, head_node_args=dict(num_cpus=1, num_gpus=0, include_dashboard=False))
+    c = Cluster(initialize_head=True, head_node_args=dict(
+        num_cpus=1, num_gpus=0, include_dashboard=False,
+        # a removed node is declared dead in ~1.5 s, not Ray's default ~15 s
+        _system_config={"health_check_period_ms": 500, "health_check_failure_threshold": 3}))
     c.workers = [c.add_node(num_cpus=2, num_gpus=1) for _ in range(2)]
     c.wait_for_nodes()
     yield c
@@ -151,7 +154,7 @@ def test_a_dead_node_s_case_finishes_on_the_other_node(cluster, tmp_path):
         [sys.executable, str(REPO_ROOT / "run_batch.py"), "--executor", "ray", "--ray-address", cluster.address,
          "--ops", "relu", "abs", "--batch-dir", str(bd), "--kill-grace", "0.5"],
         env=base_env(tmp_path, ZL_RUN_PYTEST=str(STUB), ZL_STUB_STATE=str(tmp_path), ZL_STUB_PLAN="relu=slow,abs=slow",
-                     ZL_STUB_SLOW_S="4", ZL_STUB_TIMES=str(times), ZL_RUNS_ROOT=str(tmp_path / "runs")),
+                     ZL_STUB_SLOW_S="2.5", ZL_STUB_TIMES=str(times), ZL_RUNS_ROOT=str(tmp_path / "runs")),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     dead = cluster.workers[1]
     try:
@@ -172,7 +175,7 @@ def test_a_dead_node_s_case_finishes_on_the_other_node(cluster, tmp_path):
     alive, gone = cluster.workers[0].node_id[:8], dead.node_id[:8]
     assert {notes(v)["node"] for v in st.values()} == {alive}
     lost = [k for k, v in st.items() if gone in v["notes"]]
-    assert len(lost) == 1 and f"node_lost=" in st[lost[0]]["notes"] and "partial discarded" in st[lost[0]]["notes"]
+    assert len(lost) == 1 and "attempt_lost=" in st[lost[0]]["notes"] and "partial discarded" in st[lost[0]]["notes"]
     assert not batch_processes("b-")
 
 
@@ -224,7 +227,7 @@ def test_rows_name_their_device_and_a_mixed_batch_says_so(cluster, tmp_path):
 def test_share_device_puts_n_cases_on_one_gpu_and_marks_them(cluster, tmp_path):
     ops = ("relu", "abs", "exp", "amax")
     r = ray_batch(cluster, tmp_path, "--ops", *ops, "--share-device", "2", "--batch-dir", tmp_path / "b",
-                  ZL_STUB_PLAN=",".join(f"{op}=slow" for op in ops), ZL_STUB_SLOW_S="3",
+                  ZL_STUB_PLAN=",".join(f"{op}=slow" for op in ops), ZL_STUB_SLOW_S="2",
                   ZL_STUB_TIMES=tmp_path / "times")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "FUNCTIONAL ONLY" in r.stdout
@@ -264,3 +267,22 @@ def test_ctrl_c_cancels_the_tasks_and_marks_them_interrupted(cluster, tmp_path):
         time.sleep(0.05)
     assert not any(pid_alive(p) for p in hung)
     assert {v["status"] for v in status(bd).values()} == {"INTERRUPTED"}
+
+
+def test_a_crashing_worker_is_retried_within_the_budget(cluster, tmp_path):
+    # the case kills its Ray worker ($PPID of run_pytest.sh): relu every time, abs once
+    wrapper = tmp_path / "crash_case.sh"
+    wrapper.write_text(
+        'op="${TEST_NODE##*::test_}"\n'
+        'if [ "$op" = relu ] || { [ "$op" = abs ] && [ ! -e "$ZL_STUB_STATE/abs.crashed" ]; }; then\n'
+        '  touch "$ZL_STUB_STATE/$op.crashed"; kill -9 "$PPID"; sleep 30\nfi\n'
+        f'exec bash "{STUB}"\n')
+    r = ray_batch(cluster, tmp_path, "--ops", "relu", "abs", "softmax", "--ray-retries", "1",
+                  "--batch-dir", tmp_path / "b", ZL_RUN_PYTEST=wrapper)
+    assert r.returncode == 0, r.stdout + r.stderr
+    st = status(tmp_path / "b")
+    assert st["softmax"]["status"] == "PASS" and "attempt_lost" not in st["softmax"]["notes"]
+    assert st["abs"]["status"] == "PASS" and st["abs"]["notes"].count("attempt_lost=") == 1
+    assert (tmp_path / "b/main/abs/.complete").is_file()
+    assert st["relu"]["status"] == "FAIL" and "ray task failed (1 retries" in st["relu"]["notes"]
+    assert not batch_processes("b-")

@@ -11,7 +11,7 @@ host, Ray node and device name it ran on.
 
 Faults: a task whose node or worker dies is rerun by Ray on a live node, up to --ray-retries
 times; the dead attempt's directory never reaches the driver and the row notes it
-(node_lost=host/node). A driver that ends (Ctrl-C, SIGTERM: tasks cancelled; SIGKILL: Ray ends
+(attempt_lost=host/node). A driver that ends (Ctrl-C, SIGTERM: tasks cancelled; SIGKILL: Ray ends
 the dead driver's job) leaves no task running: a killed task's Ray worker takes its case
 process group with it (PR_SET_PDEATHSIG, and the reaper, detached from the worker since the
 raylet kills a dead worker's children: zl/batch/executor.py).
@@ -237,8 +237,9 @@ class RayExecutor(Executor):
         for n in names:
             row = blank_row(c.repo, c.op, c.op_file, c.run_name, plan.backend.name, "",
                             str(case_dir(plan.side_dir(n), c)), status="FAIL",
-                            notes=f"reason=ray task lost after {self.cluster.retries} retries: "
-                                  f"{type(exc).__name__}")
+                            notes="reason=" + " ".join(
+                                f"ray task failed ({self.cluster.retries} retries for dead nodes or "
+                                f"workers): {type(exc).__name__}: {exc}".replace(";", ",").split())[:200])
             self.batch.tables.status[n].replace((c.repo, c.run_name), row)
         self.batch.record(c, "-", {names[0]: self.batch.tables.status[names[0]].get((c.repo, c.run_name))}, "")
 
@@ -273,7 +274,7 @@ class RayExecutor(Executor):
             row["out_dir"] = str(case_dir(plan.side_dir(n), c))
             row["notes"] = join_notes(row.get("notes", ""), f"host={where['host']}", f"node={where['node']}",
                                       f"device_name={name}" if name else "",
-                                      *[f"node_lost={x}(partial discarded)" for x in lost])
+                                      *[f"attempt_lost={x}(partial discarded)" for x in lost])
             batch.tables.status[n].replace((c.repo, c.run_name), row)
             rows[n] = row
         batch.record(c, label, rows, result["dt"])
