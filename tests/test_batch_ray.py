@@ -94,11 +94,19 @@ def test_statuses_match_the_local_executor_one_case_per_gpu(cluster, tmp_path):
     assert '"executor": "ray"' in record and cluster.address in record
 
 
-def test_screen_keeps_both_sides_of_a_case_on_one_gpu(cluster, tmp_path):
-    bd = tmp_path / "b"
+def test_screen_keeps_both_sides_of_a_case_on_one_gpu_and_rows_name_their_device(cluster, tmp_path):
+    bd = tmp_path / "rb"
+    # run_identity.json's device_name as a real run records it: relu "ran on" another device
+    wrapper = tmp_path / "named_case.sh"
+    wrapper.write_text(
+        f'bash "{STUB}"; rc=$?\n'
+        '"$ZL_PYTHON" - <<\'PY\'\nimport json, os, pathlib\n'
+        'p = pathlib.Path(os.environ["OUT_DIR"]) / "run_identity.json"\nd = json.loads(p.read_text())\n'
+        'd["device_name"] = "NVIDIA H100" if d["op"] == "relu" else "NVIDIA H200"\np.write_text(json.dumps(d))\nPY\n'
+        'exit $rc\n')
     r = ray_batch(cluster, tmp_path, "--ops", "relu", "abs", "exp", "amax", "--switch", "ZL_TEST_SWITCH",
                   "--batch-dir", bd, ZL_STUB_SWITCH="ZL_TEST_SWITCH", ZL_STUB_IR_MAP="abs=same,exp=none",
-                  ZL_STUB_PLAN="amax=fail")
+                  ZL_STUB_PLAN="amax=fail", ZL_RUN_PYTEST=wrapper)
     assert r.returncode == 0, r.stdout + r.stderr
     with open(bd / "screen.tsv", newline="") as fh:
         rows = {x["run_name"]: x for x in csv.DictReader(fh, delimiter="\t")}
@@ -111,10 +119,12 @@ def test_screen_keeps_both_sides_of_a_case_on_one_gpu(cluster, tmp_path):
     # side B replayed side A's directory on its node (a scratch path there, not the driver's)
     replays = [t[5] for t in trace(tmp_path) if t[0] == "relu" and t[5] != "replay=-"]
     assert len(replays) == 1 and replays[0].endswith("/before/main/relu") and str(bd) not in replays[0]
+    assert notes(after["relu"])["device_name"] == "NVIDIA H100" and notes(before["abs"])["device_name"] == "NVIDIA H200"
+    assert "!!! [batch] MIXED HARDWARE: cases of this batch ran on NVIDIA H100, NVIDIA H200" in r.stdout
 
 
 def test_driver_sigkill_leaves_no_case_running_then_resume(cluster, tmp_path):
-    bd = tmp_path / "b"
+    bd = tmp_path / "rb"
     env = dict(ZL_STUB_PLAN="relu=hang", ZL_RUN_PYTEST=str(STUB), ZL_STUB_STATE=str(tmp_path),
                ZL_STUB_TRACE=str(tmp_path / "trace"))
     home = tmp_path / "home"
@@ -134,9 +144,9 @@ def test_driver_sigkill_leaves_no_case_running_then_resume(cluster, tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     deadline = time.monotonic() + 60     # Ray ends the dead driver's job and its workers
-    while (any(pid_alive(p) for p in hung) or batch_processes("b-")) and time.monotonic() < deadline:
+    while (any(pid_alive(p) for p in hung) or batch_processes("rb-")) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not any(pid_alive(p) for p in hung) and not batch_processes("b-")
+    assert not any(pid_alive(p) for p in hung) and not batch_processes("rb-")
     st = status(bd)
     assert st["relu"]["status"] == "RUNNING" and st["softmax"]["status"] == "PASS"
     r = ray_batch(cluster, tmp_path, "--resume", "--batch-dir", bd, **{**env, "ZL_STUB_PLAN": "relu=pass"})
@@ -147,93 +157,102 @@ def test_driver_sigkill_leaves_no_case_running_then_resume(cluster, tmp_path):
     assert [t[0] for t in trace(tmp_path)].count("softmax") == 1
 
 
+def ancestors(pid):
+    out = []
+    while pid > 1:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        pid = int(stat[stat.rfind(")") + 2:].split()[1])
+        out.append(pid)
+    return out
+
+
 def test_a_dead_node_s_case_finishes_on_the_other_node(cluster, tmp_path):
-    bd = tmp_path / "b"
+    bd = tmp_path / "rb"
     times = tmp_path / "times"
     proc = subprocess.Popen(
         [sys.executable, str(REPO_ROOT / "run_batch.py"), "--executor", "ray", "--ray-address", cluster.address,
          "--ops", "relu", "abs", "--batch-dir", str(bd), "--kill-grace", "0.5"],
-        env=base_env(tmp_path, ZL_RUN_PYTEST=str(STUB), ZL_STUB_STATE=str(tmp_path), ZL_STUB_PLAN="relu=slow,abs=slow",
-                     ZL_STUB_SLOW_S="2.5", ZL_STUB_TIMES=str(times), ZL_RUNS_ROOT=str(tmp_path / "runs")),
+        env=base_env(tmp_path, ZL_RUN_PYTEST=str(STUB), ZL_STUB_STATE=str(tmp_path), ZL_STUB_PLAN="relu=slow",
+                     ZL_STUB_SLOW_S="3", ZL_STUB_TIMES=str(times), ZL_RUNS_ROOT=str(tmp_path / "runs")),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    dead = cluster.workers[1]
+    raylets = {n.all_processes["raylet"][0].process.pid: i for i, n in enumerate(cluster.workers)}
     try:
         deadline = time.monotonic() + 120
-        while not (times.exists() and times.read_text().count("start") >= 2) and time.monotonic() < deadline:
+        while not (times.exists() and "start relu" in times.read_text()) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert times.read_text().count("start") >= 2, "both cases never ran at once"
+        # the node whose raylet runs the slow case (stub <- Ray worker <- raylet)
+        on = {raylets[a] for p in batch_processes("rb-") for a in ancestors(p) if a in raylets}
+        assert len(on) == 1, "the slow case is not running on one worker node"
+        dead = cluster.workers[on.pop()]
         cluster.remove_node(dead, allow_graceful=False)
         out, _ = proc.communicate(timeout=150)
     finally:
         if proc.poll() is None:
             proc.kill()
-        cluster.workers[1] = cluster.add_node(num_cpus=2, num_gpus=1)
-        cluster.wait_for_nodes()
+    i = cluster.workers.index(dead)
+    cluster.workers[i] = cluster.add_node(num_cpus=2, num_gpus=1)
+    cluster.wait_for_nodes()
     assert proc.returncode == 0, out
     st = status(bd)
     assert all(v["status"] == "PASS" for v in st.values()), st
-    alive, gone = cluster.workers[0].node_id[:8], dead.node_id[:8]
-    assert {notes(v)["node"] for v in st.values()} == {alive}
-    lost = [k for k, v in st.items() if gone in v["notes"]]
-    assert len(lost) == 1 and "attempt_lost=" in st[lost[0]]["notes"] and "partial discarded" in st[lost[0]]["notes"]
-    assert not batch_processes("b-")
-
+    alive, gone = cluster.workers[1 - i].node_id[:8], dead.node_id[:8]
+    assert notes(st["relu"])["node"] == alive
+    assert [k for k, v in st.items() if gone in v["notes"]] == ["relu"]
+    assert "attempt_lost=" in st["relu"]["notes"] and "partial discarded" in st["relu"]["notes"]
+    deadline = time.monotonic() + 30     # the dead worker's case group: killed by its reaper
+    while batch_processes("rb-") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not batch_processes("rb-")
 
 def test_without_ray_the_executor_exits_2_with_the_install_command(tmp_path):
     shim = tmp_path / "shim" / "ray"
     shim.mkdir(parents=True)
     (shim / "__init__.py").write_text("raise ImportError('No module named ray (test shim)')\n")
     env = {"PYTHONPATH": f"{tmp_path / 'shim'}{os.pathsep}{base_env(tmp_path)['PYTHONPATH']}"}
-    r = batch(tmp_path, "--executor", "ray", "--ops", "softmax", "--batch-dir", tmp_path / "b", **env)
+    r = batch(tmp_path, "--executor", "ray", "--ops", "softmax", "--batch-dir", tmp_path / "rb", **env)
     assert r.returncode == 2 and "pip install -e '.[ray]'" in r.stderr, r.stdout + r.stderr
-    assert not (tmp_path / "b").exists()
+    assert not (tmp_path / "rb").exists()
     # the command names an extra that exists
     with open(REPO_ROOT / "pyproject.toml", "rb") as fh:
         extras = tomllib.load(fh)["project"]["optional-dependencies"]
     assert [d.split(">")[0] for d in extras["ray"]] == ["ray"]
-    r = batch(tmp_path, "--ray-address", "127.0.0.1:1", "--ops", "softmax", "--batch-dir", tmp_path / "b")
+    r = batch(tmp_path, "--ray-address", "127.0.0.1:1", "--ops", "softmax", "--batch-dir", tmp_path / "rb")
     assert r.returncode == 2 and "--ray-address needs --executor ray" in r.stderr
-    r = batch(tmp_path, "--executor", "ray", "--devices", "0", "--ops", "softmax", "--batch-dir", tmp_path / "b")
+    r = batch(tmp_path, "--executor", "ray", "--devices", "0", "--ops", "softmax", "--batch-dir", tmp_path / "rb")
     assert r.returncode == 2 and "drop --devices/--gpus/--balance" in r.stderr
-    assert not (tmp_path / "b").exists()
+    assert not (tmp_path / "rb").exists()
 
 
-def test_a_head_that_does_not_answer_exits_2_at_once(tmp_path):
+def test_a_head_that_does_not_answer_or_a_cluster_without_gpus_exits_2(tmp_path):
     with socket.socket() as s:     # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     r = batch(tmp_path, "--executor", "ray", "--ray-address", f"127.0.0.1:{port}", "--ops", "softmax",
-              "--batch-dir", tmp_path / "b", timeout=60)
+              "--batch-dir", tmp_path / "rb", timeout=60)
     assert r.returncode == 2 and f"nothing answers at --ray-address 127.0.0.1:{port}" in r.stderr, r.stderr
-    assert not (tmp_path / "b").exists()
-
-
-def test_rows_name_their_device_and_a_mixed_batch_says_so(cluster, tmp_path):
-    # run_identity.json's device_name as a real run records it, one name per operator here
-    wrapper = tmp_path / "named_case.sh"
-    wrapper.write_text(
-        f'bash "{STUB}"; rc=$?\n'
-        '"$ZL_PYTHON" - <<\'PY\'\nimport json, os, pathlib\n'
-        'p = pathlib.Path(os.environ["OUT_DIR"]) / "run_identity.json"\nd = json.loads(p.read_text())\n'
-        'd["device_name"] = {"relu": "NVIDIA H200", "abs": "NVIDIA H100"}[d["op"]]\np.write_text(json.dumps(d))\nPY\n'
-        'exit $rc\n')
-    r = ray_batch(cluster, tmp_path, "--ops", "relu", "abs", "--batch-dir", tmp_path / "b", ZL_RUN_PYTEST=wrapper)
-    assert r.returncode == 0, r.stdout + r.stderr
-    st = status(tmp_path / "b")
-    assert notes(st["relu"])["device_name"] == "NVIDIA H200" and notes(st["abs"])["device_name"] == "NVIDIA H100"
-    assert "!!! [batch] MIXED HARDWARE: cases of this batch ran on NVIDIA H100, NVIDIA H200" in r.stdout
+    assert not (tmp_path / "rb").exists()
+    # "local": a new one-host cluster (here without a GPU), even beside the module's cluster
+    r = batch(tmp_path, "--executor", "ray", "--ray-address", "local", "--ops", "softmax",
+              "--batch-dir", tmp_path / "rb", timeout=120)
+    assert r.returncode == 2 and "offers no GPU resource" in r.stderr, r.stderr
+    r = batch(tmp_path, "--executor", "ray", "--backend", "musa", "--ops", "softmax", "--batch-dir", tmp_path / "rb")
+    assert r.returncode == 2 and "backend musa has no Ray accelerator resource" in r.stderr, r.stderr
+    assert not (tmp_path / "rb").exists()
 
 
 def test_share_device_puts_n_cases_on_one_gpu_and_marks_them(cluster, tmp_path):
     ops = ("relu", "abs", "exp", "amax")
-    r = ray_batch(cluster, tmp_path, "--ops", *ops, "--share-device", "2", "--batch-dir", tmp_path / "b",
+    r = ray_batch(cluster, tmp_path, "--ops", *ops, "--share-device", "2", "--batch-dir", tmp_path / "rb",
                   ZL_STUB_PLAN=",".join(f"{op}=slow" for op in ops), ZL_STUB_SLOW_S="2",
                   ZL_STUB_TIMES=tmp_path / "times")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "FUNCTIONAL ONLY" in r.stdout
-    st = status(tmp_path / "b")
+    st = status(tmp_path / "rb")
     assert all(v["status"] == "PASS" and "shared_device=2" in v["notes"] for v in st.values())
-    assert all('"device_share": 2' in (tmp_path / "b/main" / op / "run_identity.json").read_text() for op in ops)
+    assert all('"device_share": 2' in (tmp_path / "rb/main" / op / "run_identity.json").read_text() for op in ops)
     edges = sorted((t, +1 if i == 0 else -1) for a, b in spans(tmp_path / "times").values() for i, t in enumerate((a, b)))
     running = peak = 0
     for _, step in edges:
@@ -243,7 +262,7 @@ def test_share_device_puts_n_cases_on_one_gpu_and_marks_them(cluster, tmp_path):
 
 
 def test_ctrl_c_cancels_the_tasks_and_marks_them_interrupted(cluster, tmp_path):
-    bd = tmp_path / "b"
+    bd = tmp_path / "rb"
     home = tmp_path / "home"
     home.mkdir()
     proc = subprocess.Popen([sys.executable, str(REPO_ROOT / "run_batch.py"), "--executor", "ray",
@@ -277,15 +296,14 @@ def test_a_crashing_worker_is_retried_within_the_budget(cluster, tmp_path):
         'if [ "$op" = relu ] || { [ "$op" = abs ] && [ ! -e "$ZL_STUB_STATE/abs.crashed" ]; }; then\n'
         '  touch "$ZL_STUB_STATE/$op.crashed"; kill -9 "$PPID"; sleep 30\nfi\n'
         f'exec bash "{STUB}"\n')
-    r = ray_batch(cluster, tmp_path, "--ops", "relu", "abs", "softmax", "--ray-retries", "1",
-                  "--batch-dir", tmp_path / "b", ZL_RUN_PYTEST=wrapper)
+    r = ray_batch(cluster, tmp_path, "--ops", "relu", "abs", "--ray-retries", "1",
+                  "--batch-dir", tmp_path / "rb", ZL_RUN_PYTEST=wrapper)
     assert r.returncode == 0, r.stdout + r.stderr
-    st = status(tmp_path / "b")
-    assert st["softmax"]["status"] == "PASS" and "attempt_lost" not in st["softmax"]["notes"]
+    st = status(tmp_path / "rb")
     assert st["abs"]["status"] == "PASS" and st["abs"]["notes"].count("attempt_lost=") == 1
-    assert (tmp_path / "b/main/abs/.complete").is_file()
+    assert (tmp_path / "rb/main/abs/.complete").is_file()
     assert st["relu"]["status"] == "FAIL" and "ray task failed (1 retries" in st["relu"]["notes"]
     deadline = time.monotonic() + 30     # the reaper kills a dead worker's case group on its own
-    while batch_processes("b-") and time.monotonic() < deadline:
+    while batch_processes("rb-") and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not batch_processes("b-")
+    assert not batch_processes("rb-")

@@ -74,7 +74,7 @@ from zl.batch import shard
 from zl.batch.execute import conclude, execute, warn_shared
 from zl.batch.partition import PartitionError
 from zl.batch.select import SelectionError, Selector, read_dismiss, read_names_file
-from zl.batch.ray_executor import Cluster, RayError, require_ray
+from zl.batch.ray_executor import Cluster, RayError, check_backend, require_ray
 from zl.batch.screen import SIDES
 from zl.childenv import batch_case_base, inherited
 from zl.config import environ
@@ -153,8 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="local (default): this host's devices; ray: one Ray task per case, one GPU "
                         "each, on the cluster's nodes (pip install -e '.[ray]')")
     x.add_argument("--ray-address", default=None, metavar="ADDRESS",
-                   help="with --executor ray: the cluster's head (host:6379; default $RAY_ADDRESS, "
-                        "else a new one-host cluster)")
+                   help="with --executor ray: the cluster's head (HOST:6379; default $RAY_ADDRESS, else "
+                        "the cluster running on this host, else a new one-host cluster; local: a new one)")
     x.add_argument("--ray-retries", type=int, default=3, choices=range(0, 10), metavar="N",
                    help="with --executor ray: reruns of a case whose node or worker died (default 3)")
     r.add_argument("--budget-s", type=_positive(float), default=None,
@@ -439,6 +439,8 @@ def run(args) -> int:
         plan = plan_batch(args, batch_dir)
         if args.list:
             return list_cases(plan)
+        if args.executor == "ray":
+            check_backend(plan.backend.name)
         preflight_interpreter(plan.backend.name)
         if args.executor == "ray":
             cluster = Cluster(args.ray_address, plan.backend.name, args.ray_retries, REPO_ROOT,

@@ -127,6 +127,12 @@ class Attempts:
 
 # ------------------------------------------------------------------ on the driver
 
+def check_backend(backend: str) -> None:
+    if backend not in RAY_GPU_BACKENDS:
+        raise RayError(f"--executor ray: backend {backend} has no Ray accelerator resource here "
+                       f"(supported: {', '.join(RAY_GPU_BACKENDS)}); use the local executor")
+
+
 def probe(address: Optional[str]) -> None:
     """A HOST:PORT that nothing answers is refused at once: ray.init retries an unreachable
     head for minutes before it gives up."""
@@ -147,9 +153,7 @@ class Cluster:
 
     def __init__(self, address: Optional[str], backend: str, retries: int, repo_root: Path,
                  pythonpath: str):
-        if backend not in RAY_GPU_BACKENDS:
-            raise RayError(f"--executor ray: backend {backend} has no Ray accelerator resource here "
-                           f"(supported: {', '.join(RAY_GPU_BACKENDS)}); use the local executor")
+        check_backend(backend)
         self.ray = require_ray()
         probe(address)
         # the workers import zl from the same checkout path as the driver (README: each host)
