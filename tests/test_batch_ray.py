@@ -169,6 +169,20 @@ def ancestors(pid):
     return out
 
 
+def case_processes(batch_id_part, op):
+    """batch_processes() of one case: the environment's TEST_NODE names test_<op> (other cases
+    of the batch run on the other node at the same time)."""
+    out = []
+    for pid in batch_processes(batch_id_part):
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(e.startswith(b"TEST_NODE=") and e.endswith(f"::test_{op}".encode()) for e in env):
+            out.append(pid)
+    return out
+
+
 def test_a_dead_node_s_case_finishes_on_the_other_node(cluster, tmp_path):
     bd = tmp_path / "rb"
     times = tmp_path / "times"
@@ -184,7 +198,7 @@ def test_a_dead_node_s_case_finishes_on_the_other_node(cluster, tmp_path):
         while not (times.exists() and "start relu" in times.read_text()) and time.monotonic() < deadline:
             time.sleep(0.05)
         # the node whose raylet runs the slow case (stub <- Ray worker <- raylet)
-        on = {raylets[a] for p in batch_processes("rb-") for a in ancestors(p) if a in raylets}
+        on = {raylets[a] for p in case_processes("rb-", "relu") for a in ancestors(p) if a in raylets}
         assert len(on) == 1, "the slow case is not running on one worker node"
         dead = cluster.workers[on.pop()]
         cluster.remove_node(dead, allow_graceful=False)
