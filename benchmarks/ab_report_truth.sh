@@ -18,14 +18,14 @@
 # Writes $OUT/summary.txt (the screen tables and each report's IR, results and band lines,
 # read back from the --json) and $OUT/ab_report_truth.tgz (run.log, run_identity.json,
 # screen.tsv, report JSON/HTML; compiled IR left out), rewritten after every stage.
-# Exit: 0 done; 2 FLAGGEMS_DIR or OUT unset; else the failing stage's status.
+# Each stage runs under zl.supervise: killed, even by SIGKILL, this script takes the running
+# stage along.
+# Exit: 0 done; 2 FLAGGEMS_DIR unset or not a FlagGems checkout (no benchmark/), or OUT unset;
+# else the failing stage's status.
 set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$HERE/zl/sh/entry.sh" "$@"   # --help, no arguments, the kit installed for PY
-if [[ -z "${FLAGGEMS_DIR:-}" || -z "${OUT:-}" ]]; then
-  echo "ab_report_truth.sh: set FLAGGEMS_DIR (a FlagGems checkout) and OUT (an output folder)" >&2
-  exit 2
-fi
+zl_require_flaggems_and_out
 SWITCH="${SWITCH:-DISABLE_LLVM_OPT}"
 SWITCH_OPS="${SWITCH_OPS:-vector_norm:vector_norm:float16 logsumexp:logsumexp:float16}"
 AA_OPS="${AA_OPS:-vector_norm:vector_norm:float16 nll_loss2d_forward:nll_loss2d:float16}"
@@ -48,8 +48,8 @@ bundle() {
 screen() {
   local name="$1" sw="$2" ops="$3" rc cell
   echo "## $name: SWITCH=$sw OPS=$ops" >> "$SUM"
-  SWITCH="$sw" OPS="$ops" AB_ROOT="$W/$name" timeout "$STAGE_S" bash "$HERE/ab_rlc_test.sh" \
-    > "$W/$name.out" 2>&1
+  SWITCH="$sw" OPS="$ops" AB_ROOT="$W/$name" "$PY" -m zl.supervise --parent "$$" -- \
+    timeout -k 10 "$STAGE_S" bash "$HERE/ab_rlc_test.sh" > "$W/$name.out" 2>&1
   rc=$?; echo "screen rc=$rc" >> "$SUM"
   cut -f1,3,14 "$W/$name/screen.tsv" >> "$SUM" 2>/dev/null
   for cell in "$W/$name"/*_before; do

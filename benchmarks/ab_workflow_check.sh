@@ -19,13 +19,14 @@
 # lines, the screen tables, the A/A false-verdict rate) and ab_validate_parts<...>.tar.gz
 # (every run.log, run_identity.json, screen.tsv, status.tsv, summary.log, ab_rounds.json,
 # telemetry.tsv; the IR dumps are left out for size, their fingerprints are in the logs).
+# Exit: 2 FLAGGEMS_DIR unset or not a FlagGems checkout (no benchmark/).
 set -uo pipefail
 source "$(dirname "$0")/../zl/sh/entry.sh" "$@"   # --help, and no arguments
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${ZL_PYTHON:-$(command -v python || command -v python3)}"
-: "${FLAGGEMS_DIR:?set FLAGGEMS_DIR to a FlagGems checkout}"
 OUT="${OUT:-$HERE/runs/ab_validate_out}"
+zl_require_flaggems_and_out
 PARTS="${PARTS:-1 2 3 4}"
 mkdir -p "$OUT"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/zl_ab_validate.XXXXXX")"

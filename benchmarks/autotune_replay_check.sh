@@ -17,12 +17,13 @@
 #   runs.log       the tail of every run's stdout/stderr
 #   mm_A.json mm_B.used.json mm_edit.used.json softmax_A.json softmax_backward_A.json
 #   identity.tsv   autotune_mode / tuner_cache / timer of every run
-# Exit 0 only when every check passes. Budget: about 6 minutes on an H200.
+# Exit 0 only when every check passes; 2 FLAGGEMS_DIR unset or not a FlagGems checkout
+# (no benchmark/). Budget: about 6 minutes on an H200.
 set -u
 source "$(dirname "$0")/../zl/sh/entry.sh" "$@"   # --help, and no arguments
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-: "${FLAGGEMS_DIR:?FLAGGEMS_DIR must point at a FlagGems checkout}"
 OUT="${OUT:-$HERE/runs/autotune_replay_check_out}"
+zl_require_flaggems_and_out
 DTYPES="${DTYPES:-float16}"
 # CHECK_OPS="mm" skips the softmax pair (a short device call that only re-checks mm).
 CHECK_OPS="${CHECK_OPS:-mm softmax}"

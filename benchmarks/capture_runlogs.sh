@@ -8,14 +8,15 @@
 # gelu_backward (upstream prints no table, only pytest's failure text), and a table folded
 # by the pretty-report plugin (run_pytest.sh, a multi-input operator). Each log lands in
 # one tarball ($OUT/runlogs_<date>.tar.gz; at most 8 files come back) with a MANIFEST.
-# About 3-4 minutes on an H200.
+# About 3-4 minutes on an H200. Exit: 2 FLAGGEMS_DIR unset or not a FlagGems checkout
+# (no benchmark/).
 set -uo pipefail
 source "$(dirname "$0")/../zl/sh/entry.sh" "$@"   # --help, and no arguments
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${ZL_PYTHON:-$(command -v python || command -v python3)}"
-: "${FLAGGEMS_DIR:?set FLAGGEMS_DIR to a FlagGems checkout}"
 OUT="${OUT:-$HERE/runs/capture_runlogs_out}"
+zl_require_flaggems_and_out
 mkdir -p "$OUT"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/zl_capture.XXXXXX")/runlogs"
 mkdir -p "$WORK"

@@ -19,12 +19,13 @@
 #   verdict.txt       fingerprints, compare exit codes, PASS/FAIL lines, converts JSON
 #   runs.log          the tail of every run's stdout/stderr
 #   <run>_identity.json  run_identity.json of softmax_1 and mm_base
-# Exit 0 only when both checks pass. Budget: about 6 minutes on an H200.
+# Exit 0 only when both checks pass; 2 FLAGGEMS_DIR unset or not a FlagGems checkout
+# (no benchmark/). Budget: about 6 minutes on an H200.
 set -u
 source "$(dirname "$0")/../zl/sh/entry.sh" "$@"   # --help, and no arguments
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-: "${FLAGGEMS_DIR:?FLAGGEMS_DIR must point at a FlagGems checkout}"
 OUT="${OUT:-$HERE/runs/ir_validate_out}"
+zl_require_flaggems_and_out
 mkdir -p "$OUT"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/zl_ir_validate.XXXXXX")"
 source "$HERE/zl/sh/ir_fingerprint.sh"

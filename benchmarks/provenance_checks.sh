@@ -19,14 +19,14 @@
 #           (expected exit 2 naming dtypes) and --resume as started (expected exit 0, reused).
 # Writes $OUT/checks.txt (one line per expectation: PASS/FAIL and what was seen) and
 # $OUT/provenance_checks.tgz (logs, identities, records; compiled IR left out).
-# Exit: 0 every expectation held; 1 one did not; 2 FLAGGEMS_DIR or OUT unset.
+# Each stage runs under zl.supervise: killed, even by SIGKILL, this script takes the running
+# stage along.
+# Exit: 0 every expectation held; 1 one did not; 2 FLAGGEMS_DIR unset or not a FlagGems
+# checkout (no benchmark/), or OUT unset.
 set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$HERE/zl/sh/entry.sh" "$@"   # --help, no arguments, the kit installed for PY
-if [[ -z "${FLAGGEMS_DIR:-}" || -z "${OUT:-}" ]]; then
-  echo "provenance_checks.sh: set FLAGGEMS_DIR (a FlagGems checkout) and OUT (an output folder)" >&2
-  exit 2
-fi
+zl_require_flaggems_and_out
 OP="${OP:-amax}"; OP_FILE="${OP_FILE:-$OP}"; DTYPE="${DTYPE:-float16}"
 export FLAGGEMS_DIR NO_COLOR=1 ZL_ISOLATE_TUNER_CACHE=1
 W="$OUT/work"; rm -rf "$W"; mkdir -p "$W"
@@ -38,7 +38,11 @@ expect() {   # NAME CONDITION-RESULT(0/1) WHAT-WAS-SEEN
 bundle() {
   tar -czf "$OUT/provenance_checks.tgz" -C "$W" --exclude='ttgir' --exclude='results' . 2>/dev/null
 }
-run() { (cd "$HERE" && timeout "$1" bash run_pytest.sh) > "$2" 2>&1; }
+# `stage SECONDS CMD...`: CMD in the repo root under zl.supervise (tied to this shell) and a
+# time limit. Called directly, never from a subshell: zl.supervise checks that --parent is
+# its own parent.
+stage() { local limit="$1"; shift; "$PY" -m zl.supervise --parent "$$" --cwd "$HERE" -- timeout -k 10 "$limit" "$@"; }
+run() { stage "$1" bash run_pytest.sh > "$2" 2>&1; }
 
 # edited: a replay of an edited record
 OUT_DIR="$W/A" OP="$OP" OP_FILE="$OP_FILE" DTYPES="$DTYPE" run 180 "$W/A.out"; rc=$?
@@ -76,7 +80,7 @@ expect "device memory bound" "$([[ $rc == 3 ]] && grep -q "memory" "$W/big.out";
 
 # home: the drivers' interpreter check and the user's tuner cache
 mkdir -p "$W/home"; touch "$W/home/.stamp"
-(cd "$HERE" && HOME="$W/home" timeout 60 "$PY" -m zl.prepare campaign --driver check) > "$W/home.out" 2>&1
+HOME="$W/home" stage 60 "$PY" -m zl.prepare campaign --driver check > "$W/home.out" 2>&1
 created="$(cd "$W/home" && find . -newer .stamp -type f | sort)"
 printf '%s\n' "$created" > "$W/home_files.txt"
 expect "no tuner cache written" "$([[ "$created" != *".flaggems"* ]]; echo $?)" \
@@ -85,13 +89,13 @@ bundle
 
 # resume: a batch resumed under other conditions
 B="$W/batch"
-(cd "$HERE" && timeout 200 "$PY" run_batch.py --ops softmax relu --devices "${ZL_DEVICE:-0}" --batch-dir "$B" \
-  --dtypes float16 --op-timeout 150) > "$W/batch1.out" 2>&1; rc=$?
+stage 200 "$PY" run_batch.py --ops softmax relu --devices "${ZL_DEVICE:-0}" --batch-dir "$B" \
+  --dtypes float16 --op-timeout 150 > "$W/batch1.out" 2>&1; rc=$?
 expect "batch" "$([[ $rc == 0 ]]; echo $?)" "rc=$rc"
-(cd "$HERE" && timeout 60 "$PY" run_batch.py --resume --batch-dir "$B" --dtypes bfloat16) > "$W/batch2.out" 2>&1; rc=$?
+stage 60 "$PY" run_batch.py --resume --batch-dir "$B" --dtypes bfloat16 > "$W/batch2.out" 2>&1; rc=$?
 expect "resume with other dtypes refused" "$([[ $rc == 2 ]] && grep -q "dtypes" "$W/batch2.out"; echo $?)" \
   "rc=$rc: $(grep -m1 'dtypes:' "$W/batch2.out")"
-(cd "$HERE" && timeout 120 "$PY" run_batch.py --resume --batch-dir "$B") > "$W/batch3.out" 2>&1; rc=$?
+stage 120 "$PY" run_batch.py --resume --batch-dir "$B" > "$W/batch3.out" 2>&1; rc=$?
 expect "resume as started" "$([[ $rc == 0 ]]; echo $?)" "rc=$rc: $(grep -m1 -i 'reused' "$W/batch3.out" | cut -c1-160)"
 bundle
 cat "$CHECKS"

@@ -9,5 +9,23 @@ case "${1:-}" in
      exit 2 ;;
 esac
 PY="${ZL_PYTHON:-$(command -v python || command -v python3)}"
+# `zl_require_flaggems_and_out`, for the GPU checks in benchmarks/ that read FLAGGEMS_DIR and
+# write to OUT: FLAGGEMS_DIR must be a FlagGems checkout (its benchmark/ folder holds every
+# node they run) and OUT must be set. Otherwise one `!!! <command>: ...` line naming the
+# variable, exit 2, before any stage starts: a wrong path would otherwise fail each stage in
+# turn, each after its own start-up.
+zl_require_flaggems_and_out() {
+  local me; me="$(basename "$0")"
+  if [[ -z "${FLAGGEMS_DIR:-}" ]]; then
+    echo "!!! $me: set FLAGGEMS_DIR to a FlagGems checkout (it is not set)" >&2
+    exit 2
+  elif [[ ! -d "$FLAGGEMS_DIR/benchmark" ]]; then
+    echo "!!! $me: FLAGGEMS_DIR=$FLAGGEMS_DIR is not a FlagGems checkout (it has no benchmark/ folder)" >&2
+    exit 2
+  elif [[ -z "${OUT:-}" ]]; then
+    echo "!!! $me: set OUT (an output folder)" >&2
+    exit 2
+  fi
+}
 # shellcheck source=kit.sh
 source "$(dirname "${BASH_SOURCE[0]}")/kit.sh"
