@@ -1,6 +1,8 @@
 """run_batch.py --share-device N: several cases on one device at once, a functional sweep
 whose timings are marked invalid everywhere (identity device_share, caliber refusal,
-ops_status notes, summary.csv, warnings), and a batch that never mixes 1 and N > 1."""
+ops_status notes, summary.csv, warnings), and a batch that never mixes 1 and N > 1.
+run_batch.py --overlap N: N cases per device too, each handed the device's timing lock
+(zl/timing/exclusive.py), recorded as device_overlap, a caliber field kept across --resume."""
 
 import csv
 import json
@@ -132,6 +134,66 @@ def test_budget_holds_for_every_worker_of_a_shared_device(tmp_path):
 def test_bad_share_exits_2(tmp_path, value, needle):
     r = batch(tmp_path, "--ops", "softmax", "--share-device", value)
     assert r.returncode == 2 and "--share-device" in r.stderr and needle in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "runs").exists()
+
+
+def test_overlapped_batch_hands_each_device_one_timing_lock_and_keeps_its_setting(tmp_path):
+    bd = tmp_path / "b"
+    times = tmp_path / "times"
+    r = batch(tmp_path, "--ops", "softmax", "relu", "abs", "exp", "--devices", "0,1", "--batch-dir", bd,
+              "--overlap", "2", "--switch", "ZL_AB", ZL_STUB_PLAN="softmax=slow,relu=slow,abs=slow,exp=slow",
+              ZL_STUB_SLOW_S="1", ZL_STUB_TIMES=str(times), ZL_DEVICE_OVERLAP="9", ZL_TIMING_LOCK="/elsewhere")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "2 case(s) at a time per device, timing exclusive" in r.stdout
+    assert "FUNCTIONAL ONLY" not in r.stdout and "shared device" not in r.stdout
+    per_device = {}
+    for side in ("before", "after"):
+        st = status(bd / side)
+        assert all(v["status"] == "PASS" and "overlap=2" in v["notes"] for v in st.values()), st
+        for name, row in st.items():
+            ident = json.loads((bd / side / "main" / name / "run_identity.json").read_text())
+            # the parent's ZL_DEVICE_OVERLAP=9 and lock never reach a case
+            assert ident["device_overlap"] == 2 and "device_share" not in ident
+            lock = Path(ident["stub_timing_lock"])
+            assert lock == (bd / ".timing-locks" / f"device-{row['device']}.lock").resolve()
+            per_device.setdefault(row["device"], set()).add(lock)
+    # both sides of a screen, every case of a device: one lock; two devices: two locks
+    assert sorted(per_device) == ["0", "1"] and all(len(v) == 1 for v in per_device.values())
+    assert per_device["0"] != per_device["1"]
+    assert json.loads((bd / "batch.json").read_text())["overlap"] == 2
+    # --resume keeps the setting (caliber): another N exits 2, left out it is the batch's
+    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0,1", "--overlap", "1")
+    assert r.returncode == 2 and "started with --overlap 2, this call gives --overlap 1" in r.stderr
+    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0,1")
+    assert r.returncode == 0 and "4 reused, 0 to run" in r.stdout, r.stdout + r.stderr
+
+
+def test_overlap_runs_n_at_once_and_a_solo_run_is_not_its_peer(tmp_path):
+    bd = tmp_path / "b"
+    times = tmp_path / "times"
+    r = batch(tmp_path, "--ops", "softmax", "relu", "abs", "--devices", "0", "--batch-dir", bd,
+              "--overlap", "3", ZL_STUB_PLAN="softmax=slow,relu=slow,abs=slow", ZL_STUB_SLOW_S="1",
+              ZL_STUB_TIMES=str(times))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert most_at_once(times) == 3
+    solo = _run(tmp_path / "solo", autotune_mode="record")
+    over = _run(tmp_path / "over", autotune_mode="replay", device_overlap=3)
+    assert complaints([("before", solo), ("after", over)]) == ["device_overlap differs: before=<missing>, after=3"]
+    # overlapped alike: a valid pair (unlike device_share, equal values are fine)
+    peer = _run(tmp_path / "peer", autotune_mode="record", device_overlap=3)
+    assert complaints([("before", peer), ("after", over)]) == []
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--overlap", "0"), "must be >= 1"),
+    (("--overlap", "2", "--share-device", "2"), "either shared (functional only) or overlapped"),
+    (("--overlap", "2", "--executor", "ray"), "--overlap runs on the local executor only"),
+])
+def test_bad_overlap_exits_2(tmp_path, args, needle):
+    if "ray" in args:
+        pytest.importorskip("ray")
+    r = batch(tmp_path, "--ops", "softmax", *args)
+    assert r.returncode == 2 and needle in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and not (tmp_path / "runs").exists()
 
 

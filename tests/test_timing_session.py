@@ -322,6 +322,24 @@ def test_subprocess_direct_timer_repeats_and_records(tmp_path):
                      "graph_warmup_ms": "25", "l2": "warm"}
 
 
+@pytest.mark.parametrize("timer", [{}, {"ZL_ENABLE_CUDAGRAPH": "0"}, {"ZL_DIRECT_REPEAT": "2"}])
+def test_subprocess_overlapped_run_times_every_call_under_the_lock(tmp_path, timer):
+    lock = tmp_path / "device.lock"
+    proc, ident = run_pytest(tmp_path, ZL_BACKEND="cuda", ZL_DEVICE_OVERLAP="2", ZL_TIMING_LOCK=str(lock),
+                             **timer)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert ident["device_overlap"] == 2
+    assert len([line for line in proc.stdout.splitlines() if "ROW " in line]) == 4
+    # outermost over whichever timer: all four do_bench calls went through the lock
+    assert f"exclusive timing (overlap=2, lock {lock}): 4 do_bench call(s) held the device" in proc.stderr
+    assert "pre-call" not in proc.stderr and lock.is_file()
+    # a lock without overlap: exclusive all the same, recorded as solo
+    (tmp_path / "solo").mkdir()
+    proc, ident = run_pytest(tmp_path / "solo", ZL_BACKEND="cuda", ZL_TIMING_LOCK=str(lock), **timer)
+    assert proc.returncode == 0 and "device_overlap" not in ident
+    assert "exclusive timing (overlap=1" in proc.stderr
+
+
 @pytest.mark.parametrize("env,message", [
     ({"ZL_ENABLE_CUDAGRAPH": "sometimes"}, "ZL_ENABLE_CUDAGRAPH='sometimes' is not a timer choice"),
     ({"ZL_L2": "tepid"}, "ZL_L2='tepid' is not an L2 mode"),
@@ -330,6 +348,11 @@ def test_subprocess_direct_timer_repeats_and_records(tmp_path):
     # this CPU torch has no CUPTI: the kernel clock is refused, not silently replaced
     ({"ZL_L2": "cold", "ZL_COLD_CLOCK": "kernels"}, "ZL_COLD_CLOCK=kernels cannot be used: "
                                                     "torch.profiler cannot trace CUDA kernels"),
+    ({"ZL_DEVICE_OVERLAP": "2"}, "ZL_DEVICE_OVERLAP=2 needs ZL_TIMING_LOCK"),
+    ({"ZL_DEVICE_OVERLAP": "-1", "ZL_TIMING_LOCK": "/tmp/x"}, "ZL_DEVICE_OVERLAP='-1' is not an integer >= 1"),
+    ({"ZL_DEVICE_OVERLAP": "2", "ZL_TIMING_LOCK": "/proc/no-such-dir/lock"}, "cannot be opened"),
+    ({"ZL_DEVICE_OVERLAP": "2", "ZL_TIMING_LOCK": "/tmp/x", "ZL_DEVICE_SHARE": "2"},
+     "either shared (functional only) or overlapped"),
 ])
 def test_subprocess_bad_value_is_a_usage_error_without_traceback(tmp_path, env, message):
     proc, ident = run_pytest(tmp_path, ZL_BACKEND="cuda", **env)

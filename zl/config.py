@@ -85,6 +85,8 @@ SETTINGS: Tuple[Setting, ...] = (
     Setting("graph_warmup_ms", "ZL_GRAPH_WARMUP_MS", "--zl-graph-warmup-ms", "25"),
     Setting("l2", "ZL_L2", "--zl-l2", "warm"),
     Setting("cold_clock", "ZL_COLD_CLOCK", "--zl-cold-clock", "auto"),
+    Setting("device_overlap", "ZL_DEVICE_OVERLAP", "--zl-device-overlap", "1"),
+    Setting("timing_lock", "ZL_TIMING_LOCK", "--zl-timing-lock", ""),
     Setting("enable_ir", "ZL_ENABLE_IR", "--zl-enable-ir", "1"),
     Setting("ttgir_dump_dir", "FLAGGEMS_PERF_TTGIR_DUMP_DIR", "--zl-ttgir-dump-dir", ""),
     Setting("ir_levels", "ZL_IR_LEVELS", "--zl-ir-levels", "ttgir"),
@@ -124,6 +126,8 @@ class RunConfig:
     graph_warmup_ms: str = "25"
     l2: str = "warm"
     cold_clock: str = "auto"
+    device_overlap: str = "1"
+    timing_lock: str = ""
     enable_ir: str = "1"
     ttgir_dump_dir: str = ""
     ir_levels: str = "ttgir"

@@ -130,12 +130,12 @@ def write_batch_record(plan, reused: int, batch_id: str) -> None:
     now = datetime.now().isoformat(timespec="seconds")
     call = {"argv": sys.argv, "started": now, "batch_id": batch_id, "devices": plan.devices,
             "reused": reused, "to_run": len(plan.cases) - reused, "op_timeout_s": args.op_timeout,
-            "share_device": args.share_device, "run_script": str(plan.run_script),
+            "share_device": args.share_device, "overlap": args.overlap, "run_script": str(plan.run_script),
             "executor": args.executor, "ray_address": args.ray_address or ""}
     record = dict(plan.started) if plan.started else {
         "argv": sys.argv, "backend": plan.backend.name, "devices": plan.devices, "cases": len(plan.cases),
         "op_timeout_s": args.op_timeout, "dtypes": plan.dtypes, "switch": args.switch or "",
-        "run_script": str(plan.run_script), "share_device": args.share_device, "started": now,
+        "run_script": str(plan.run_script), "share_device": args.share_device, "overlap": args.overlap, "started": now,
         "batch_id": batch_id, "roots": inv.repo_roots(), "conditions": plan.conditions,
         "case_keys": [f"{r}:{n}" for r, n in plan.keys]}
     record["reused"] = reused

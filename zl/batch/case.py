@@ -36,6 +36,10 @@ UNSUPPORTED_DTYPE = "can't be supported by this op"
 SKIP_RE = re.compile(r"(\d+) (skipped|xfailed)\b")
 PREFLIGHT_RE = re.compile(r"PREFLIGHT_FAILED check=(\S+)")
 COMPLETE_MARK = ".complete"
+# the per-device timing lock files of an --overlap batch, under the batch directory
+TIMING_LOCKS = ".timing-locks"
+
+
 @dataclass
 class CaseConfig:
     batch_dir: Path
@@ -51,6 +55,8 @@ class CaseConfig:
     batch_id: str = ""
     extra_env: Dict[str, str] = field(default_factory=dict)
     device_share: int = 1               # cases sharing one device at once (> 1: functional only)
+    device_overlap: int = 1             # cases overlapping on one device, timing exclusive (> 1)
+    timing_locks: Optional[Path] = None  # directory of the per-device timing lock files
     # the environment every case starts from (zl.childenv.batch_case_base on the batch's host);
     # None: this process's. A Ray task gets the driver's, so the cases measure under the
     # conditions batch.json recorded, whatever environment the node's Ray worker has.
@@ -68,6 +74,14 @@ class Attempt:
 def _clean(text: str, limit: int = 160) -> str:
     text = " ".join(text.replace(";", ",").split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def timing_lock_file(locks: Optional[Path], device: str) -> Path:
+    """The lock every overlapped case on `device` takes around each do_bench call."""
+    if locks is None:
+        raise ValueError("--overlap > 1 needs the batch's timing lock directory")
+    locks.mkdir(parents=True, exist_ok=True)
+    return locks / f"device-{device}.lock"
 
 
 def case_dir(batch_dir: Path, e: Entry) -> Path:
@@ -92,6 +106,9 @@ class CaseRunner:
         }
         if self.cfg.device_share > 1:   # recorded in the identity, so no report trusts the timing
             values["ZL_DEVICE_SHARE"] = str(self.cfg.device_share)
+        if self.cfg.device_overlap > 1:  # both sides of a screen take one lock per device
+            values["ZL_DEVICE_OVERLAP"] = str(self.cfg.device_overlap)
+            values["ZL_TIMING_LOCK"] = str(timing_lock_file(self.cfg.timing_locks, device))
         if self.cfg.shape_file:
             values["SHAPE_FILE"] = self.cfg.shape_file
         if replay:
@@ -262,6 +279,8 @@ class CaseRunner:
             notes.append(f"leftover_processes_killed={leftovers}")
         if cfg.device_share > 1:
             notes.append(f"shared_device={cfg.device_share}")
+        if cfg.device_overlap > 1:
+            notes.append(f"overlap={cfg.device_overlap}")
         row.update(result)
         row["notes"] = join_notes(result["notes"], *notes)
         row["elapsed_ms"] = str(int((time.monotonic() - t0) * 1000))

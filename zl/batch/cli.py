@@ -133,6 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run up to N cases at once per device (default 1, the only timing-valid "
                         "setting; N > 1 is a functional sweep: its timings are marked invalid; "
                         "with --resume: the batch's)")
+    d.add_argument("--overlap", type=_share_count, default=None, metavar="N",
+                   help="run up to N cases at once per device with exclusive timing: each do_bench "
+                        "call holds the device's lock, start-up and compilation overlap (timings "
+                        "valid; identity device_overlap=N, compared only with runs overlapped alike; "
+                        "default 1; with --resume: the batch's)")
     r = p.add_argument_group("running")
     r.add_argument("--batch-dir", type=Path, help="output directory (default <runs>/batch_<timestamp>)")
     r.add_argument("--resume", action="store_true", help="with --batch-dir: continue that batch, under its conditions")
@@ -260,6 +265,9 @@ def check_args(args) -> None:
     if explicit is not None or args.balance is not None:
         raise UsageError("--executor ray places cases on the cluster's GPUs itself; "
                          "drop --devices/--gpus/--balance")
+    if args.overlap is not None and args.overlap > 1:
+        raise UsageError("--overlap runs on the local executor only (its timing lock is a file on "
+                         "this host); drop --overlap or --executor ray")
     require_ray()
 
 
@@ -283,6 +291,11 @@ def settle_options(args, started: Dict) -> None:
         args.use_flagtune = bool(cond.get("use_flagtune", False))
     if args.share_device is None:
         args.share_device = calls[-1].get("share_device", started.get("share_device", 1))
+    if args.overlap is None:
+        args.overlap = started.get("overlap", 1)
+    if args.overlap > 1 and args.share_device > 1:
+        raise UsageError(f"--overlap {args.overlap} with --share-device {args.share_device}: a batch is "
+                         "either shared (functional only) or overlapped with exclusive timing; give one")
     if args.switch and args.replay_root:
         raise UsageError("--switch replays its own side A; it cannot take --replay-root")
     if args.replay_root is not None and not args.replay_root.is_dir():
@@ -308,8 +321,17 @@ def check_conditions(started: Dict, now: Dict) -> None:
     diffs = conds.differences(started["conditions"], now)
     if diffs:
         raise UsageError("--resume: this call measures under other conditions than the batch "
-                         f"(batch.json); nothing was run. Differences:\n  " + "\n  ".join(diffs)
+                         "(batch.json); nothing was run. Differences:\n  " + "\n  ".join(diffs)
                          + "\nResume with the batch's options and environment, or start a new --batch-dir")
+
+
+def check_resume_overlap(started: Dict, overlap: int) -> None:
+    """--resume keeps the batch's --overlap: device_overlap is a caliber field, so cases
+    overlapped N ways and M ways must not meet in one table."""
+    before = started.get("overlap", 1)
+    if before != overlap:
+        raise UsageError(f"--resume: the batch was started with --overlap {before}, this call gives "
+                         f"--overlap {overlap}; its timings compare only with the batch's own setting")
 
 
 def check_resume_share(started: Dict, share: int) -> None:
@@ -361,6 +383,7 @@ def settle_measurement(args, started: Dict) -> Dict:
     settle_options(args, started)
     if args.resume:
         check_resume_share(started, args.share_device)
+        check_resume_overlap(started, args.overlap)
     backend = get_backend(args.backend)
     run_script = Path(environ().get("ZL_RUN_PYTEST") or REPO_ROOT / "run_pytest.sh").resolve()
     if not run_script.is_file():
@@ -462,7 +485,8 @@ def run(args) -> int:
         print(f"{LOG} backend={plan.backend.name} {len(plan.cases)} case(s), {len(tables.reused)} reused, "
               f"{n_todo} to run on {len([d for d in todo if todo[d]])} device(s) {plan.devices}  out={batch_dir}"
               + (f"  screen of {args.switch}: before=0 (record), after=1 (replay)" if args.switch else "")
-              + (f"  {args.share_device} case(s) at a time per device" if args.share_device > 1 else ""))
+              + (f"  {args.share_device} case(s) at a time per device" if args.share_device > 1 else "")
+              + (f"  {args.overlap} case(s) at a time per device, timing exclusive" if args.overlap > 1 else ""))
         warn_shared(args.share_device)
         interrupted = execute(plan, tables, todo, batch_id, cluster)
         return conclude(plan, tables, interrupted)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from zl.batch import inventory as inv
-from zl.batch.case import CaseConfig, CaseRunner, case_dir
+from zl.batch.case import TIMING_LOCKS, CaseConfig, CaseRunner, case_dir
 from zl.batch.executor import GroupGuard, LocalExecutor
 from zl.batch.screen import SIDES, ScreenTable, screen_row
 from zl.batch.status import UNFINISHED, StatusTable, blank_row
@@ -33,6 +33,11 @@ Key = Tuple[str, str]
 SHARED_WARNING = ("TIMINGS OF THIS BATCH ARE FUNCTIONAL ONLY: {n} cases shared each device "
                   "(--share-device {n}); statuses and screen verdicts hold, latencies and speedups "
                   "do not (identity device_share={n}, refused by every comparison)")
+
+
+def slots_per_device(args) -> int:
+    """Cases at once per device: --share-device N (functional) or --overlap N (exclusive timing)."""
+    return max(args.share_device, getattr(args, "overlap", 1) or 1)
 
 
 def warn_shared(share: int) -> None:
@@ -78,7 +83,7 @@ class BatchRun:
         self.runners = {name: CaseRunner(self._config(name, extra, batch_id), self.guard, self.stop)
                         for name, extra in plan.sides}
         n_todo = sum(len(v) for v in todo.values())
-        self.progress = Progress(n_todo, len([d for d in todo if todo[d]]) * plan.args.share_device)
+        self.progress = Progress(n_todo, len([d for d in todo if todo[d]]) * slots_per_device(plan.args))
         self.t0 = time.monotonic()
         # a case that starts now may end this late: both sides timed out, then the kill grace
         self.worst_case = plan.args.op_timeout * len(plan.sides) + plan.args.kill_grace + 5
@@ -92,6 +97,7 @@ class BatchRun:
             op_timeout=a.op_timeout, kill_grace=a.kill_grace, retries=a.retries, dtypes=p.dtypes,
             replay_root=replay, shape_file=p.shape_file, batch_id=batch_id,
             extra_env={**p.common_env, **extra}, device_share=a.share_device,
+            device_overlap=a.overlap, timing_locks=p.batch_dir / TIMING_LOCKS,
             base_env=batch_case_base({**p.common_env, **extra}))
 
     def may_start(self) -> bool:
@@ -179,7 +185,7 @@ def execute(plan, tables: Tables, todo: Dict[str, List[inv.Entry]], batch_id: st
     connection); True when Ctrl-C or SIGTERM stopped it. Running cases are then killed with
     their process groups (Ray tasks cancelled), and every row still RUNNING reads INTERRUPTED."""
     batch = BatchRun(plan, tables, todo, batch_id)
-    executor = cluster.executor(batch) if cluster is not None else LocalExecutor(plan.args.share_device)
+    executor = cluster.executor(batch) if cluster is not None else LocalExecutor(slots_per_device(plan.args))
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     interrupted = False
     try:

@@ -26,6 +26,9 @@ because changing it alone moved a measured result (seed, S5000 / H200):
                    the others, equal values do not help: any run with device_share > 1 is
                    refused ("a functional check, not a timing"); screen verdicts (IR, results)
                    still hold for it.
+  device_overlap   N runs overlapped on one GPU (run_batch.py --overlap N), each do_bench
+                   call exclusive under a per-device lock, compilation and start-up
+                   concurrent: absent on a solo run, so overlapped vs solo is a mismatch
 
 A field absent on one side only is a mismatch (one run cannot show it matched); absent
 on every side is accepted, so runs written before a field existed still compare.
@@ -70,7 +73,7 @@ from zl.switches import SwitchError, parse_switch
 CALIBER_FIELDS = (
     "backend", "device", "device_name", "device_arch", "timer", "bench_level", "shape_mode",
     "tuner_cache", "direct_repeat", "use_flagtune", "seed", "shape_source",
-    "graph_warmup_ms", "l2", "cold_clock", "device_share",
+    "graph_warmup_ms", "l2", "cold_clock", "device_share", "device_overlap",
 )
 # Fields whose value names the operator itself (`softmax=yaml`): equal within one A/B pair,
 # different across the rows of a screen or a batch by construction.

@@ -19,6 +19,8 @@ from typing import Any, Optional, Tuple
 from zl import options
 from zl.switches import SwitchError, parse_switch
 
+from . import exclusive
+
 ENV_GRAPH = "ZL_ENABLE_CUDAGRAPH"
 ENV_REPEAT = "ZL_DIRECT_REPEAT"
 ENV_WARMUP = "ZL_GRAPH_WARMUP_MS"
@@ -89,6 +91,12 @@ def add_options(parser: Any) -> None:
                 "torch.profiler (torch.cuda); events = the graph replay timed by events (each "
                 "kernel's in-graph start included, as the warm reading); auto = kernels where "
                 "CUPTI can read the graph, else events", "auto")
+    options.add(parser, exclusive.OPT_OVERLAP, exclusive.OVERLAP_ENV,
+                "runs overlapping on this device (run_batch.py --overlap N); N > 1 needs "
+                "--zl-timing-lock and is recorded as identity device_overlap", "1")
+    options.add(parser, exclusive.OPT_LOCK, exclusive.LOCK_ENV,
+                "lock file that every run on this device takes around each do_bench call, so "
+                "only the timed stretch is exclusive (run_batch.py --overlap sets it)", "")
 
 
 def read_setting(config: Any, flag: str, env: str) -> Tuple[str, str]:

@@ -18,7 +18,10 @@ from zl.identity import update_identity
 from zl.patching import PatchStack
 from zl.term import log
 
-from . import GRAPH_LOG_TAG, TIMING_LOG_TAG, device, select
+from zl.device import parse_device_share
+
+from . import GRAPH_LOG_TAG, TIMING_LOG_TAG, device, exclusive, select
+from .exclusive import ExclusiveBench
 from .direct import make_repeated_do_bench
 from .graph import GraphTimer, op_from_item
 
@@ -65,6 +68,8 @@ class TimingSession:
         self.l2 = l2
         self.cold_clock = cold_clock
         self.graph: Optional[GraphTimer] = None
+        self.exclusive: Optional[ExclusiveBench] = None
+        self.overlap = 1
         self.patches = PatchStack()
 
     def install(self, pluginmanager: Any) -> None:
@@ -106,12 +111,25 @@ class TimingSession:
             + ("; l2=cold: do_bench zeroes its own 256 MB cache before every call"
                if self.l2 == "cold" else ""))
 
+    def make_exclusive(self, lock_path: str, overlap: int) -> None:
+        """Wrap do_bench, outermost, so each call's timed stretch holds the device's lock."""
+        import triton.testing as tt
+        bench = ExclusiveBench(tt.do_bench, lock_path, lambda: device.device_interface().synchronize())
+        self.patches.push(bench.close)
+        self.patches.setattr(tt, "do_bench", bench)
+        self.exclusive, self.overlap = bench, overlap
+        log(TIMING_LOG_TAG, f"exclusive timing: each do_bench call holds {lock_path} "
+                            f"({overlap} run(s) overlap on this device)")
+
     def pytest_unconfigure(self, config):
         """Put back whatever do_bench and Benchmark methods this session replaced."""
         if self.graph is not None and self.graph.ledger["calls"]:
             log(GRAPH_LOG_TAG, self.graph.ledger_line())
+        if self.exclusive is not None:
+            log(TIMING_LOG_TAG, self.exclusive.summary(self.overlap))
         self.patches.undo_all()
         self.graph = None
+        self.exclusive = None
 
 
 def _choose(config: Any):
@@ -145,13 +163,33 @@ def _choose(config: Any):
     return backend, timer, capture, repeat, warmup_cap, l2, clock
 
 
+def _exclusive(config: Any):
+    """-> (lock path or '', overlap); a bad pair is a pytest.UsageError."""
+    lock, _ = select.read_setting(config, exclusive.OPT_LOCK, exclusive.LOCK_ENV)
+    raw, _ = select.read_setting(config, exclusive.OPT_OVERLAP, exclusive.OVERLAP_ENV)
+    try:
+        share = parse_device_share(select.read_setting(config, "--zl-device-share", "ZL_DEVICE_SHARE")[0])
+        overlap = exclusive.parse_overlap(raw, lock, share)
+    except ValueError as exc:   # ExclusiveTimingError, DeviceShareError
+        raise pytest.UsageError(f"{TIMING_LOG_TAG} {exc}") from None
+    return (lock or "").strip(), overlap
+
+
 def start(config: Any) -> TimingSession:
     """Pick the timer, register the session (so unconfigure undoes even a half install),
     patch do_bench accordingly, write the identity fields."""
     backend, timer, capture, repeat, warmup_cap, l2, clock = _choose(config)
+    lock, overlap = _exclusive(config)
     session = TimingSession(backend, timer, capture, repeat, warmup_cap, l2, clock)
     config.pluginmanager.register(session, PLUGIN_NAME)
     session.install(config.pluginmanager)
+    if lock:
+        try:
+            session.make_exclusive(lock, overlap)
+        except exclusive.ExclusiveTimingError as exc:
+            raise pytest.UsageError(f"{TIMING_LOG_TAG} {exc}") from None
+    if overlap > 1:
+        update_identity(device_overlap=overlap)
     update_identity(timer=timer, graph_capture=capture, direct_repeat=repeat,
                     graph_warmup_ms=select.warmup_label(warmup_cap), l2=l2,
                     cold_clock=clock if l2 == "cold" and timer == select.TIMER_GRAPH else None)

@@ -1,0 +1,133 @@
+"""zl/timing/exclusive.py: the timed stretch of each do_bench call holds the device's lock,
+the call that compiles does not, and the settings refuse what would time a shared device.
+
+Processes, not threads: the lock is fcntl.flock between the runs of one device."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from zl.timing.exclusive import ExclusiveBench, ExclusiveTimingError, parse_overlap
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# One process: `calls` do_bench calls; the pre-call and the timed stretch stamp a file.
+WORKER = textwrap.dedent('''
+    import sys, time
+    from zl.timing.exclusive import ExclusiveBench
+    lock, stamps, name, calls, hold = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
+
+    def stamp(what):
+        with open(stamps, "a") as fh:
+            fh.write(f"{what} {name} {time.time():.6f}\\n")
+
+    def timed(fn, **kw):
+        stamp("start")
+        time.sleep(hold)
+        stamp("end")
+        return 1.0
+
+    bench = ExclusiveBench(timed, lock, lambda: None)
+    for _ in range(calls):
+        bench(lambda: stamp("pre"))
+    print(bench.summary(2))
+''')
+
+
+def worker(tmp_path, name, calls=1, hold=0.05):
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.Popen([sys.executable, str(script), str(tmp_path / "device.lock"), str(tmp_path / "stamps"),
+                             name, str(calls), str(hold)], env=env, stdout=subprocess.PIPE, text=True)
+
+
+def stamps(tmp_path):
+    p = tmp_path / "stamps"
+    return [(w, n, float(t)) for w, n, t in (ln.split() for ln in p.read_text().splitlines())] if p.exists() else []
+
+
+def wait_for(pred, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while not pred() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return pred()
+
+
+def test_the_compiling_call_runs_outside_the_lock_and_the_timed_stretch_waits_for_it(tmp_path):
+    with open(tmp_path / "device.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)        # another run is timing on this device
+        proc = worker(tmp_path, "b")
+        assert wait_for(lambda: any(w == "pre" for w, _, _ in stamps(tmp_path)))
+        time.sleep(0.5)
+        assert [w for w, _, _ in stamps(tmp_path)] == ["pre"], "timed while the device was locked"
+        fcntl.flock(held, fcntl.LOCK_UN)
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    assert [w for w, _, _ in stamps(tmp_path)] == ["pre", "start", "end"]
+    assert "1 do_bench call(s) held the device" in out and "waited 0.0" not in out
+
+
+def test_timed_stretches_of_several_runs_never_overlap(tmp_path):
+    procs = [worker(tmp_path, f"r{i}", calls=4, hold=0.03) for i in range(3)]
+    for p in procs:
+        p.communicate(timeout=120)
+        assert p.returncode == 0
+    events = sorted((t, 1 if w == "start" else -1) for w, _, t in stamps(tmp_path) if w != "pre")
+    assert len(events) == 2 * 3 * 4
+    running, peak = 0, 0
+    for _, step in sorted(events, key=lambda e: (e[0], e[1])):
+        running += step
+        peak = max(peak, running)
+    assert peak == 1
+
+
+def test_a_nested_call_runs_inside_the_held_lock_and_a_failing_pre_call_is_retried_under_it(tmp_path):
+    calls = []
+
+    def inner(fn, **kw):
+        calls.append(kw.get("tag"))
+        if kw.get("tag") == "outer":          # an autotuner benchmarking inside the timed call
+            return bench(lambda: calls.append("inner-pre"), tag="inner") + 1
+        return 1.0
+
+    bench = ExclusiveBench(inner, str(tmp_path / "lock"), lambda: None)
+    assert bench(lambda: calls.append("outer-pre"), tag="outer") == 2.0
+    assert calls == ["outer-pre", "outer", "inner"]      # no pre-call inside the lock, no deadlock
+    first = {"n": 0}
+
+    def fails_once():
+        first["n"] += 1
+        if first["n"] == 1:
+            raise RuntimeError("launch failed")
+
+    assert bench(fails_once, tag="x") == 1.0
+    assert bench.stats["precall_errors"] == 1 and bench.stats["calls"] == 2
+    assert "1 pre-call(s) raised and were retried under the lock" in bench.summary(2)
+    bench.close()
+
+
+@pytest.mark.parametrize("overlap, lock, share, needle", [
+    ("0", "/l", 1, "ZL_DEVICE_OVERLAP='0' is not an integer >= 1"),
+    ("two", "/l", 1, "ZL_DEVICE_OVERLAP='two' is not an integer >= 1"),
+    ("2", "", 1, "ZL_DEVICE_OVERLAP=2 needs ZL_TIMING_LOCK"),
+    ("2", "/l", 2, "either shared (functional only) or overlapped"),
+])
+def test_bad_settings_are_named(overlap, lock, share, needle):
+    with pytest.raises(ExclusiveTimingError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        parse_overlap(overlap, lock, share)
+
+
+def test_good_settings_and_an_unopenable_lock():
+    assert parse_overlap("", "", 1) == 1 and parse_overlap(" 3 ", "/l", 1) == 3
+    assert parse_overlap("1", "", 4) == 1     # a shared run without overlap stays --share-device's
+    with pytest.raises(ExclusiveTimingError, match="ZL_TIMING_LOCK='/proc/no-such-dir/l' cannot be opened"):
+        ExclusiveBench(lambda fn: 0, "/proc/no-such-dir/l", lambda: None)
