@@ -171,3 +171,26 @@ def test_only_the_configuration_and_the_child_environment_touch_os_environ():
     readers = {str(p.relative_to(repo)) for p in files
                if "os.environ" in p.read_text(encoding="utf-8") or "getenv" in p.read_text(encoding="utf-8")}
     assert readers == {"zl/config.py", "zl/childenv.py"}
+
+
+def test_prepare_resolves_its_facts_into_the_run_configuration(tmp_path):
+    """zl.prepare's Run keeps no field list of its own for what it resolves: op, node, shapes,
+    replay run and directories live in its RunConfig (`backend` there is the object whose
+    name the configuration holds), which build_config completes."""
+    from pathlib import Path
+    from zl import prepare
+    assert {f.name for f in fields(prepare.Run)} & {f.name for f in fields(zc.RunConfig)} == {"backend"}
+    fake = Path(__file__).resolve().parent / "fake_flaggems"
+    run = prepare.read_run({"OP": "relu", "OP_FILE": "relu", "FLAGGEMS_DIR": str(fake),
+                            "DTYPES": "float16,bfloat16", "ZL_SEED": "7", "REPLAY_FROM": str(tmp_path),
+                            "OUT_DIR": "relative/out", "ZL_L2": "cold"})
+    cfg = run.cfg
+    assert (cfg.op, cfg.op_file, cfg.flaggems_dir, cfg.test_file, cfg.shape_mode) == (
+        "relu", "relu", str(fake), f"{fake}/benchmark/test_relu.py::test_relu", "inline")
+    assert (cfg.dtypes, cfg.seed, cfg.replay_from, cfg.backend, cfg.l2) == (
+        ("float16", "bfloat16"), "7", str(tmp_path), run.backend.name, "cold")
+    with pytest.raises(RuntimeError, match="before claim"):
+        run.out   # OUT_DIR is resolved by claim / prepare_run, never read raw
+    run.resolve(out_dir=str(tmp_path))
+    done = prepare.build_config(run, "", f"{tmp_path}/autotune_records", "", "isolated", "")
+    assert (done.ttgir_dump_dir, done.tuner_cache, done.op) == (f"{tmp_path}/ttgir", "isolated", "relu")

@@ -3,10 +3,12 @@ directory exists: /nonexistent'` read like a pass."""
 
 import importlib.util
 import os
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
 
+from zl.config import RunConfig
 from zl.preflight import PreflightFailed, preflight
 
 
@@ -16,8 +18,7 @@ def run(tmp_path):
     (fg / "benchmark").mkdir(parents=True)
     bench = fg / "benchmark" / "test_relu.py"
     bench.write_text("def test_relu():\n    pass\n")
-    return SimpleNamespace(fg_dir=str(fg), test_file=f"{bench}::test_relu", shape_file="",
-                           replay_from="", op="relu", vars=SimpleNamespace(dtypes=()),
+    return SimpleNamespace(cfg=RunConfig(flaggems_dir=str(fg), test_file=f"{bench}::test_relu", op="relu"),
                            backend=None, env={}, notes=[])
 
 
@@ -28,18 +29,18 @@ def _failure(run):
 
 
 def test_missing_flaggems_dir_is_not_found(run, tmp_path):
-    run.fg_dir = str(tmp_path / "nonexistent")
+    run.cfg = replace(run.cfg, flaggems_dir=str(tmp_path / "nonexistent"))
     assert _failure(run) == ("flaggems_dir", f"FlagGems directory not found: {tmp_path / 'nonexistent'}")
 
 
 def test_missing_benchmark_file_is_not_found(run, tmp_path):
     missing = tmp_path / "FlagGems" / "benchmark" / "test_nope.py"
-    run.test_file = f"{missing}::test_nope"
+    run.cfg = replace(run.cfg, test_file=f"{missing}::test_nope")
     assert _failure(run) == ("benchmark_file", f"benchmark file not found: {missing}")
 
 
 def test_missing_shape_file_is_not_found(run, tmp_path):
-    run.shape_file = str(tmp_path / "shapes.yaml")
+    run.cfg = replace(run.cfg, shape_file=str(tmp_path / "shapes.yaml"))
     assert _failure(run) == ("shape_file", f"shape file not found: {tmp_path / 'shapes.yaml'}")
 
 
@@ -54,7 +55,7 @@ def test_shape_file_that_is_not_a_regular_file_says_so(run, tmp_path, kind):
         os.mkfifo(path)
     else:
         path = str(tmp_path)
-    run.shape_file = path
+    run.cfg = replace(run.cfg, shape_file=path)
     check, detail = _failure(run)
     assert check == "shape_file"
     assert detail == f"shape file is not a regular file (a directory, device or fifo): {path}"
@@ -65,7 +66,7 @@ def test_replay_from_that_is_no_directory(run, tmp_path, exists):
     target = tmp_path / "run_a"
     if exists:
         target.write_text("a file, not a run directory\n")
-    run.replay_from = str(target)
+    run.cfg = replace(run.cfg, replay_from=str(target))
     word = "is not a directory" if exists else "not found"
     assert _failure(run) == ("replay_from", f"replay run directory {word}: {target}")
 

@@ -49,26 +49,27 @@ def preflight(run: Any) -> None:
     otherwise surfaces as pytest's "unrecognized arguments" (its conftest never loaded), which
     reads like a version problem. A SHAPE_FILE must be a regular file: /dev/zero reads forever
     and a fifo nobody writes blocks the reader."""
-    if not os.path.isdir(run.fg_dir):
-        raise PreflightFailed("flaggems_dir", f"FlagGems directory not found: {run.fg_dir}")
-    bench_file = run.test_file.split("::", 1)[0]
+    cfg = run.cfg   # the facts zl.prepare resolved (node, shape file, replay run)
+    if not os.path.isdir(cfg.flaggems_dir):
+        raise PreflightFailed("flaggems_dir", f"FlagGems directory not found: {cfg.flaggems_dir}")
+    bench_file = cfg.test_file.split("::", 1)[0]
     if not os.path.isfile(bench_file):
         raise PreflightFailed("benchmark_file", _not_a_file("benchmark file", bench_file))
-    if run.shape_file:
-        if not os.path.isfile(run.shape_file):
-            raise PreflightFailed("shape_file", _not_a_file("shape file", run.shape_file))
+    if cfg.shape_file:
+        if not os.path.isfile(cfg.shape_file):
+            raise PreflightFailed("shape_file", _not_a_file("shape file", cfg.shape_file))
         try:
             # Bounded, typed, and every shape's largest tensor must fit the device's memory
             # (the host's where no device answers): zl.shapefile, README's SHAPE_FILE row.
-            note = validate_shape_file(run.shape_file, run.op, list(run.vars.dtypes),
+            note = validate_shape_file(cfg.shape_file, cfg.op, list(cfg.dtypes),
                                        device_memory(run.backend, run.env))
         except ShapeFileError as exc:
             raise PreflightFailed("shape_file", str(exc)) from None
         if note:
             run.notes.append(f">>> {note}")
-    if run.replay_from and not os.path.isdir(run.replay_from):
-        what = "is not a directory" if os.path.exists(run.replay_from) else "not found"
-        raise PreflightFailed("replay_from", f"replay run directory {what}: {run.replay_from}")
+    if cfg.replay_from and not os.path.isdir(cfg.replay_from):
+        what = "is not a directory" if os.path.exists(cfg.replay_from) else "not found"
+        raise PreflightFailed("replay_from", f"replay run directory {what}: {cfg.replay_from}")
     # Locate, not import: `import triton, flag_gems` cost ~10 s per run, paid again by pytest a
     # moment later, where a broken package still fails loudly. Campaigns import once (`campaign`).
     missing = [m for m in ("triton", "flag_gems") if importlib.util.find_spec(m) is None]

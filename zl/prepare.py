@@ -82,27 +82,33 @@ def records(items: Iterable[Record]) -> bytes:
 
 @dataclass
 class Run:
-    """The validated, resolved run; fields filled step by step by prepare_run."""
+    """The run being prepared. Every fact it resolves (node, op, shapes, directories) lives in
+    `cfg`, the RunConfig that build_config completes, so zl.config's field list is the only
+    one; `cfg.shape_file` is SHAPE_FILE as resolved until build_config puts in the file the
+    run passes. The other fields are the preparation's own state."""
     env: Dict[str, str]
     vars: RunVariables
-    replay_from: str = ""
-    op: str = ""
-    op_file: str = ""
-    fg_dir: str = ""
-    test_file: str = ""
-    shape_file: str = ""
-    shape_mode: str = ""
+    cfg: run_config.RunConfig
     backend: Any = None
     plugins: List[str] = field(default_factory=list)
-    out: Optional[Path] = None
     cleared: bool = False        # an earlier run's files moved aside: what OUT_DIR holds now is ours
-    cache_dir: str = ""
-    tuner_dir: str = ""
     records: List[Record] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
 
     def get(self, key: str, default: str = "") -> str:
         return self.env.get(key) or default
+
+    def resolve(self, **facts: Any) -> None:
+        """Record resolved facts in the configuration (RunConfig field names)."""
+        self.cfg = replace(self.cfg, **facts)
+
+    @property
+    def out(self) -> Path:
+        """OUT_DIR as `claim` or `prepare_run` resolved it; read before that is a bug, never
+        a silent relative path."""
+        if not self.cfg.out_dir:
+            raise RuntimeError("Run.out read before claim / prepare_run resolved OUT_DIR")
+        return Path(self.cfg.out_dir)
 
     @property
     def autotune_on(self) -> bool:
@@ -112,8 +118,9 @@ class Run:
 def read_run(env: Dict[str, str]) -> Run:
     """The variables (exit 2 on a bad value, zl.config), then node / op / shapes
     (zl.flaggems), backend and plugin plan; exit 2 on what cannot be resolved."""
-    run = Run(env=env, vars=run_variables(env))
-    run.replay_from = run.vars.replay_from
+    v = run_variables(env)
+    # out_dir stays empty until claim / prepare_run resolve OUT_DIR (from_environ takes it raw).
+    run = Run(env=env, vars=v, cfg=replace(run_config.from_environ(env), out_dir=""))
     try:
         res = flaggems.emit_run_env(run.get("TEST_NODE") or run.get("ZL_TEST_NODE"),
                                     run.get("OP", "softmax"), run.get("OP_FILE", "softmax"),
@@ -123,14 +130,17 @@ def read_run(env: Dict[str, str]) -> Run:
         run.plugins = plan_plugins(run.backend.name, env=env)
     except (ValueError, SwitchError) as exc:   # NodeError, UnknownBackendError, SwitchError
         raise BadValue(str(exc)) from None
-    run.op, run.op_file = check_name("OP", res["OP"]), check_name("OP_FILE", res["OP_FILE"])
-    run.fg_dir, run.test_file = res["FLAGGEMS_DIR"], res["TEST_FILE"]
-    run.shape_file, run.shape_mode = res["SHAPE_FILE"], res["SHAPE_MODE"]
+    run.resolve(backend=run.backend.name, op=check_name("OP", res["OP"]),
+                op_file=check_name("OP_FILE", res["OP_FILE"]), flaggems_dir=res["FLAGGEMS_DIR"],
+                test_file=res["TEST_FILE"], shape_file=res["SHAPE_FILE"], shape_mode=res["SHAPE_MODE"],
+                bench_level=v.bench_level, seed=str(v.seed), direct_repeat=str(v.direct_repeat),
+                isolate_tuner_cache=str(int(v.isolate)), color=v.color, dtypes=v.dtypes,
+                use_flagtune=v.use_flagtune, replay_from=v.replay_from)
     missing = missing_modules(run.plugins)
     if missing:
         raise BadValue(f"plugin module(s) not importable: {' '.join(missing)} "
                        f"(check ZL_EXTRA_PLUGINS spelling)")
-    if run.replay_from and not run.autotune_on:
+    if run.cfg.replay_from and not run.autotune_on:
         raise BadValue(f"REPLAY_FROM needs the autotune plugin, but it is not in this run's plan "
                        f"(ZL_ENABLE_AUTOTUNE={run.env.get('ZL_ENABLE_AUTOTUNE', '')!r}, "
                        f"backend {run.backend.name})")
@@ -141,14 +151,15 @@ def setup_tmp(run: Run, tmpdir: str, owner_pid: int) -> str:
     """Reclaim dead runs' temporaries, make the private Triton cache and (inline mode) the
     inline shape yaml; returns the `--shape_file` the run passes ("" for upstream shapes)."""
     reclaim_tmp(tmpdir)
+    cfg = run.cfg
     try:
         # Private per run: every kernel really compiles, so its IR is really dumped.
-        run.cache_dir = tempfile.mkdtemp(prefix=f"zl_triton_cache.{owner_pid}.", dir=tmpdir)
-        run.records.append(("CACHE_DIR", run.cache_dir))
-        if run.shape_mode == "upstream":
+        run.resolve(triton_cache_dir=tempfile.mkdtemp(prefix=f"zl_triton_cache.{owner_pid}.", dir=tmpdir))
+        run.records.append(("CACHE_DIR", run.cfg.triton_cache_dir))
+        if cfg.shape_mode == "upstream":
             return ""
-        if run.shape_mode == "inline":
-            core = Path(run.fg_dir) / "benchmark" / "core_shapes.yaml"
+        if cfg.shape_mode == "inline":
+            core = Path(cfg.flaggems_dir) / "benchmark" / "core_shapes.yaml"
             try:
                 passed = inline_yaml(core, run.env.get("INLINE_YAML", ""), tmpdir, owner_pid)
             except ShapeFileError as exc:
@@ -157,7 +168,7 @@ def setup_tmp(run: Run, tmpdir: str, owner_pid: int) -> str:
             return passed
     except OSError as exc:
         raise BadValue(f"TMPDIR={tmpdir!r}: cannot write the run's temporaries ({exc.strerror or exc})") from None
-    return os.path.abspath(run.shape_file)
+    return os.path.abspath(cfg.shape_file)
 
 
 def remove_tmp(tmpdir: str, owner_pid: int) -> None:
@@ -179,7 +190,7 @@ def claim(run: Run) -> bool:
     given = run.get("OUT_DIR")
     existed = bool(given) and os.path.isdir(given)
     try:
-        run.out = claim_out_dir(given, run.get("ZL_RUNS_ROOT", str(_ROOT / "runs")), run.op)
+        run.resolve(out_dir=str(claim_out_dir(given, run.get("ZL_RUNS_ROOT", str(_ROOT / "runs")), run.cfg.op)))
         earlier_run_entries(run.out)   # before the shell writes its lock file into it
     except RunDirError as exc:
         if exc.errno in WRITE_ERRNOS:
@@ -205,8 +216,8 @@ def setup_dirs(run: Run) -> None:
 
 def setup_shapes(run: Run, passed: str) -> None:
     """shapes.yaml in the run directory: the yaml the run passes, or upstream's set."""
-    out, core = run.out, Path(run.fg_dir) / "benchmark" / "core_shapes.yaml"
-    if run.shape_mode == "upstream":
+    out, core = run.out, Path(run.cfg.flaggems_dir) / "benchmark" / "core_shapes.yaml"
+    if run.cfg.shape_mode == "upstream":
         # FlagGems' own set; the shape plugin rewrites shapes.yaml with what really ran.
         if core.is_file():
             shutil.copyfile(core, out / "shapes.yaml")
@@ -221,9 +232,9 @@ def setup_autotune(run: Run) -> Tuple[str, str, str]:
     """(mode the shell shows, record dir, replay dir) for the autotune plugin."""
     if not run.autotune_on:
         return "off", "", ""
-    if run.replay_from:
-        run.replay_from = str(Path(run.replay_from).resolve())
-        return "replay", "", f"{run.replay_from}/autotune_records"
+    if run.cfg.replay_from:
+        run.resolve(replay_from=str(Path(run.cfg.replay_from).resolve()))
+        return "replay", "", f"{run.cfg.replay_from}/autotune_records"
     return "record", f"{run.out}/autotune_records", ""
 
 
@@ -234,8 +245,8 @@ def setup_tuner_cache(run: Run) -> str:
     if run.vars.isolate:
         tuner_dir = run.out / ".flaggems_cache"
         (tuner_dir / "config_cache").mkdir(parents=True, exist_ok=True)
-        run.tuner_dir = str(tuner_dir)
-        run.records.append(("TUNER_CACHE_DIR", run.tuner_dir))
+        run.resolve(tuner_cache_dir=str(tuner_dir))
+        run.records.append(("TUNER_CACHE_DIR", run.cfg.tuner_cache_dir))
         return "isolated"
     if run.env.get("FLAGGEMS_DB_URL"):
         return f"shared({run.env['FLAGGEMS_DB_URL']})"
@@ -245,17 +256,11 @@ def setup_tuner_cache(run: Run) -> str:
 def build_config(run: Run, passed: str, record_dir: str, replay_dir: str, tuner_desc: str,
                  color: str) -> run_config.RunConfig:
     """The run configuration: the plugin settings from the environment, with every fact this
-    preparation resolved in place of the variable it came from."""
-    v = run.vars
-    return replace(
-        run_config.from_environ(run.env), backend=run.backend.name, op=run.op,
-        out_dir=str(run.out), bench_level=v.bench_level, shape_file=passed,
-        shape_mode=run.shape_mode, seed=str(v.seed), direct_repeat=str(v.direct_repeat),
-        record_dir=record_dir, replay_dir=replay_dir, isolate_tuner_cache=str(int(v.isolate)),
-        ttgir_dump_dir=str(run.out / "ttgir"), color=color or v.color, op_file=run.op_file,
-        test_file=run.test_file, flaggems_dir=run.fg_dir, dtypes=v.dtypes,
-        use_flagtune=v.use_flagtune, replay_from=run.replay_from, tuner_cache=tuner_desc,
-        tuner_cache_dir=run.tuner_dir, triton_cache_dir=run.cache_dir)
+    preparation resolved (run.cfg) and the last ones, known only now, in place of the variable
+    each came from."""
+    return replace(run.cfg, shape_file=passed, record_dir=record_dir, replay_dir=replay_dir,
+                   ttgir_dump_dir=str(run.out / "ttgir"), color=color or run.cfg.color,
+                   tuner_cache=tuner_desc)
 
 
 def write_stub(cfg: run_config.RunConfig, autotune_on: bool) -> None:
@@ -298,7 +303,7 @@ def prepare_run(env: Dict[str, str], owner_pid: int, color: str = "") -> List[Re
     tmpdir = check_tmpdir(env)
     if not run.get("OUT_DIR"):
         raise BadValue("OUT_DIR is not set: `python -m zl.prepare run` follows `claim`, which sets it")
-    run.out = Path(run.get("OUT_DIR")).resolve()
+    run.resolve(out_dir=str(Path(run.get("OUT_DIR")).resolve()))
     try:
         # First, before anything is made or moved: a full disk otherwise showed only when the
         # tee first wrote run.log, the earlier run already moved aside.
