@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 ROW = re.compile(r"^SUCCESS\s+\d+\.\d+\s+\d+\.\d+\s", re.M)
 MARKER = re.compile(r"BENCHMARK_DIRECT_NO_CUDAGRAPH op=(\S+) phase=(\S+) reason=(\S+) "
                     r"detail='[^']*' host_share=(\d+%|unknown)( l2=\S+)?( repeat=\d+)?$", re.M)
@@ -73,14 +75,19 @@ def test_direct_run_leaves_backward_benchmarks_alone(zl_run):
     assert "side stream" not in r.log_text and ROW.findall(r.log_text), r.explain()
 
 
-def test_an_autotuners_sweep_is_left_to_tritons_do_bench(zl_run, tmp_path):
+@pytest.mark.parametrize("overlap", [False, True])
+def test_an_autotuners_sweep_is_left_to_tritons_do_bench(zl_run, tmp_path, overlap):
     """The graph timer times the benchmark's calls only. Triton's autotuner looks up
-    triton.testing.do_bench at its first sweep and met zl_bench's timer there (H200, session
-    10: softmax_backward_out made 14 timed calls where its benchmark made 4)."""
+    triton.testing.do_bench at its first sweep and met zl_bench's timer there (H200:
+    softmax_backward_out made 14 timed calls where its benchmark made 4). Under --overlap's
+    lock, outermost, the sweep is still the tuner's, and every call, tuning included, is
+    timed under the lock."""
     shapes = tmp_path / "two.yaml"
     shapes.write_text("zl_default_tuner:\n  shapes:\n    - [64]\n    - [256]\n")
+    lock = tmp_path / "device.lock"
+    extra = dict(ZL_DEVICE_OVERLAP="2", ZL_TIMING_LOCK=str(lock)) if overlap else {}
     r = zl_run(OP="zl_default_tuner", OP_FILE="zl_default_tuner", ZL_BACKEND="cuda",
-               SHAPE_FILE=str(shapes), ZL_ENABLE_IR="0")
+               SHAPE_FILE=str(shapes), ZL_ENABLE_IR="0", **extra)
     assert r.returncode == 0, r.explain()
     assert len(ROW.findall(r.log_text)) == 2, r.explain()
     spent = re.search(r"graph timer spent [0-9.]+ s over (\d+) do_bench call\(s\).*; (\d+) autotuner "
@@ -88,3 +95,5 @@ def test_an_autotuners_sweep_is_left_to_tritons_do_bench(zl_run, tmp_path):
     # 2 shapes x (torch, gems) timed; 2 keys x 3 configs swept by Triton's own do_bench
     assert spent and spent.groups() == ("4", "6"), r.explain()
     assert len(MARKER.findall(r.log_text)) == 4, r.explain()   # the timed calls' fallbacks only
+    if overlap:
+        assert f"exclusive timing (overlap=2, lock {lock}): 10 do_bench call(s) held" in r.log_text, r.explain()

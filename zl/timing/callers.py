@@ -20,6 +20,8 @@ from typing import Optional
 # runtime (autotuner and its lambdas) and the operator libraries (LibTuner, flagtune, and
 # operators that time candidates at run time, such as FlagGems' act_quant).
 TUNER_PACKAGES = ("triton", "flag_gems", "flaggems_vllm")
+# zl_bench's own wrappers around do_bench (the --overlap lock): the caller is whoever called them.
+TRANSPARENT_MODULES = ("zl.timing.exclusive",)
 
 
 def tuner_module(frame: Optional[FrameType]) -> Optional[str]:
@@ -30,8 +32,12 @@ def tuner_module(frame: Optional[FrameType]) -> Optional[str]:
 
 
 def caller_of_caller() -> Optional[FrameType]:
-    """The frame that called the function calling this one (None at the top of the stack)."""
+    """The frame that called the function calling this one, past zl_bench's transparent
+    wrappers (None at the top of the stack)."""
     try:
-        return sys._getframe(2)
+        frame = sys._getframe(2)
     except ValueError:
         return None
+    while frame is not None and frame.f_globals.get("__name__") in TRANSPARENT_MODULES:
+        frame = frame.f_back
+    return frame
