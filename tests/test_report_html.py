@@ -144,6 +144,25 @@ def test_ab_page_caliber_warning_red_at_top_and_mismatch_flag(tmp_path, capsys):
     assert_page(html, js, [shape_label(x) for x in d["paired"]])
 
 
+def test_the_h200_rounds_archive_is_packed_deterministically(tmp_path):
+    """rounds.tar.xz: the 12 round files with sorted names, mtime 0, uid/gid 0, mode 0644;
+    pack_rounds run twice on its own members gives the same bytes and the same members."""
+    import tarfile
+    with tarfile.open(rf.ROUNDS_ARCHIVE, "r:xz") as tar:
+        members = tar.getmembers()
+    names = [m.name for m in members]
+    assert names == sorted(names) and len(rf.rounds_names(rf.SOFTMAX_ROUNDS)) == 10
+    assert rf.rounds_names(rf.RELU_ROUNDS) == ["relu_rounds/r1_A.run.log", "relu_rounds/r1_B.run.log"]
+    assert {(m.isfile(), m.mtime, m.uid, m.gid, m.mode) for m in members} == {(True, 0, 0, 0, 0o644)}
+    for name in names:
+        rf.rounds_file(name, tmp_path / "src" / name)
+    rf.pack_rounds(tmp_path / "src", tmp_path / "a.tar.xz")
+    rf.pack_rounds(tmp_path / "src", tmp_path / "b.tar.xz")
+    assert (tmp_path / "a.tar.xz").read_bytes() == (tmp_path / "b.tar.xz").read_bytes()
+    with tarfile.open(tmp_path / "a.tar.xz", "r:xz") as tar:
+        assert {m.name: tar.extractfile(m).read() for m in tar.getmembers()} == rf._rounds()
+
+
 def test_rounds_page(tmp_path, capsys):
     root = rf.rounds_root(tmp_path / "rounds")
     html, js, png = tmp_path / "r.html", tmp_path / "r.json", tmp_path / "png"
@@ -176,7 +195,7 @@ def test_rounds_page_without_telemetry_has_no_telemetry_chart(tmp_path, capsys, 
 def test_rounds_telemetry_in_the_root_itself(tmp_path, capsys):
     root = rf.rounds_root(tmp_path / "rounds", telemetry=False)
     (tmp_path / "rounds" / "status.tsv").unlink()
-    shutil.copy(rf.SOFTMAX_ROUNDS / "telemetry.tsv", root / "telemetry.tsv")
+    rf.rounds_file(f"{rf.SOFTMAX_ROUNDS}/telemetry.tsv", root / "telemetry.tsv")
     js = tmp_path / "r.json"
     assert run_bs("--ab-rounds", root, "--json", js) == 0
     assert json.loads(js.read_text())["telemetry"]["path"] == str(root / "telemetry.tsv")

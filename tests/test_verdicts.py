@@ -34,7 +34,7 @@ def rounds(tmp_path: Path, **identity) -> Path:
 def relu_aa(tmp_path: Path) -> Path:
     """relu's recorded A/A round as a pair with every level identical."""
     for side, log, mode in (("before", "r1_A", "record"), ("after", "r1_B", "replay")):
-        rf.write_fingerprints(rf.run_dir(tmp_path / "relu" / side, rf.RELU_ROUNDS / f"{log}.run.log",
+        rf.write_fingerprints(rf.run_dir(tmp_path / "relu" / side, f"{rf.RELU_ROUNDS}/{log}.run.log",
                                          mode, "relu"), rf.SAME_CODE)
     return tmp_path / "relu"
 

@@ -7,8 +7,9 @@ Sources (docs/validation/reports.md says where each was measured):
   (all in docs/validation/raw/report_pages.tar.xz, unpacked into a temporary folder)
   ab         report_pages/demo_softmax/{before,after}  demo.sh's real softmax
              record/replay ({before,after}: run.log, identity, IR fingerprints, results)
-  ab_rounds  tests/fixtures/runlogs/h200/softmax_rounds  4 rounds x 2 sides (the rounds kept no
-             run_identity.json; tests/harness/report_fixtures.py gives them screen.tsv's caliber)
+  ab_rounds  tests/fixtures/runlogs/h200/rounds.tar.xz: softmax_rounds/  4 rounds x 2 sides (the
+             rounds kept no run_identity.json; tests/harness/report_fixtures.py gives them
+             screen.tsv's caliber)
   screen     report_pages/aa_screen.tsv  an A/A screen (no cell run dirs kept)
   batch      report_pages/batch/  run_batch.py's real 8-case call (2 ran)
 

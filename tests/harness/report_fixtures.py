@@ -1,17 +1,23 @@
 """Small run directories built from committed real H200 logs, for the report pages.
 
-The logs are real H200 run logs (tests/fixtures/runlogs/h200: a 4-round softmax A/B of
-DISABLE_LLVM_OPT with its status.tsv and telemetry.tsv, relu's first A/A round, an A/A
-screen.tsv); those runs kept no run_identity.json, so each run gets the caliber their
-screen.tsv recorded (cuda, device 0, cuda_graph, core, upstream, isolated tuner cache,
-direct_repeat 1) and the record link of one record run (harness.identity_links).
+The logs are real H200 run logs (tests/fixtures/runlogs/h200: an A/A screen.tsv, and in
+rounds.tar.xz a 4-round softmax A/B of DISABLE_LLVM_OPT with its status.tsv and
+telemetry.tsv, and relu's first A/A round); those runs kept no run_identity.json, so each run
+gets the caliber their screen.tsv recorded (cuda, device 0, cuda_graph, core, upstream,
+isolated tuner cache, direct_repeat 1) and the record link of one record run
+(harness.identity_links). The archive's members are written straight into the run
+directories a test builds under its tmp_path (`rounds_file`); nothing is unpacked beside it.
 """
 from __future__ import annotations
 
+import fnmatch
+import functools
+import io
 import json
 import shutil
+import tarfile
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Iterable, List, Union
 
 from zl.runlog.parse import read_run_log
 
@@ -19,8 +25,11 @@ from .identity_links import link_fields
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RUNLOGS_H200 = REPO_ROOT / "tests" / "fixtures" / "runlogs" / "h200"
-SOFTMAX_ROUNDS = RUNLOGS_H200 / "softmax_rounds"
-RELU_ROUNDS = RUNLOGS_H200 / "relu_rounds"
+ROUNDS_ARCHIVE = RUNLOGS_H200 / "rounds.tar.xz"
+# Folders in ROUNDS_ARCHIVE: softmax_rounds/ r<k>_<A|B>.run.log (k = 1..4), status.tsv,
+# telemetry.tsv; relu_rounds/ r1_A.run.log, r1_B.run.log.
+SOFTMAX_ROUNDS = "softmax_rounds"
+RELU_ROUNDS = "relu_rounds"
 H200_IDENTITY = {"backend": "cuda", "device": "0", "timer": "cuda_graph", "bench_level": "core",
                  "shape_mode": "upstream", "tuner_cache": "isolated", "direct_repeat": 1,
                  "device_name": "NVIDIA H200", "device_arch": "9.0"}
@@ -28,9 +37,49 @@ BATCH_COLUMNS = ("repo,op,op_file,run_name,backend,device,gpu,timer,status,retur
                  "rows_total,rows_success,notes,out_dir")
 
 
-def run_dir(d: Path, log: Path, mode: str, op: str, **identity) -> Path:
+def pack_rounds(src: Path, archive: Path, folders: Iterable[str] = (SOFTMAX_ROUNDS, RELU_ROUNDS)) -> None:
+    """How ROUNDS_ARCHIVE is made from loose folders under src: tar.xz with sorted names,
+    mtime 0, uid/gid 0 and mode 0644, so the same logs give the same bytes."""
+    names = sorted(p.relative_to(src).as_posix() for f in folders for p in (src / f).rglob("*")
+                   if p.is_file())
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:xz", format=tarfile.PAX_FORMAT) as tar:
+        for name in names:
+            data = (src / name).read_bytes()
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode, info.uid, info.gid = len(data), 0, 0o644, 0, 0
+            tar.addfile(info, io.BytesIO(data))
+    archive.write_bytes(buf.getvalue())
+
+
+@functools.lru_cache(maxsize=1)
+def _rounds() -> Dict[str, bytes]:
+    """ROUNDS_ARCHIVE's members by name, read once per process (a few kB)."""
+    with tarfile.open(ROUNDS_ARCHIVE, "r:xz") as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+
+
+def rounds_names(folder: str) -> List[str]:
+    """The member names under `folder` (SOFTMAX_ROUNDS, RELU_ROUNDS), sorted."""
+    return sorted(n for n in _rounds() if n.startswith(f"{folder}/"))
+
+
+def rounds_file(name: str, dest: Path) -> Path:
+    """ROUNDS_ARCHIVE's member `name` ("softmax_rounds/r1_A.run.log") written to the file
+    dest; a name the archive lacks is a KeyError naming it."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_bytes(_rounds()[name])
+    return dest
+
+
+def run_dir(d: Path, log: Union[Path, str], mode: str, op: str, **identity) -> Path:
+    """A run directory: `log` (a committed log's path, or a ROUNDS_ARCHIVE member name) as
+    its run.log and the H200 caliber as its identity."""
     d.mkdir(parents=True, exist_ok=True)
-    shutil.copy(log, d / "run.log")
+    if isinstance(log, str):
+        rounds_file(log, d / "run.log")
+    else:
+        shutil.copy(log, d / "run.log")
     (d / "run_identity.json").write_text(json.dumps(
         {**H200_IDENTITY, "autotune_mode": mode, "op": op, **link_fields(mode), **identity}),
         encoding="utf-8")
@@ -65,8 +114,8 @@ def write_results(run: Path, op: str, gems_scale: float = 1.0) -> Path:
 
 def ab_pair(root: Path, **after_identity) -> Dict[str, Path]:
     """The softmax A/B's round 1: side A (record) and side B (replay)."""
-    return {"before": run_dir(root / "before", SOFTMAX_ROUNDS / "r1_A.run.log", "record", "softmax"),
-            "after": run_dir(root / "after", SOFTMAX_ROUNDS / "r1_B.run.log", "replay", "softmax",
+    return {"before": run_dir(root / "before", f"{SOFTMAX_ROUNDS}/r1_A.run.log", "record", "softmax"),
+            "after": run_dir(root / "after", f"{SOFTMAX_ROUNDS}/r1_B.run.log", "replay", "softmax",
                              **after_identity)}
 
 
@@ -75,12 +124,12 @@ def rounds_root(campaign: Path, telemetry: bool = True) -> Path:
     x 2 sides), <campaign>/status.tsv and the campaign's telemetry.tsv. Returns the
     operator's --ab-rounds root."""
     root = campaign / "softmax"
-    for log in sorted(SOFTMAX_ROUNDS.glob("r*_*.run.log")):
-        cell = log.name.split(".")[0]
+    for log in fnmatch.filter(rounds_names(SOFTMAX_ROUNDS), f"{SOFTMAX_ROUNDS}/r*_*.run.log"):
+        cell = log.split("/")[-1].split(".")[0]
         run_dir(root / cell, log, "record" if cell.endswith("_A") else "replay", "softmax")
-    shutil.copy(SOFTMAX_ROUNDS / "status.tsv", campaign / "status.tsv")
+    rounds_file(f"{SOFTMAX_ROUNDS}/status.tsv", campaign / "status.tsv")
     if telemetry:
-        shutil.copy(SOFTMAX_ROUNDS / "telemetry.tsv", campaign / "telemetry.tsv")
+        rounds_file(f"{SOFTMAX_ROUNDS}/telemetry.tsv", campaign / "telemetry.tsv")
     return root
 
 
@@ -92,11 +141,11 @@ def screen_root(root: Path) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     shutil.copy(RUNLOGS_H200 / "screen.tsv", root / "screen.tsv")
     for side, log in (("before", "r1_A"), ("after", "r2_A")):
-        write_fingerprints(run_dir(root / f"softmax@float16_{side}", SOFTMAX_ROUNDS / f"{log}.run.log",
+        write_fingerprints(run_dir(root / f"softmax@float16_{side}", f"{SOFTMAX_ROUNDS}/{log}.run.log",
                                    "record" if side == "before" else "replay", "softmax"), SAME_CODE)
-    write_fingerprints(run_dir(root / "relu@float16_before", RELU_ROUNDS / "r1_A.run.log", "record",
+    write_fingerprints(run_dir(root / "relu@float16_before", f"{RELU_ROUNDS}/r1_A.run.log", "record",
                                "relu"), SAME_CODE)
-    write_fingerprints(run_dir(root / "relu@float16_after", RELU_ROUNDS / "r1_B.run.log", "replay",
+    write_fingerprints(run_dir(root / "relu@float16_after", f"{RELU_ROUNDS}/r1_B.run.log", "replay",
                                "relu"), {**SAME_CODE, "llir": "2d" * 32, "ptx": "8f" * 32,
                                          "binary": "c2" * 32})
     return root
