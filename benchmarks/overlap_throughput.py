@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""Cases per hour, GPU-busy share and A/A noise of run_batch.py at --overlap 1 and N, on the
+same inventory nodes, in one sitting.
+
+For each --overlap value K (in the order given) one A/A screen runs over the nodes:
+
+    run_batch.py --ops <nodes> --switch ZL_AA_NOOP --overlap K --dtypes D --batch-dir OUT/overlap-K
+
+ZL_AA_NOOP changes nothing, so side A (records autotune picks) and side B (replays them) are a
+record/replay A/A pair per node, both timed. While a batch runs, `nvidia-smi` samples the GPU's
+utilization every 100 ms (where it exists). The report (stdout and OUT/overlap_throughput.json):
+
+- side runs per hour and nodes per hour by the batch's wall time (summed over the calls that
+  made it, when resumed);
+- GPU-busy share: the share of samples with utilization > 0, and the mean utilization (this
+  call's samples);
+- statuses and screen verdicts per node, and whether they equal the first K's;
+- A/A noise per node: the median over shapes of |B/A - 1| of the gems latency, and its median
+  over nodes.
+
+    python benchmarks/overlap_throughput.py --sample 40 --seed 1 --overlap 1 4 --out runs/ovl
+    python benchmarks/overlap_throughput.py --ops relu softmax --overlap 1 2 --out runs/ovl
+
+Nodes: --ops, or --sample N drawn with --seed from the inventory (ops/inventory_main.csv rows
+that are not marked skip or dismissed, repo main). A batch directory that exists is resumed
+(run_batch.py --resume), so the tool can be called again after a time limit. Exit status: 0
+report written; 2 bad arguments (no nodes, an overlap < 1); 3 a batch left cases unrun (the
+report covers what ran; call again to resume).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+SWITCH = "ZL_AA_NOOP"
+
+
+def draw(n: int, seed: int) -> List[str]:
+    """n run names drawn from what `run_batch.py --all --repo main --list` would run."""
+    r = subprocess.run([sys.executable, str(ROOT / "run_batch.py"), "--all", "--repo", "main", "--list",
+                        "--devices", "0"], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"!!! run_batch.py --list failed (exit {r.returncode}): {r.stderr.strip()[-400:]}")
+    names = sorted(ln.split("\t", 1)[0].split(":", 1)[1] for ln in r.stdout.splitlines() if "\tdevice=" in ln)
+    return random.Random(seed).sample(names, min(n, len(names)))
+
+
+class Sampler:
+    """nvidia-smi utilization samples (one integer percent per line) while a batch runs."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.proc = path, None
+        exe = shutil.which("nvidia-smi")
+        if exe:
+            self.fh = open(path, "w")
+            self.proc = subprocess.Popen([exe, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
+                                          "-lms", "100"], stdout=self.fh, stderr=subprocess.DEVNULL)
+
+    def stop(self) -> Optional[Dict[str, float]]:
+        if self.proc is None:
+            return None
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=10)
+        self.fh.close()
+        vals = [float(v) for v in self.path.read_text().split() if v.replace(".", "", 1).isdigit()]
+        if not vals:
+            return None
+        return {"samples": len(vals), "busy_share": float(np.mean([v > 0 for v in vals])),
+                "mean_util": float(np.mean(vals))}
+
+
+def gems_rows(run_dir: Path) -> Dict[str, float]:
+    from zl.runlog.parse import RunLogError, parse_run_log
+    try:
+        parsed = parse_run_log((run_dir / "run.log").read_text(errors="replace"))
+    except (OSError, RunLogError):
+        return {}
+    return {f"{r.dtype}|{r.size_detail}": r.gems_lat for r in parsed.success_rows() if r.gems_lat}
+
+
+def read_batch(bd: Path) -> Dict:
+    def table(p: Path, delim: str) -> List[Dict[str, str]]:
+        if not p.is_file():
+            return []
+        with open(p, newline="") as fh:
+            return list(csv.DictReader(fh, delimiter=delim))
+    a = {r["run_name"]: r for r in table(bd / "before" / "ops_status.csv", ",")}
+    b = {r["run_name"]: r for r in table(bd / "after" / "ops_status.csv", ",")}
+    verdicts = {r["run_name"]: r.get("verdict", "") for r in table(bd / "screen.tsv", "\t")}
+    nodes = {}
+    for name, row in a.items():
+        ra, rb = gems_rows(Path(row["out_dir"])) if row.get("out_dir") else {}, {}
+        if name in b and b[name].get("out_dir"):
+            rb = gems_rows(Path(b[name]["out_dir"]))
+        deltas = [abs(rb[k] / ra[k] - 1) for k in ra if k in rb]
+        nodes[name] = {"status": f"{row['status']}/{b.get(name, {}).get('status', '-')}",
+                       "verdict": verdicts.get(name, ""), "shapes": len(deltas),
+                       "aa_median_abs_delta": float(np.median(deltas)) if deltas else None}
+    return nodes
+
+
+def run_one(k: int, nodes: List[str], args, bd: Path) -> Dict:
+    cmd = [sys.executable, str(ROOT / "run_batch.py"), "--switch", SWITCH, "--overlap", str(k),
+           "--dtypes", args.dtypes, "--op-timeout", str(args.op_timeout), "--batch-dir", str(bd)]
+    cmd += ["--resume"] if (bd / "batch.json").is_file() else ["--ops", *nodes]
+    if args.devices:
+        cmd += ["--devices", args.devices]
+    if args.budget_s:
+        cmd += ["--budget-s", str(args.budget_s)]
+    sampler = Sampler(bd.parent / f"util-overlap-{k}.txt")
+    t0 = time.monotonic()
+    with open(bd.parent / f"console-overlap-{k}.log", "a") as log:
+        # its own process group, killed with this tool
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            rc = proc.wait()
+        except BaseException:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait()
+            raise
+    # every call's wall, summed: a resumed batch's rate covers all the calls that made it
+    walls_file = bd.parent / f"walls-overlap-{k}.json"
+    walls = json.loads(walls_file.read_text()) if walls_file.is_file() else []
+    walls.append(round(time.monotonic() - t0, 3))
+    walls_file.write_text(json.dumps(walls))
+    wall = round(sum(walls), 3)   # the figures below are computed from this value
+    util = sampler.stop()
+    per_node = read_batch(bd)
+    ran = sum(1 for v in per_node.values() for s in v["status"].split("/") if s not in ("-", "PENDING", "NOT_RUN"))
+    aa = [v["aa_median_abs_delta"] for v in per_node.values() if v["aa_median_abs_delta"] is not None]
+    return {"overlap": k, "rc": rc, "wall_s": wall, "calls": len(walls), "side_runs": ran,
+            "side_runs_per_hour": round(ran / wall * 3600, 1) if wall else None,
+            "nodes_per_hour": round(len(per_node) / wall * 3600, 1) if wall else None,
+            "gpu": util, "aa_median_over_nodes": float(np.median(aa)) if aa else None, "nodes": per_node}
+
+
+def report(results: List[Dict]) -> str:
+    first = results[0]["nodes"]
+    out = ["| overlap | wall s | side runs | side runs/h | nodes/h | GPU-busy share | mean util % | "
+           "A/A median abs delta | statuses = first | verdicts = first |", "|" + "---|" * 10]
+    for r in results:
+        g = r["gpu"] or {}
+        same_s = all(r["nodes"].get(n, {}).get("status") == v["status"] for n, v in first.items())
+        same_v = all(r["nodes"].get(n, {}).get("verdict") == v["verdict"] for n, v in first.items())
+        aa = r["aa_median_over_nodes"]
+        busy = "n/a" if not g else format(g["busy_share"], ".1%")
+        util = "n/a" if not g else format(g["mean_util"], ".1f")
+        aa_s = "n/a" if aa is None else format(aa, ".2%")
+        out.append(f"| {r['overlap']} | {r['wall_s']} | {r['side_runs']} | {r['side_runs_per_hour']} | "
+                   f"{r['nodes_per_hour']} | {busy} | {util} | {aa_s} | {same_s} | {same_v} |")
+    out += ["", "| node | " + " | ".join(f"overlap {r['overlap']}: status, verdict, A/A" for r in results) + " |",
+            "|---|" + "---|" * len(results)]
+    for n in first:
+        cells = []
+        for r in results:
+            v = r["nodes"].get(n, {})
+            aa = v.get("aa_median_abs_delta")
+            aa_s = "n/a" if aa is None else format(aa, ".2%")
+            cells.append(f"{v.get('status', '-')} {v.get('verdict', '')} {aa_s}")
+        out.append(f"| {n} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="overlap_throughput.py", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ops", nargs="+", default=[], help="inventory run names")
+    ap.add_argument("--sample", type=int, default=0, help="draw this many nodes from the inventory")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--overlap", type=int, nargs="+", default=[1, 4], help="values to compare, first = reference")
+    ap.add_argument("--dtypes", default="float16")
+    ap.add_argument("--devices", default="", help="run_batch.py --devices (default: its own)")
+    ap.add_argument("--op-timeout", type=float, default=300)
+    ap.add_argument("--budget-s", type=float, default=None, help="run_batch.py --budget-s per batch")
+    ap.add_argument("--out", type=Path, required=True, help="folder: one batch per overlap value, the report")
+    args = ap.parse_args(argv)
+    if any(k < 1 for k in args.overlap):
+        ap.error("--overlap values must be >= 1")
+    nodes = list(args.ops) or (draw(args.sample, args.seed) if args.sample > 0 else [])
+    if not nodes:
+        ap.error("no nodes: give --ops or --sample N")
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = [run_one(k, nodes, args, (args.out / f"overlap-{k}").resolve()) for k in args.overlap]
+    text = report(results)
+    print(text)
+    tmp = args.out / "overlap_throughput.json.tmp"
+    tmp.write_text(json.dumps({"nodes": nodes, "switch": SWITCH, "dtypes": args.dtypes, "results": results}, indent=1))
+    tmp.replace(args.out / "overlap_throughput.json")
+    (args.out / "overlap_throughput.md").write_text(text + "\n")
+    return 3 if any(r["rc"] == 3 for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

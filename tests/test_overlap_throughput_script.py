@@ -1,0 +1,57 @@
+"""benchmarks/overlap_throughput.py on the batch stub: one A/A screen per --overlap value over
+the same nodes, the figures it reports computed from what the batches wrote."""
+
+import json
+import subprocess
+import sys
+
+from harness.runner import REPO_ROOT, base_env
+from test_batch import STUB
+
+TOOL = REPO_ROOT / "benchmarks" / "overlap_throughput.py"
+
+
+def run(tmp_path, *args, **env):
+    e = base_env(tmp_path, ZL_RUN_PYTEST=str(STUB), ZL_STUB_STATE=str(tmp_path), ZL_RUNS_ROOT=str(tmp_path / "runs"),
+                 ZL_STUB_SWITCH="ZL_AA_NOOP", ZL_STUB_IR_MAP="relu=same,softmax=same,abs=same", **env)
+    return subprocess.run([sys.executable, str(TOOL), *map(str, args)], env=e, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_each_overlap_gets_its_screen_and_the_report_reads_the_batches(tmp_path):
+    out = tmp_path / "ovl"
+    r = run(tmp_path, "--ops", "relu", "softmax", "abs", "--overlap", "1", "2", "--devices", "0", "--out", out,
+            ZL_STUB_B_SCALE="1.05", ZL_STUB_PLAN="abs=fail")
+    assert r.returncode == 0, r.stdout + r.stderr
+    data = json.loads((out / "overlap_throughput.json").read_text())
+    assert data["nodes"] == ["relu", "softmax", "abs"] and data["switch"] == "ZL_AA_NOOP"
+    solo, over = data["results"]
+    assert (solo["overlap"], over["overlap"]) == (1, 2)
+    for res in (solo, over):
+        nodes = res["nodes"]
+        assert nodes["relu"]["status"] == "PASS/PASS" and nodes["abs"]["status"] == "FAIL/NOT_RUN"
+        assert nodes["relu"]["verdict"] == "NO_IR_DIFF" and nodes["relu"]["shapes"] == 2
+        # side B's planted 5 % on both shapes; a failed node has no pair
+        assert abs(nodes["softmax"]["aa_median_abs_delta"] - 0.05) < 1e-9
+        assert nodes["abs"]["aa_median_abs_delta"] is None
+        assert res["side_runs"] == 5 and res["wall_s"] > 0
+        assert res["side_runs_per_hour"] == round(5 / res["wall_s"] * 3600, 1)
+        assert res["gpu"] is None                       # no nvidia-smi here: not a made-up share
+    ident = json.loads((out / "overlap-2/before/main/relu/run_identity.json").read_text())
+    assert ident["device_overlap"] == 2
+    assert "| 2 |" in r.stdout and "| True | True |" in r.stdout and "5.00%" in r.stdout
+    # called again: both batches resume, only the failed node reruns; the rate covers both calls
+    r = run(tmp_path, "--ops", "relu", "softmax", "abs", "--overlap", "1", "2", "--devices", "0", "--out", out,
+            ZL_STUB_PLAN="abs=fail")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "2 reused, 1 to run" in (out / "console-overlap-2.log").read_text().split("[batch] backend=")[-1]
+    again = json.loads((out / "overlap_throughput.json").read_text())["results"][1]
+    assert again["calls"] == 2 and again["wall_s"] > over["wall_s"]
+
+
+def test_bad_arguments_exit_2(tmp_path):
+    r = run(tmp_path, "--ops", "relu", "--overlap", "0", "--out", tmp_path / "o")
+    assert r.returncode == 2 and "--overlap values must be >= 1" in r.stderr
+    r = run(tmp_path, "--out", tmp_path / "o")
+    assert r.returncode == 2 and "no nodes" in r.stderr
+    assert "--sample" in run(tmp_path, "--help").stdout
