@@ -52,6 +52,9 @@ def test_index_tsv_rows_counts_and_placeholders(handbuilt_dump):
     win = by[("4096", "tile_kernel", "w4s3.ttgir", '{"BLOCK_SIZE_M":64}')]
     assert (win["launches"], win["sweep_launches"], win["num_warps"]) == ("20", "5", "4")
     assert win["ttgir_cache"].endswith(".ttgir")
+    # shared bytes from the compile metadata; registers and spills come only from a kernel
+    # Triton loaded (zl.ir.collect.loaded_resources), which a replay never is: empty, not 0
+    assert (win["shared"], win["n_regs"], win["n_spills"]) == ("0", "", "")
     losers = [r for r in rows if r["file"] == "(autotune sweep only, not dumped)"]
     assert sorted((r["shape"], r["constexprs"], r["sweep_launches"]) for r in losers) == [
         ("4096", '{"BLOCK_SIZE_M":128}', "5"), ("4096", '{"BLOCK_SIZE_M":32}', "5"),

@@ -167,3 +167,46 @@ def test_graph_capture_begin_marks_its_launches_as_the_prologue_and_is_restored(
     assert sum(n for n, _ in collector.counts.values()) == 1
     hooks.uninstall()
     assert CUDAGraph.capture_begin is capture_begin
+
+
+def test_registers_and_spills_come_from_the_kernel_triton_just_loaded(start, tmp_path, monkeypatch):
+    """Triton's own CompiledKernel._init_handles, with a driver that loads nothing: it sets
+    n_regs/n_spills from load_binary, then calls the load hook (a HookChain) without the
+    kernel; the dump's index.tsv carries them beside the compile metadata's shared bytes. A
+    load that no CompiledKernel made (a replayed payload) records nothing: empty cells."""
+    import collections
+
+    import triton
+    from triton.compiler import compiler as tc
+    from triton.runtime import driver as driver_config
+
+    from harness.ir_replay import index_rows
+
+    payload = first_compile_payload()
+    h = payload["metadata"]["hash"]
+    ttgir = tmp_path / "cache" / "k.ttgir"
+    ttgir.parent.mkdir()
+    ttgir.write_text("module { tt.func @fill_kernel() }\n")
+    utils = types.SimpleNamespace(get_device_properties=lambda device: {"max_shared_mem": 1 << 20},
+                                  load_binary=lambda name, binary, shared, device: (11, 22, 40, 3, 1024))
+    monkeypatch.setattr(driver_config, "_active", types.SimpleNamespace(
+        get_current_device=lambda: 0, launcher_cls=lambda src, metadata: None, utils=utils))
+    Meta = collections.namedtuple("Meta", "name shared num_warps warp_size target")
+    kernel = object.__new__(tc.CompiledKernel)
+    kernel.__dict__.update(module=None, function=None, _run=None, src=None, hash=h, name="fill_kernel",
+                           kernel=b"", metadata_group={}, metadata=Meta("fill_kernel", 256, 4, 32, None))
+    session = start(triton, dump_dir=str(tmp_path / "ttgir"))
+    try:
+        kernel._init_handles()
+    finally:
+        kernel.module = None   # nothing was loaded: Triton's __del__ must not unload it
+    collector = session.collector
+    assert collector.resources == {h: {"n_regs": 40, "n_spills": 3}}
+    collector.on_kernel_load(None, 23, "fill_kernel", {}, "replayed" + "0" * 56)
+    assert collector.resources["replayed" + "0" * 56] == {}
+    collector.on_compile(**replay_kwargs(payload, {"fill_kernel.ttgir": str(ttgir)}))
+    collector.on_launch(Launch({"name": "fill_kernel", "function": 22}))
+    session.close("test")
+    _, rows = index_rows(tmp_path / "ttgir")
+    [row] = [r for r in rows if r["cache_hash"] == h]
+    assert (row["file"], row["shared"], row["n_regs"], row["n_spills"]) == ("w4s3.ttgir", "0", "40", "3")

@@ -9,6 +9,8 @@ Triton tells us three things through callbacks (installed by `zl.ir.hooks`):
   (no arguments), hence the handle -> hash map.
 The shape a launch belongs to is the benchmark's own input (`track_inputs` labels it
 with the input's tensor shapes), not a guess from launch arguments the hook never sees.
+`kernel_load_end_hook` runs right after the driver loaded the binary, which is when Triton
+learns the kernel's registers and spills (`loaded_resources`).
 Launches made while input N is being built (a randn kernel, say) are held and credited
 to input N once it exists; launches outside any input go to `unscoped/`. Launches inside
 the autotune sweep (`sweep_depth > 0`) are counted apart, so losers are indexed, not dumped.
@@ -18,8 +20,9 @@ from __future__ import annotations
 
 import hashlib
 import os
-import time
 import re
+import sys
+import time
 import threading
 from collections import defaultdict
 from typing import Any, Dict, List, Optional, Tuple
@@ -58,6 +61,41 @@ def parse_levels(raw: Optional[str]) -> List[str]:
         if item not in levels:
             levels.append(item)
     return levels
+
+
+# How far up from the load hook the CompiledKernel's _init_handles frame may sit: the hook,
+# a HookChain (triton >= 3.4) or a chained callable, another tool's wrapper or two.
+LOAD_FRAMES = 6
+
+
+def loaded_resources(h: str) -> Dict[str, int]:
+    """{'n_regs', 'n_spills'} of the kernel whose binary was just loaded, or {} (not recorded).
+
+    Triton (3.4-3.9) gets both from the driver's `load_binary` in
+    `CompiledKernel._init_handles`, sets them on the kernel, then calls
+    `kernel_load_end_hook(module, function, name, metadata_group, hash)` without the kernel
+    object. So the kernel is found on the stack: the `self` of a calling frame whose `hash`
+    is this one. Anything else (a replayed payload, a Triton that loads otherwise) records
+    nothing, which reports read as "not recorded", never as 0. On NVIDIA `n_spills` is the
+    thread's local memory in 4-byte words (CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES / 4).
+    """
+    frame = sys._getframe(1)
+    for _ in range(LOAD_FRAMES):
+        if frame is None:
+            break
+        kernel = frame.f_locals.get("self")
+        try:
+            if kernel is not None and str(getattr(kernel, "hash", "")) == h:
+                out = {}
+                for field in ("n_regs", "n_spills"):
+                    value = getattr(kernel, field, None)
+                    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                        out[field] = value
+                return out
+        except Exception:  # an object whose attribute lookup raises is not our kernel
+            pass
+        frame = frame.f_back
+    return {}
 
 
 def shape_label(item: Any) -> str:
@@ -104,6 +142,7 @@ class IRCollector:
         self.counts: Dict[Tuple[str, str], List[int]] = defaultdict(lambda: [0, 0])
         self.unknown_names: Dict[str, str] = {}
         self.loaded_by_name: Dict[str, set] = defaultdict(set)
+        self.resources: Dict[str, Dict[str, int]] = {}   # hash -> loaded_resources()
         self.label = UNSCOPED
         self.pending: Optional[Dict[str, List[int]]] = None
         self.sweep_depth = 0
@@ -139,6 +178,8 @@ class IRCollector:
                 self.functions[function] = str(hash)
             if name and hash:
                 self.loaded_by_name[str(name)].add(str(hash))
+            if hash and str(hash) not in self.resources:
+                self.resources[str(hash)] = loaded_resources(str(hash))
         except Exception as exc:  # unhashable handle on some backend
             self._note_error(f"kernel load hook: {exc!r}")
 
@@ -223,7 +264,7 @@ class IRCollector:
         t_dump = time.perf_counter()
         with self._lock:
             counts = {k: tuple(v) for k, v in self.counts.items()}
-            variants = dict(self.variants)
+            variants = {h: {**v, **self.resources.get(h, {})} for h, v in self.variants.items()}
             prologue = dict(self.prologue)
         try:
             summary = _dump.write_tree(self.dump_dir, variants, counts, self.levels, self.unknown_names,

@@ -7,7 +7,10 @@
 
 index.tsv columns (consumers find them by header name, so order may grow):
 shape kernel file launches sweep_launches num_warps num_stages constexprs dtypes
-specialization cache_hash ttgir_cache. `file` is a file name in <shape>/<kernel>/, or a
+specialization cache_hash ttgir_cache shared n_regs n_spills. `shared` is the compile
+metadata's shared-memory bytes; `n_regs` / `n_spills` are what the driver reported when the
+binary was loaded (zl.ir.collect.loaded_resources). An empty cell is "not recorded", never 0.
+`file` is a file name in <shape>/<kernel>/, or a
 placeholder starting with "(" for rows with no file: autotune losers that only ran in
 the sweep, variants compiled but never launched (shape "-"), a launch of a variant
 the plugin never saw compile, a variant whose IR could not be read from the cache, or one
@@ -30,7 +33,7 @@ from zl.ir import naming
 
 INDEX_COLUMNS = (
     "shape", "kernel", "file", "launches", "sweep_launches", "num_warps", "num_stages",
-    "constexprs", "dtypes", "specialization", "cache_hash", "ttgir_cache",
+    "constexprs", "dtypes", "specialization", "cache_hash", "ttgir_cache", "shared", "n_regs", "n_spills",
 )
 NEVER_LAUNCHED_SHAPE = "-"
 PH_SWEEP_ONLY = "(autotune sweep only, not dumped)"
@@ -59,6 +62,7 @@ def _row(shape: str, kernel: str, file: str, launches: int, sweep: int, v: Optio
         _cell(v.get("num_warps")), _cell(v.get("num_stages")),
         _cell(v.get("constexprs") or {}), _cell(_dtypes(v)), _cell(v.get("specialization") or {}),
         h, _cell((v.get("ir_paths") or {}).get("ttgir")),
+        _cell(v.get("shared")), _cell(v.get("n_regs")), _cell(v.get("n_spills")),
     ]
 
 

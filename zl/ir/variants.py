@@ -109,6 +109,9 @@ def variant_record(src: Any, metadata: Any, metadata_group: Optional[Dict[str, s
         "num_warps": jsonable(metadata.get("num_warps")),
         "num_stages": jsonable(metadata.get("num_stages")),
         "num_ctas": jsonable(metadata.get("num_ctas")),
+        # Bytes of shared memory the kernel allocates (Triton's metadata `shared`); None when
+        # this Triton's metadata has no such field.
+        "shared": jsonable(metadata.get("shared")),
         "ir_paths": ir_paths,
         "cache_hit": bool(cache_hit) if cache_hit is not None else None,
     }
