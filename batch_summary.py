@@ -48,7 +48,12 @@ marked `REPLAY_RESULTS_DIFFER label= side=`. It does not change the exit code.
 Code: every report judges a pair's generated code with the screen's own every-level verdict
 (zl/screen_verdict.py: IR_CHANGED@<level>, BINARY_CHANGED, VARIANTS_DIFFER, NO_IR_DIFF, NO_IR;
 --ab-rounds: r1_A vs r1_B) and calls a pair an A/A, its range the noise band, only when every
-level either side recorded, binary included, is identical on both sides.
+level either side recorded, binary included, is identical on both sides. Where the code differs
+(--ab, --screen), each kernel variant that differs is listed with its facts on both sides
+(num_warps, num_stages, shared memory, registers and spills when the IR plugin recorded them,
+else "not recorded", ttg.convert_layout count, lines), the first lines of its first differing
+IR level and its IR files; a node's change signature ("+1 convert_layout, -8 registers",
+"code only") groups a screen's changed cells (zl/report/changes.py).
 
 Verdicts: each shape of --ab, --ab-rounds and --screen is FASTER, SLOWER, SAME or UNCLEAR
 (zl/report/verdicts.py): FASTER/SLOWER only when |delta| exceeds its latency class's
@@ -111,7 +116,7 @@ from zl.report.guard import (EXIT_CALIBER, EXIT_NO_REPORT, EXIT_OK, EXIT_USAGE, 
                              NoReport, Refused, check_dir_target, check_json_target,
                              check_outputs_apart)
 from zl.report.rounds import report_ab_rounds
-from zl.report import verdicts, views
+from zl.report import changes, verdicts, views
 from zl.report.run import LoadedRun, Runs
 from zl.runlog import caliber as cal
 from zl.runlog.parse import RunLogError, read_run_log
@@ -282,6 +287,7 @@ def _run_mode(args) -> Dict:
     if args.screen is not None:
         runs = Runs()
         result = views.screen_result(args.screen, runs)
+        changes.add_to_screen(result, runs)   # per kernel, for each cell whose code differs
         for g in result["completion"]["failures"]:   # a screen stopped mid-list
             print(f"!!! [screen] {g['reason']}: {' '.join(g['ops']) or '-'}")
         by_cell = {o["cell"]: o for o in result["ops"]}
@@ -305,6 +311,9 @@ def _run_mode(args) -> Dict:
             print(f"[screen] change {g['signature']}: {len(g['cells'])} cell(s) "
                   + " ".join(f"{k}={n}" for k, n in g["shape_verdicts"].items() if n)
                   + f": {' '.join(g['cells'])}")
+        for o in result["ops"]:
+            for line in changes.text_lines(f"[screen] {o['cell']}", o.get("changes"), most=0):
+                print(line)
         for o in result["ops"]:
             for sh in o.get("shapes") or []:
                 print(f"  {sh['aa_verdict']:<8} {o['cell']:<24} {sh['speedup_pct']:+8.2f}%  "

@@ -128,3 +128,17 @@ def test_batch_summary_csv_reads_each_run_once(tmp_path, opens, capsys):
     assert bs.main([str(batch), "-o", str(tmp_path / "out" / "summary.csv")]) == 0
     _assert_each_read_once(opens, ["batch/FlagGems/mm_kernel/run.log",
                                    "batch/FlagGems/mm_kernel/run_identity.json"])
+
+
+def test_ab_of_changed_code_reads_each_dumped_ir_file_once(tmp_path, opens, capsys):
+    """The change summary (zl/report/changes.py) reads index.tsv and each dumped IR file
+    through the same LoadedRun, once."""
+    from test_report_changes import BASE, kernel, make_run
+    runs = rf.ab_pair(tmp_path / "in" / "ab")
+    make_run(runs["before"], [kernel(**BASE), kernel("other", **BASE)], ("ttgir", "llir"))
+    make_run(runs["after"], [kernel(converts=1, **BASE), kernel("other", **BASE)], ("ttgir", "llir"))
+    opens.clear()
+    assert _report(tmp_path, "--ab", runs["before"], runs["after"]) == 0
+    assert "what changed: +1 convert_layout" in capsys.readouterr().out
+    _assert_each_read_once(opens, [f"ab/{side}/ttgir/{name}" for side in ("before", "after")
+                                   for name in ("index.tsv", "1024/k/w4s3.ttgir")])

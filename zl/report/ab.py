@@ -10,11 +10,12 @@ Each side is one LoadedRun: every step reads the same bytes of its files.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from zl.report.guard import (MARKER_LABELS, BadInput, NoReport, check_caliber, fmt_pct,
                              print_replay_fallbacks, refuse_self_comparison,
                              replay_fallback_facts)
+from zl.report import changes
 from zl.report import results as results_report
 from zl.report import verdicts, views
 from zl.report.run import LoadedRun, Runs, code_text, pair_code
@@ -85,11 +86,12 @@ def _row_keys(k) -> Dict:
 
 
 def _as_json(name: str, blog: Path, alog: Path, rep: PairReport, caliber: Tuple[List[str], List[str]],
-             fallbacks: Dict, code: Dict, band: Dict, rows: List[Dict], block: Dict) -> Dict:
+             fallbacks: Dict, code: Dict, band: Dict, rows: List[Dict], block: Dict,
+             what: Optional[Dict]) -> Dict:
     return {
         "mode": "ab", "label": name, "verdicts": block, "before": str(blog), "after": str(alog),
         "caliber_problems": caliber[0], "caliber_hazards": caliber[1],
-        "code": code, **band,
+        "code": code, "changes": what, **band,
         "summary": rep.summary(), "markers": {"before": rep.before_markers,
                                               "after": rep.after_markers},
         "replay_fallbacks": fallbacks,
@@ -157,11 +159,14 @@ def report_ab(before: Path, after: Path, label: str, allow: bool, controls: Sequ
     code = pair_code(brun, arun)
     band = views.ab_noise_band(brun.dir, code, rep.summary(), runs)
     print(f"[ab] {name}: IR: {code_text(code)}")
+    what = changes.pair_changes(brun, arun, code)   # per kernel, when the code differs
+    for line in changes.text_lines(f"[ab] {name}", what):
+        print(line)
     print(f"[ab] {name}: noise band: " + (
         f"{fmt_pct(band['noise_band_pct'][0])} ~ {fmt_pct(band['noise_band_pct'][1])} "
         f"({band['noise_source']})" if band["noise_band_pct"] else f"unknown ({band['noise_source']})"))
     result = results_report.ordered(_as_json(name, brun.log, arun.log, rep, caliber, fallbacks,
-                                             code, band, rows, block), res)
+                                             code, band, rows, block, what), res)
     if not rep.paired:
         result["status"] = "no_paired_rows"
         raise NoReport(f"{name}: no row succeeded on both sides: no speedup to report", result)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from zl import atomic
-from zl.report import charts
+from zl.report import changes, charts
 from zl.report.run import code_text
 from zl.report.views import IDENTITY_SHOWN, shape_label
 
@@ -35,6 +35,7 @@ table{border-collapse:collapse;margin:8px 0;font-size:13px} th,td{border:1px sol
 th{background:#f3f3f3} table.sortable th{cursor:pointer} td.num{text-align:right;font-variant-numeric:tabular-nums}
 .up{color:#1e7b45} .down{color:#b03020} .chart svg{max-width:100%;height:auto}
 .kpi{display:inline-block;margin:4px 18px 4px 0} .kpi b{font-size:18px}
+pre.diff{background:#f7f7f7;border:1px solid #ddd;padding:6px 8px;font-size:12px;overflow-x:auto;margin:2px 0 8px}
 """
 
 SORT_JS = """
@@ -233,6 +234,20 @@ def _code_line(result: Dict, what: str = "code") -> str:
     return f'<div class="{css}" id="code-verdict">{esc(what)}: {esc(text)}; {esc(code["reason"])}</div>'
 
 
+def _changes_block(name: str, ch: Optional[Dict]) -> str:
+    """One node's collapsed "what changed": headline (signature), per-variant table, excerpts."""
+    if not ch:
+        return ""
+    body = "".join(f'<div class="sub">{esc(title)}</div>'
+                   + (f'<pre class="diff">{esc(chr(10).join(lines))}</pre>' if lines else "")
+                   for title, lines in changes.excerpts(ch))
+    if ch["kernels"] or ch["only"]:
+        body = (table(list(changes.TABLE_HEADERS), changes.table_rows(ch)) + body
+                + f'<div class="sub">variants matched by {esc(ch["matched_by"])}</div>')
+    return (f'<details class="changes" id="changes-{esc(name)}"><summary>what changed in {esc(name)}: '
+            f'{esc(changes.headline(ch))}</summary>{body}</details>')
+
+
 def page_ab(result: Dict) -> Page:
     s = result["summary"]
     page = Page(f"A/B {result['label']}", f"before {result['before']}  after {result['after']}")
@@ -241,6 +256,7 @@ def page_ab(result: Dict) -> Page:
     _results_table(page, result)
     _verdict_block(page, result)
     page.add(_code_line(result, "code (every IR level, binary included)"))
+    page.add(_changes_block(result["label"], result.get("changes")))
     page.add("<div>" + "".join(
         f'<span class="kpi">{esc(k)} <b class="{_cls(v)}">{esc(pct(v))}</b></span>'
         for k, v in (("geomean", s["geomean_pct"]), ("median", s["median_pct"]),
@@ -378,6 +394,10 @@ def page_screen(result: Dict) -> Page:
                                             "code (every IR level)",
                                             "rows before", "rows after", "shape verdicts",
                                             "median speedup", "min", "max", "notes"], rows, sortable=True))
+    changed = [o for o in result["ops"] if o.get("changes")]
+    if changed:
+        page.add("<h2>What changed, per changed cell</h2>"
+                 + "".join(_changes_block(o["cell"], o["changes"]) for o in changed))
     if band:
         page.add(f'<div class="sub">noise band {pct(band[0])} ~ {pct(band[1])}: {esc(result["noise_source"])}</div>')
     _failures(page, result)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from zl import screen_verdict
 from zl.ir import fingerprint as fp
@@ -85,6 +85,20 @@ class LoadedRun:
             record = fp.load_record(self.dir)
             return fp.run_levels(self.dir, record), record
         return self._once("ir", read, (fp.RunDirError, fp.NoIRError, OSError))
+
+    @property
+    def ir_index(self) -> Optional[List[Dict[str, str]]]:
+        """ttgir/index.tsv's rows (zl.ir.fingerprint.read_index); None when there is none."""
+        return self._once("ir_index", lambda: fp.read_index(self.dir / fp.IR_SUBDIR), ())
+
+    def ir_text(self, rel: str) -> Optional[str]:
+        """A dumped IR file, `rel` under ttgir/ (e.g. `1024/k/w4s3.llir`); None when it is
+        absent or unreadable. Not kept: a screen's dumped LLVM IR and PTX can run to
+        gigabytes, so the one reader (zl.report.changes, once per pair) holds what it needs."""
+        try:
+            return (self.dir / fp.IR_SUBDIR / rel).read_text(encoding="utf-8", errors="surrogateescape")
+        except OSError:
+            return None
 
     @property
     def results(self) -> Dict[str, Dict[str, Any]]:

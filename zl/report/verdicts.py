@@ -403,17 +403,20 @@ def _count_delta(counts: Dict[str, str], what: str, label: str) -> Optional[str]
 def change_groups(ops: Sequence[Dict]) -> List[Dict]:
     """The screen's changed cells (code verdict other than NO_IR_DIFF, rows on both sides)
     grouped by one change signature: the first differing level (the code verdict, e.g.
-    IR_CHANGED@llir; WRONG_RESULTS stays that) and the screen.tsv counts
-    that moved (kernels, ttg.convert_layout), with the shape verdicts of the group; largest
-    group first, so a pattern across an inventory reads as one row, not hundreds."""
+    IR_CHANGED@llir; WRONG_RESULTS stays that), then the cell's per-kernel signature
+    (zl.report.changes, e.g. "+1 convert_layout, -8 registers") where its run directories
+    give one, else the screen.tsv counts that moved (kernels, ttg.convert_layout); with the
+    shape verdicts of the group; largest group first, so a pattern across an inventory reads
+    as one row, not hundreds."""
     groups: Dict[str, Dict] = {}
     for o in ops:
         if o["verdict"] in ("NO_IR_DIFF", "NO_ROWS", "NO_TRITON") or not o.get("shapes"):
             continue
         word = o["verdict"] if o["verdict"] == "WRONG_RESULTS" else o["code"].get("verdict") or o["verdict"]
-        parts = [word] + [x for x in (_count_delta(o.get("counts") or {}, "kernels", "kernels"),
-                                             _count_delta(o.get("counts") or {}, "cvt", "convert_layout"))
-                                  if x]
+        kernel_sig = (o.get("changes") or {}).get("signature")
+        parts = [word] + ([kernel_sig] if kernel_sig else [
+            x for x in (_count_delta(o.get("counts") or {}, "kernels", "kernels"),
+                        _count_delta(o.get("counts") or {}, "cvt", "convert_layout")) if x])
         g = groups.setdefault(", ".join(parts), {"signature": ", ".join(parts), "cells": [],
                                                  "shape_verdicts": {v: 0 for v in VERDICTS}})
         g["cells"].append(o["cell"])
