@@ -15,11 +15,14 @@ utilization every 100 ms (where it exists). The report (stdout and OUT/overlap_t
 - GPU-busy share: the share of samples with utilization > 0, and the mean utilization (this
   call's samples);
 - statuses and screen verdicts per node, and whether they equal the first K's;
+- the timing lock (overlap > 1): the seconds it was held, as a share of the wall, and the side
+  runs per hour if it were never idle (the GPU-bound limit of these nodes under exclusive timing);
 - A/A noise per node: the median over shapes of |B/A - 1| of the gems latency, and its median
   over nodes.
 
     python benchmarks/overlap_throughput.py --sample 40 --seed 1 --overlap 1 4 --out runs/ovl
     python benchmarks/overlap_throughput.py --ops relu softmax --overlap 1 2 --out runs/ovl
+    python benchmarks/overlap_throughput.py --report-only --overlap 1 3 --out <unpacked bundle>/ovl
 
 Nodes: --ops, or --sample N drawn with --seed from the inventory (ops/inventory_main.csv rows
 that are not marked skip or dismissed, repo main). A batch directory that exists is resumed
@@ -35,6 +38,7 @@ import csv
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -70,17 +74,33 @@ class Sampler:
             self.proc = subprocess.Popen([exe, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
                                           "-lms", "100"], stdout=self.fh, stderr=subprocess.DEVNULL)
 
-    def stop(self) -> Optional[Dict[str, float]]:
-        if self.proc is None:
-            return None
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(timeout=10)
-        self.fh.close()
-        vals = [float(v) for v in self.path.read_text().split() if v.replace(".", "", 1).isdigit()]
-        if not vals:
-            return None
-        return {"samples": len(vals), "busy_share": float(np.mean([v > 0 for v in vals])),
-                "mean_util": float(np.mean(vals))}
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=10)
+            self.fh.close()
+
+
+def utilization(path: Path) -> Optional[Dict[str, float]]:
+    """GPU-busy share (samples > 0) and mean utilization of a sampler's file; None without one."""
+    vals = [float(v) for v in path.read_text().split() if v.replace(".", "", 1).isdigit()] if path.is_file() else []
+    if not vals:
+        return None
+    return {"samples": len(vals), "busy_share": float(np.mean([v > 0 for v in vals])),
+            "mean_util": float(np.mean(vals))}
+
+
+LOCK_LINE = re.compile(r"exclusive timing \(overlap=\d+, lock .*\): \d+ do_bench call\(s\) held the device "
+                       r"([0-9.]+) s, waited ([0-9.]+) s")
+
+
+def lock_seconds(run_dir: Path) -> Optional[tuple]:
+    """(held, waited) seconds of the run's timing lock, from its run.log; None without the line."""
+    try:
+        m = LOCK_LINE.search((run_dir / "run.log").read_text(errors="replace"))
+    except OSError:
+        return None
+    return (float(m.group(1)), float(m.group(2))) if m else None
 
 
 def gems_rows(run_dir: Path) -> Dict[str, float]:
@@ -103,17 +123,22 @@ def read_batch(bd: Path) -> Dict:
     verdicts = {r["run_name"]: r.get("verdict", "") for r in table(bd / "screen.tsv", "\t")}
     nodes = {}
     for name, row in a.items():
-        ra, rb = gems_rows(Path(row["out_dir"])) if row.get("out_dir") else {}, {}
-        if name in b and b[name].get("out_dir"):
-            rb = gems_rows(Path(b[name]["out_dir"]))
+        # the case directories under this batch directory (it may have moved since it ran)
+        da, db = bd / "before" / row["repo"] / name, bd / "after" / row["repo"] / name
+        ra, rb = gems_rows(da), gems_rows(db)
         deltas = [abs(rb[k] / ra[k] - 1) for k in ra if k in rb]
+        locks = [x for x in (lock_seconds(da), lock_seconds(db)) if x is not None]
         nodes[name] = {"status": f"{row['status']}/{b.get(name, {}).get('status', '-')}",
                        "verdict": verdicts.get(name, ""), "shapes": len(deltas),
-                       "aa_median_abs_delta": float(np.median(deltas)) if deltas else None}
+                       "aa_median_abs_delta": float(np.median(deltas)) if deltas else None,
+                       "lock_held_s": round(sum(h for h, _ in locks), 3) if locks else None,
+                       "lock_waited_s": round(sum(w for _, w in locks), 3) if locks else None}
     return nodes
 
 
-def run_one(k: int, nodes: List[str], args, bd: Path) -> Dict:
+def run_one(k: int, nodes: List[str], args, bd: Path) -> int:
+    """One call of run_batch.py for overlap k (a new batch, or --resume); its wall appended to
+    walls-overlap-k.json, its utilization samples to util-overlap-k.txt. -> its exit status."""
     cmd = [sys.executable, str(ROOT / "run_batch.py"), "--switch", SWITCH, "--overlap", str(k),
            "--dtypes", args.dtypes, "--op-timeout", str(args.op_timeout), "--batch-dir", str(bd)]
     cmd += ["--resume"] if (bd / "batch.json").is_file() else ["--ops", *nodes]
@@ -132,26 +157,40 @@ def run_one(k: int, nodes: List[str], args, bd: Path) -> Dict:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait()
             raise
+        finally:
+            sampler.stop()
     # every call's wall, summed: a resumed batch's rate covers all the calls that made it
     walls_file = bd.parent / f"walls-overlap-{k}.json"
     walls = json.loads(walls_file.read_text()) if walls_file.is_file() else []
     walls.append(round(time.monotonic() - t0, 3))
     walls_file.write_text(json.dumps(walls))
+    return rc
+
+
+def summarize(k: int, bd: Path, rc: Optional[int]) -> Dict:
+    """The figures of overlap k from what its calls left in the output folder."""
+    walls_file = bd.parent / f"walls-overlap-{k}.json"
+    walls = json.loads(walls_file.read_text()) if walls_file.is_file() else []
     wall = round(sum(walls), 3)   # the figures below are computed from this value
-    util = sampler.stop()
     per_node = read_batch(bd)
     ran = sum(1 for v in per_node.values() for s in v["status"].split("/") if s not in ("-", "PENDING", "NOT_RUN"))
     aa = [v["aa_median_abs_delta"] for v in per_node.values() if v["aa_median_abs_delta"] is not None]
+    held = [v["lock_held_s"] for v in per_node.values() if v["lock_held_s"] is not None]
     return {"overlap": k, "rc": rc, "wall_s": wall, "calls": len(walls), "side_runs": ran,
             "side_runs_per_hour": round(ran / wall * 3600, 1) if wall else None,
             "nodes_per_hour": round(len(per_node) / wall * 3600, 1) if wall else None,
-            "gpu": util, "aa_median_over_nodes": float(np.median(aa)) if aa else None, "nodes": per_node}
+            "gpu": utilization(bd.parent / f"util-overlap-{k}.txt"),
+            # the lock's busy share of the wall, and the rate if the lock were never idle
+            "lock_held_share": round(sum(held) / wall, 3) if held and wall else None,
+            "lock_bound_side_runs_per_hour": round(ran / sum(held) * 3600, 1) if held else None,
+            "aa_median_over_nodes": float(np.median(aa)) if aa else None, "nodes": per_node}
 
 
 def report(results: List[Dict]) -> str:
     first = results[0]["nodes"]
     out = ["| overlap | wall s | side runs | side runs/h | nodes/h | GPU-busy share | mean util % | "
-           "A/A median abs delta | statuses = first | verdicts = first |", "|" + "---|" * 10]
+           "lock held / wall | side runs/h if the lock never idled | A/A median abs delta | "
+           "statuses = first | verdicts = first |", "|" + "---|" * 12]
     for r in results:
         g = r["gpu"] or {}
         same_s = all(r["nodes"].get(n, {}).get("status") == v["status"] for n, v in first.items())
@@ -160,8 +199,10 @@ def report(results: List[Dict]) -> str:
         busy = "n/a" if not g else format(g["busy_share"], ".1%")
         util = "n/a" if not g else format(g["mean_util"], ".1f")
         aa_s = "n/a" if aa is None else format(aa, ".2%")
+        held = "n/a" if r["lock_held_share"] is None else format(r["lock_held_share"], ".1%")
+        bound = "n/a" if r["lock_bound_side_runs_per_hour"] is None else r["lock_bound_side_runs_per_hour"]
         out.append(f"| {r['overlap']} | {r['wall_s']} | {r['side_runs']} | {r['side_runs_per_hour']} | "
-                   f"{r['nodes_per_hour']} | {busy} | {util} | {aa_s} | {same_s} | {same_v} |")
+                   f"{r['nodes_per_hour']} | {busy} | {util} | {held} | {bound} | {aa_s} | {same_s} | {same_v} |")
     out += ["", "| node | " + " | ".join(f"overlap {r['overlap']}: status, verdict, A/A" for r in results) + " |",
             "|---|" + "---|" * len(results)]
     for n in first:
@@ -187,14 +228,27 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--op-timeout", type=float, default=300)
     ap.add_argument("--budget-s", type=float, default=None, help="run_batch.py --budget-s per batch")
     ap.add_argument("--out", type=Path, required=True, help="folder: one batch per overlap value, the report")
+    ap.add_argument("--report-only", action="store_true",
+                    help="run nothing: the report of the batches already in --out (e.g. a returned bundle)")
     args = ap.parse_args(argv)
     if any(k < 1 for k in args.overlap):
         ap.error("--overlap values must be >= 1")
-    nodes = list(args.ops) or (draw(args.sample, args.seed) if args.sample > 0 else [])
-    if not nodes:
-        ap.error("no nodes: give --ops or --sample N")
-    args.out.mkdir(parents=True, exist_ok=True)
-    results = [run_one(k, nodes, args, (args.out / f"overlap-{k}").resolve()) for k in args.overlap]
+    if args.report_only:
+        if not all((args.out / f"overlap-{k}" / "batch.json").is_file() for k in args.overlap):
+            ap.error(f"--report-only: {args.out} holds no batch for every --overlap value")
+        before = json.loads((args.out / "overlap_throughput.json").read_text()) \
+            if (args.out / "overlap_throughput.json").is_file() else {}
+        nodes = before.get("nodes") or list(args.ops)
+        results = [summarize(k, (args.out / f"overlap-{k}").resolve(), None) for k in args.overlap]
+    else:
+        nodes = list(args.ops) or (draw(args.sample, args.seed) if args.sample > 0 else [])
+        if not nodes:
+            ap.error("no nodes: give --ops or --sample N")
+        args.out.mkdir(parents=True, exist_ok=True)
+        results = []
+        for k in args.overlap:
+            bd = (args.out / f"overlap-{k}").resolve()
+            results.append(summarize(k, bd, run_one(k, nodes, args, bd)))
     text = report(results)
     print(text)
     tmp = args.out / "overlap_throughput.json.tmp"

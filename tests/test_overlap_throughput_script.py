@@ -37,6 +37,11 @@ def test_each_overlap_gets_its_screen_and_the_report_reads_the_batches(tmp_path)
         assert res["side_runs"] == 5 and res["wall_s"] > 0
         assert res["side_runs_per_hour"] == round(5 / res["wall_s"] * 3600, 1)
         assert res["gpu"] is None                       # no nvidia-smi here: not a made-up share
+    assert solo["lock_held_share"] is None and solo["nodes"]["relu"]["lock_held_s"] is None
+    # overlapped: the stub's lock line, 0.5 s held per side run (5 side runs wrote one)
+    assert over["nodes"]["relu"]["lock_held_s"] == 1.0 and over["nodes"]["abs"]["lock_waited_s"] == 0.25
+    assert over["lock_held_share"] == round(2.5 / over["wall_s"], 3)
+    assert over["lock_bound_side_runs_per_hour"] == 7200.0
     ident = json.loads((out / "overlap-2/before/main/relu/run_identity.json").read_text())
     assert ident["device_overlap"] == 2
     assert "| 2 |" in r.stdout and "| True | True |" in r.stdout and "5.00%" in r.stdout
@@ -45,8 +50,20 @@ def test_each_overlap_gets_its_screen_and_the_report_reads_the_batches(tmp_path)
             ZL_STUB_PLAN="abs=fail")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "2 reused, 1 to run" in (out / "console-overlap-2.log").read_text().split("[batch] backend=")[-1]
-    again = json.loads((out / "overlap_throughput.json").read_text())["results"][1]
+    second = json.loads((out / "overlap_throughput.json").read_text())["results"]
+    again = second[1]
     assert again["calls"] == 2 and again["wall_s"] > over["wall_s"]
+    # the report of a moved bundle, running nothing: the same figures
+    moved = tmp_path / "bundle"
+    out.rename(moved)
+    r = run(tmp_path, "--report-only", "--overlap", "1", "2", "--out", moved)
+    assert r.returncode == 0, r.stdout + r.stderr
+    redo = json.loads((moved / "overlap_throughput.json").read_text())
+    assert redo["nodes"] == ["relu", "softmax", "abs"]
+    assert [x["wall_s"] for x in redo["results"]] == [x["wall_s"] for x in second]
+    assert redo["results"][1]["nodes"]["softmax"]["aa_median_abs_delta"] == again["nodes"]["softmax"]["aa_median_abs_delta"]
+    r = run(tmp_path, "--report-only", "--overlap", "1", "4", "--out", moved)
+    assert r.returncode == 2 and "holds no batch for every --overlap value" in r.stderr
 
 
 def test_bad_arguments_exit_2(tmp_path):
