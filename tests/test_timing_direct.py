@@ -61,3 +61,25 @@ def test_repeated_do_bench_leaves_an_autotuners_call_to_one_upstream_call():
     assert len(wrapped(lambda: None, return_mode="all")) == 3 and len(calls) == 2   # not repeated
     wrapped(lambda: None)
     assert len(calls) == 5                          # the benchmark's: repeated 3 times
+
+
+def test_judge_do_bench_runs_the_benchmarks_call_once_and_returns_nan():
+    import math
+    from zl.timing.direct import make_judge_do_bench
+    calls, syncs, upstream = [], [], []
+
+    def original(fn, **kw):
+        upstream.append(kw)
+        return 0.5
+
+    judge = make_judge_do_bench(original, lambda: syncs.append(1))
+    assert math.isnan(judge(lambda: calls.append(1), warmup=7, rep=9))
+    got = judge(lambda: calls.append(1), quantiles=(0.5, 0.2))
+    assert len(got) == 2 and all(math.isnan(v) for v in got)
+    assert [math.isnan(v) for v in judge(lambda: calls.append(1), return_mode="all")] == [True]
+    assert len(calls) == 3 and len(syncs) == 3 and upstream == []
+    # an autotuner's sweep (a call from triton.*) is Triton's own do_bench, untouched
+    scope = {"__name__": "triton.runtime.autotuner", "judge": judge}
+    exec("def sweep():\n    return judge(lambda: None, warmup=3, rep=4)\n", scope)
+    assert scope["sweep"]() == 0.5 and upstream == [dict(warmup=3, rep=4, grad_to_none=None, quantiles=None,
+                                                         return_mode="mean")]

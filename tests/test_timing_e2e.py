@@ -97,3 +97,24 @@ def test_an_autotuners_sweep_is_left_to_tritons_do_bench(zl_run, tmp_path, overl
     assert len(MARKER.findall(r.log_text)) == 4, r.explain()   # the timed calls' fallbacks only
     if overlap:
         assert f"exclusive timing (overlap=2, lock {lock}): 10 do_bench call(s) held" in r.log_text, r.explain()
+
+
+def test_a_judge_only_run_times_nothing_keeps_its_rows_and_the_tuners_picks(zl_run, tmp_path):
+    """ZL_JUDGE_ONLY=1: every benchmark call runs once and prints nan (never a number);
+    Triton's autotuner still sweeps with its own do_bench, so the record holds real picks."""
+    shapes = tmp_path / "two.yaml"
+    shapes.write_text("zl_default_tuner:\n  shapes:\n    - [64]\n    - [256]\n")
+    r = zl_run(OP="zl_default_tuner", OP_FILE="zl_default_tuner", ZL_BACKEND="cuda",
+               SHAPE_FILE=str(shapes), ZL_ENABLE_IR="0", ZL_JUDGE_ONLY="1")
+    assert r.returncode == 0, r.explain()
+    nan_rows = re.findall(r"^SUCCESS\s+nan\s+nan\s", r.log_text, re.M)
+    assert len(nan_rows) == 2 and not ROW.findall(r.log_text), r.explain()
+    assert "graph timer spent" not in r.log_text and not MARKER.findall(r.log_text)
+    assert "[timing-plugin] timer=none backend=cuda (ZL_JUDGE_ONLY" in r.log_text
+    ident = identity(r)
+    assert (ident["timer"], ident["graph_capture"]) == ("none", "disabled")
+    assert ident["autotune_mode"] == "record", ident
+    records = [json.loads(p.read_text()) for p in (r.out_dir / "autotune_records").glob("*.json")]
+    assert records and all(records), r.explain()     # the sweep's picks, recorded
+    from zl.runlog.caliber import complaints
+    assert "a judge-only run (timer=none)" in " ".join(complaints([("before", r.out_dir), ("after", r.out_dir)]))

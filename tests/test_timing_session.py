@@ -322,6 +322,14 @@ def test_subprocess_direct_timer_repeats_and_records(tmp_path):
                      "graph_warmup_ms": "25", "l2": "warm"}
 
 
+def test_subprocess_judge_only_prints_nan_for_every_call(tmp_path):
+    proc, ident = run_pytest(tmp_path, ZL_BACKEND="cuda", ZL_JUDGE_ONLY="on", ZL_DIRECT_REPEAT="3")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [line.split()[-1] for line in proc.stdout.splitlines() if "ROW " in line]
+    assert rows == ["nan"] * 4 and "BENCHMARK_DIRECT_NO_CUDAGRAPH" not in proc.stdout
+    assert (ident["timer"], ident["graph_capture"]) == ("none", "disabled")
+
+
 @pytest.mark.parametrize("timer", [{}, {"ZL_ENABLE_CUDAGRAPH": "0"}, {"ZL_DIRECT_REPEAT": "2"}])
 def test_subprocess_overlapped_run_times_every_call_under_the_lock(tmp_path, timer):
     lock = tmp_path / "device.lock"
@@ -349,6 +357,7 @@ def test_subprocess_overlapped_run_times_every_call_under_the_lock(tmp_path, tim
     ({"ZL_L2": "cold", "ZL_COLD_CLOCK": "kernels"}, "ZL_COLD_CLOCK=kernels cannot be used: "
                                                     "torch.profiler cannot trace CUDA kernels"),
     ({"ZL_DEVICE_OVERLAP": "2"}, "ZL_DEVICE_OVERLAP=2 needs ZL_TIMING_LOCK"),
+    ({"ZL_JUDGE_ONLY": "maybe"}, "ZL_JUDGE_ONLY"),
     ({"ZL_DEVICE_OVERLAP": "-1", "ZL_TIMING_LOCK": "/tmp/x"}, "ZL_DEVICE_OVERLAP='-1' is not an integer >= 1"),
     ({"ZL_DEVICE_OVERLAP": "2", "ZL_TIMING_LOCK": "/proc/no-such-dir/lock"}, "cannot be opened"),
     ({"ZL_DEVICE_OVERLAP": "2", "ZL_TIMING_LOCK": "/tmp/x", "ZL_DEVICE_SHARE": "2"},

@@ -26,6 +26,8 @@ because changing it alone moved a measured result (seed, S5000 / H200):
                    the others, equal values do not help: any run with device_share > 1 is
                    refused ("a functional check, not a timing"); screen verdicts (IR, results)
                    still hold for it.
+  timer=none       a judge-only run (ZL_JUDGE_ONLY, run_batch.py --judge): refused as a timing
+                   even against another judge-only run; screen verdicts (IR, results) hold
   device_overlap   N runs overlapped on one GPU (run_batch.py --overlap N), each do_bench
                    call exclusive under a per-device lock, compilation and start-up
                    concurrent: absent on a solo run, so overlapped vs solo is a mismatch
@@ -178,8 +180,15 @@ def complaints_of(runs: Sequence[Named]) -> List[str]:
         if len({c[fld] for _, c in known}) > 1:
             vals = ", ".join(f"{n}={_shown(c[fld])}" for n, c in known)
             out.append(f"{fld} differs: {vals}")
-    return (out + shared_device_complaints(known) + autotune_complaints(known)
+    return (out + shared_device_complaints(known) + untimed_complaints(known) + autotune_complaints(known)
             + record_link_complaints(known))
+
+
+def untimed_complaints(known: Sequence[Tuple[str, Dict]]) -> List[str]:
+    """A judge-only run (ZL_JUDGE_ONLY, timer=none) printed nan for every latency: it has no
+    timing to compare, whatever the other side is."""
+    return [f"{name}: a judge-only run (timer=none): code and results judged, nothing timed"
+            for name, c in known if c.get("timer") == "none"]
 
 
 def shared_device_complaints(known: Sequence[Tuple[str, Dict]]) -> List[str]:

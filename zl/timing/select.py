@@ -53,6 +53,9 @@ EXTRA_OFF = ("direct",)
 
 TIMER_GRAPH = "cuda_graph"
 TIMER_DIRECT = "direct"
+TIMER_NONE = "none"          # ZL_JUDGE_ONLY: code and results judged, nothing timed
+ENV_JUDGE = "ZL_JUDGE_ONLY"
+OPT_JUDGE = "--zl-judge-only"
 
 
 class TimerConfigError(SwitchError):
@@ -91,6 +94,10 @@ def add_options(parser: Any) -> None:
                 "torch.profiler (torch.cuda); events = the graph replay timed by events (each "
                 "kernel's in-graph start included, as the warm reading); auto = kernels where "
                 "CUPTI can read the graph, else events", "auto")
+    options.add(parser, OPT_JUDGE, ENV_JUDGE,
+                "1 = time nothing: each benchmark do_bench call runs once and reports nan (the IR "
+                "and results plugins still judge the code); autotune sweeps stay Triton's; "
+                "identity timer=none, refused by every timing comparison", "0")
     options.add(parser, exclusive.OPT_OVERLAP, exclusive.OVERLAP_ENV,
                 "runs overlapping on this device (run_batch.py --overlap N); N > 1 needs "
                 "--zl-timing-lock and is recorded as identity device_overlap", "1")

@@ -19,10 +19,11 @@ from zl.patching import PatchStack
 from zl.term import log
 
 from zl.device import parse_device_share
+from zl.switches import SwitchError, parse_switch
 
 from . import GRAPH_LOG_TAG, TIMING_LOG_TAG, device, exclusive, select
 from .exclusive import ExclusiveBench
-from .direct import make_repeated_do_bench
+from .direct import make_judge_do_bench, make_repeated_do_bench
 from .graph import GraphTimer, op_from_item
 
 PLUGIN_NAME = "zl_timing"
@@ -74,7 +75,14 @@ class TimingSession:
 
     def install(self, pluginmanager: Any) -> None:
         """Patch do_bench for the chosen timer and say so on stderr."""
-        if self.timer == select.TIMER_GRAPH:
+        if self.timer == select.TIMER_NONE:
+            import triton.testing as tt
+            self.patches.setattr(tt, "do_bench", make_judge_do_bench(
+                tt.do_bench, lambda: device.device_interface().synchronize()))
+            log(TIMING_LOG_TAG, f"timer=none backend={self.backend.name} ({select.ENV_JUDGE}: each "
+                                "benchmark do_bench call runs once and reports nan; autotune sweeps "
+                                "keep Triton's do_bench; no latency of this run is a measurement)")
+        elif self.timer == select.TIMER_GRAPH:
             self._install_graph(pluginmanager)
         else:
             self._install_direct()
@@ -152,6 +160,13 @@ def _choose(config: Any):
     timer, capture, refusal = select.choose_timer(backend, request, name=graph_name)
     if refusal:
         log(TIMING_LOG_TAG, refusal)
+    raw, name = select.read_setting(config, select.OPT_JUDGE, select.ENV_JUDGE)
+    try:
+        judge = parse_switch(raw, False, name=name)
+    except SwitchError as exc:
+        raise pytest.UsageError(f"{TIMING_LOG_TAG} {exc}") from None
+    if judge:
+        timer, capture = select.TIMER_NONE, "disabled"
     try:
         clock, note = select.parse_cold_clock(
             *select.read_setting(config, select.OPT_COLD_CLOCK, select.ENV_COLD_CLOCK),
