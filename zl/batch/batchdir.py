@@ -136,6 +136,7 @@ def write_batch_record(plan, reused: int, batch_id: str) -> None:
         "argv": sys.argv, "backend": plan.backend.name, "devices": plan.devices, "cases": len(plan.cases),
         "op_timeout_s": args.op_timeout, "dtypes": plan.dtypes, "switch": args.switch or "",
         "run_script": str(plan.run_script), "share_device": args.share_device, "overlap": args.overlap, "started": now,
+        "judge": bool(getattr(args, "judge", False)),
         "batch_id": batch_id, "roots": inv.repo_roots(), "conditions": plan.conditions,
         "case_keys": [f"{r}:{n}" for r, n in plan.keys]}
     record["reused"] = reused

@@ -70,7 +70,7 @@ from zl.batch import inventory as inv
 from zl.batch import conditions as conds
 from zl.batch.batchdir import (BatchDirError, DirLock, load_started, open_tables, refuse_used,
                                write_batch_record)
-from zl.batch import shard
+from zl.batch import judge_first, shard
 from zl.batch.execute import conclude, execute, warn_shared
 from zl.batch.partition import PartitionError
 from zl.batch.select import SelectionError, Selector, read_dismiss, read_names_file
@@ -150,6 +150,16 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--shape-file", default=None, help="SHAPE_FILE for every case (default: upstream shapes)")
     r.add_argument("--use-flagtune", action="store_true", default=None,
                    help="USE_FLAGTUNE=1 for every case (FlagGems' widened tuning space)")
+    r.add_argument("--judge", action="store_true", default=None,
+                   help="time nothing: every side runs with ZL_JUDGE_ONLY=1 (code and results judged, "
+                        "latencies nan, identity timer=none); with --resume: the batch's")
+    r.add_argument("--judge-first", action="store_true",
+                   help="with --switch: judge every node untimed into <batch>/judge, then time only the "
+                        "changed ones and --controls A/A controls into <batch>/timed (zl/batch/judge_first.py)")
+    r.add_argument("--judge-share", type=_share_count, default=None, metavar="N",
+                   help="with --judge-first: cases at once per device in the untimed stage (default 1)")
+    r.add_argument("--controls", type=int, default=10, metavar="N",
+                   help="with --judge-first: NO_IR_DIFF nodes timed as A/A controls (default 10)")
     r.add_argument("--switch", metavar="NAME",
                    help="screen NAME: per case NAME=0 records into <batch>/before, then NAME=1 "
                         "replays it into <batch>/after; verdicts in <batch>/screen.tsv")
@@ -255,6 +265,13 @@ def check_args(args) -> None:
         raise UsageError("--resume needs --batch-dir")
     if args.switch is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", args.switch):
         raise UsageError(f"--switch is not a variable name: {args.switch!r}")
+    if args.judge_first and (not args.switch or args.judge or args.list):
+        raise UsageError("--judge-first needs --switch NAME (and no --judge or --list: it runs the "
+                         "untimed stage itself)")
+    if (args.judge_share is not None or args.controls != 10) and not args.judge_first:
+        raise UsageError("--judge-share and --controls belong to --judge-first")
+    if args.controls < 0:
+        raise UsageError(f"--controls must be >= 0 (got {args.controls})")
     explicit = args.devices if args.devices is not None else args.gpus
     if explicit is not None and not parse_device_list(explicit):
         raise UsageError(f"--devices has no device id: {explicit!r}")
@@ -289,6 +306,8 @@ def settle_options(args, started: Dict) -> None:
         args.switch = cond.get("switch") or None
     if args.use_flagtune is None:
         args.use_flagtune = bool(cond.get("use_flagtune", False))
+    if args.judge is None:
+        args.judge = bool(started.get("judge", False))
     if args.share_device is None:
         args.share_device = calls[-1].get("share_device", started.get("share_device", 1))
     if args.overlap is None:
@@ -391,6 +410,8 @@ def settle_measurement(args, started: Dict) -> Dict:
     shape = conds.shape_file_identity(args.shape_file)
     dtypes = " ".join(args.dtypes.replace(",", " ").split())
     common_env = flagtune_env(args.use_flagtune)
+    if args.judge:      # every side untimed (ZL_JUDGE_ONLY); recorded with the case environment
+        common_env["ZL_JUDGE_ONLY"] = "1"
     roots = {repo: str(Path(root).resolve()) for repo, root in inv.repo_roots().items()}
     conditions = conds.collect(
         backend=backend.name, dtypes=dtypes, shape=shape,
@@ -453,6 +474,9 @@ def run(args) -> int:
     check_args(args)
     batch_dir = (args.batch_dir or Path(environ().get("ZL_RUNS_ROOT") or REPO_ROOT / "runs")
                  / f"batch_{datetime.now():%Y%m%d-%H%M%S}").resolve()
+    if args.judge_first:
+        args.batch_dir = batch_dir
+        return judge_first.run(args, run, lambda m: print(f"{LOG} {m}", flush=True))
     held = DirLock(batch_dir)
     cluster = None
     try:

@@ -1,0 +1,87 @@
+"""run_batch.py --switch NAME --judge-first (zl/batch/judge_first.py) on the batch stub: every
+node judged untimed, then only the changed nodes and the A/A controls timed, one summary,
+resumable, and its refusals."""
+
+import json
+from collections import Counter
+
+from test_batch import batch, status, trace
+
+from zl.batch.judge_first import select
+
+OPS = ("softmax", "gelu_backward", "relu", "abs", "amax", "exp", "zl_skipped")
+ENV = dict(ZL_STUB_SWITCH="ZL_X", ZL_STUB_IR_MAP="relu=same,abs=same,amax=same",
+           ZL_STUB_PLAN="exp=fail,zl_skipped=skip")
+
+
+def judge_first(tmp_path, *args, **env):
+    return batch(tmp_path, "--switch", "ZL_X", "--judge-first", "--devices", "0", "--batch-dir",
+                 tmp_path / "jf", *args, ZL_STUB_TRACE=str(tmp_path / "trace"), **{**ENV, **env})
+
+
+def test_only_changed_nodes_and_controls_are_timed_after_an_untimed_judgement(tmp_path):
+    r = judge_first(tmp_path, "--ops", *OPS, "--controls", "2", "--judge-share", "2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    root = tmp_path / "jf"
+    summary = json.loads((root / "judge_first.json").read_text())
+    s1 = summary["stage1"]
+    assert s1["changed"] == ["main:gelu_backward", "main:softmax"]
+    assert s1["counts"] == {"IR_CHANGED@ttgir": 2, "NO_IR_DIFF": 3, "NO_ROWS": 2}
+    assert len(s1["controls"]) == 2 and set(s1["controls"]) < {"main:relu", "main:abs", "main:amax"}
+    assert sorted(s1["unjudged"]) == ["main:exp", "main:zl_skipped"]
+    assert s1["unjudged"]["main:exp"].startswith("side A FAIL")
+    assert s1["unjudged"]["main:zl_skipped"].startswith("side A SKIP")
+    # stage 1: every node, both sides untimed, two at a time
+    judged = status(root / "judge" / "before")
+    assert set(judged) == set(OPS)
+    ident = json.loads((root / "judge/after/main/relu/run_identity.json").read_text())
+    assert ident["timer"] == "none"
+    started = json.loads((root / "judge/batch.json").read_text())
+    assert started["judge"] is True and started["share_device"] == 2
+    # stage 2: exactly the changed nodes and the controls, timed
+    timed = status(root / "timed" / "after")
+    to_time = sorted(s1["changed"] + s1["controls"])
+    assert sorted(f"main:{k}" for k in timed) == to_time and summary["stage2"]["exit"] == 0
+    ident = json.loads((root / "timed/after/main/softmax/run_identity.json").read_text())
+    assert ident["timer"] == "cuda_graph"
+    assert json.loads((root / "timed/batch.json").read_text())["judge"] is False
+    runs = Counter(t[0] for t in trace(tmp_path))
+    # judged: each node's side A, side B after a PASS; timed: both sides of the chosen ones
+    assert all(runs[op] == 2 + 2 * (f"main:{op}" in to_time) for op in ("softmax", "relu", "abs", "amax"))
+    assert runs["zl_skipped"] == 1 and runs["exp"] >= 1
+    assert "not judged: main:exp: side A FAIL" in r.stdout
+    # one report of the timed stage: every timed node, controls included
+    rep = json.loads((root / "report.json").read_text())
+    assert (root / "report.html").is_file() and "judge-first report:" in r.stdout
+    assert sorted(json.dumps(rep).count(f'"{n.split(":")[1]}"') > 0 for n in to_time) == [True] * len(to_time)
+    # a resume redoes nothing: both stages reuse every finished case
+    r = judge_first(tmp_path, "--resume", "--controls", "2", "--judge-share", "2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    again = Counter(t[0] for t in trace(tmp_path))
+    # only the nodes stage 1 could not finish rerun (a FAIL; a SKIP whose side B never ran)
+    assert {op for op in again if again[op] != runs[op]} == {"exp", "zl_skipped"}
+    assert json.loads((root / "judge_first.json").read_text())["stage1"] == s1
+
+
+def test_the_controls_are_the_same_draw_on_every_call(tmp_path):
+    r = judge_first(tmp_path, "--ops", *OPS, "--controls", "1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    first = json.loads((tmp_path / "jf/judge_first.json").read_text())["stage1"]["controls"]
+    assert select(tmp_path / "jf" / "judge", 1)["controls"] == first
+    assert select(tmp_path / "jf" / "judge", 3)["controls"] == ["main:abs", "main:amax", "main:relu"]
+    assert select(tmp_path / "jf" / "judge", 0)["controls"] == []
+
+
+def test_refusals_exit_2(tmp_path):
+    r = batch(tmp_path, "--judge-first", "--ops", "relu", "--devices", "0")
+    assert r.returncode == 2 and "--judge-first needs --switch NAME" in r.stderr
+    r = batch(tmp_path, "--controls", "3", "--ops", "relu", "--devices", "0")
+    assert r.returncode == 2 and "--judge-share and --controls belong to --judge-first" in r.stderr
+    r = judge_first(tmp_path, "--resume")
+    assert r.returncode == 2 and "holds no judge-first batch" in r.stderr
+    assert judge_first(tmp_path, "--ops", "relu", "softmax").returncode == 0
+    r = judge_first(tmp_path, "--ops", "relu")
+    assert r.returncode == 2 and "already holds a judge-first batch; continue it with --resume" in r.stderr
+    r = judge_first(tmp_path, "--resume", "--controls", "4")
+    assert r.returncode == 2 and "with --controls 10; this call gives ZL_X with --controls 4" in r.stderr
+    assert "Traceback" not in r.stderr
