@@ -223,11 +223,40 @@ def test_ab_report_prints_stores_and_draws_what_changed(tmp_path, capsys):
     assert ("[ab] softmax: what changed: +1 convert_layout (registers, spills not recorded) "
             "(1 variant(s) differ, first at ttgir x1)") in out
     page = html.read_text()
+    # the change summary heads the per-shape verdict table, below the chart
+    at = page.index('<h2>Shapes</h2><details class="changes" id="changes-softmax"><summary>what changed '
+                    'in softmax: +1 convert_layout')
+    assert page.index("<svg") < at < page.index("<th>verdict</th>", at)
     block = page[page.index('<details class="changes" id="changes-softmax">'):]
     block = block[:block.index("</details>")]
     assert "<td>not recorded -&gt; 32</td>" in block and "<td>0 -&gt; 32</td>" not in block
     assert '<pre class="diff">@@ -3,4 +3,5 @@' in block and "ttg.convert_layout" in block
     assert str(pair["after"] / "ttgir" / "1024" / "k" / "w4s3.ttgir") in block
+
+
+def test_rounds_report_says_what_changed_between_r1_a_and_r1_b(tmp_path, capsys):
+    """--ab-rounds judges the code on r1_A vs r1_B; where it differs, the same per-kernel
+    changes as --ab: console, --json, and the page's summary above the per-shape verdicts."""
+    root = rf.rounds_root(tmp_path / "rounds")
+    make_run(root / "r1_A", [kernel(**BASE)])
+    make_run(root / "r1_B", [kernel(converts=1, **{**BASE, "n_regs": 32})])
+    html = tmp_path / "r.html"
+    d = _json(tmp_path, "--ab-rounds", root, "--html", html)
+    assert d["code"]["verdict"] == "IR_CHANGED@ttgir"
+    assert d["changes"]["signature"] == "+1 convert_layout, -8 registers"
+    assert ("[ab-rounds] softmax r1_A vs r1_B: what changed: +1 convert_layout, -8 registers "
+            "(1 variant(s) differ, first at ttgir x1)") in capsys.readouterr().out
+    page = html.read_text()
+    at = page.index('<h2>Shapes</h2><details class="changes" id="changes-softmax"><summary>what changed '
+                    'in softmax: +1 convert_layout, -8 registers')
+    assert page.index('id="chart-rounds_speedup"') < at < page.index("<th>verdict</th>", at)
+    # the same rounds with one code on both sides: no change block
+    for cell in ("r1_A", "r1_B"):
+        shutil.rmtree(root / cell / "ttgir")
+        make_run(root / cell, [kernel(**BASE)])
+    d = _json(tmp_path, "--ab-rounds", root, "--html", html)
+    assert d["code"]["verdict"] == "NO_IR_DIFF" and d["changes"] is None
+    assert 'class="changes"' not in html.read_text()
 
 
 def test_ab_of_identical_code_has_no_change_block(tmp_path, capsys):
@@ -273,6 +302,15 @@ def test_screen_groups_changed_cells_by_their_kernel_signature(tmp_path, capsys)
     for cell in ("relu@float16", "gelu@float16"):
         assert f'<details class="changes" id="changes-{cell}"><summary>what changed in {cell}: ' in page
     assert 'id="changes-softmax@float16"' not in page
+    # the per-shape table: each shape's verdict beside its cell's change signature
+    shapes = page[page.index("<h2>Shapes</h2>"):]
+    shapes = shapes[:shapes.index("</table>")]
+    for cell in ("relu@float16", "gelu@float16"):
+        assert shapes.count(f"<td>{cell}</td>") == 5
+    assert shapes.count("<td>IR_CHANGED@ttgir, +1 convert_layout, -8 registers</td>") == 10
+    assert {o["cell"]: o["change_signature"] for o in d["ops"]} == {
+        "softmax@float16": None, "relu@float16": "IR_CHANGED@ttgir, +1 convert_layout, -8 registers",
+        "abs@float16": "IR_CHANGED", "gelu@float16": "IR_CHANGED@ttgir, +1 convert_layout, -8 registers"}
 
 
 def test_screen_cell_whose_run_directories_are_gone_says_so(tmp_path, capsys):

@@ -149,12 +149,12 @@ def telemetry(tel: Dict):
 
 
 def histogram(values: List[float], xlabel: str, title: str, band: Optional[List[float]] = None,
-              zero: float = 0.0):
+              zero: float = 0.0, band_label: str = "A/A noise band"):
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 2.6))
     ax.hist(values, bins=min(20, max(3, len(values))), color=COL_A, edgecolor="white")
     if band:
-        ax.axvspan(min(band), max(band), color="#999999", alpha=0.25, lw=0, label="A/A noise band")
+        ax.axvspan(min(band), max(band), color="#999999", alpha=0.25, lw=0, label=band_label)
         ax.legend(fontsize=8, frameon=False)
     ax.axvline(zero, color="black", lw=0.8)
     ax.set_xlabel(xlabel)

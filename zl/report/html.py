@@ -193,13 +193,20 @@ def _verdict_block(page: Page, result: Dict) -> None:
 
 def _chart_band(result: Dict) -> Tuple[Optional[List[float]], str]:
     """The calibrated band (the largest class threshold) when the verdicts have one; else the
-    --ab band, which views.ab_noise_band only takes from an every-level A/A; never a band of
-    the judged pair's own spread (--ab-rounds' side noise is not an A/A)."""
+    --ab band (views.ab_noise_band: the pair's own range only when it is an every-level A/A,
+    else a screen's A/A cells) or the --screen range of its every-level A/A cells, each
+    labelled not calibrated; never a band of a judged pair's own spread (--ab-rounds' side
+    noise is not an A/A)."""
     v = result.get("verdicts")
     if v is not None and v["band_pct"]:
         return v["band_pct"], "A/A noise band (calibrated: the largest class threshold)"
-    if result.get("mode") == "ab" and result.get("noise_band_pct"):
-        return result["noise_band_pct"], "A/A noise band (range of the A/A controls, not calibrated)"
+    band = result.get("noise_band_pct")
+    if result.get("mode") == "ab" and band:
+        own = (result.get("code") or {}).get("identical_everywhere")
+        return band, ("A/A noise band (this pair's own range: an every-level A/A, not calibrated)"
+                      if own else "A/A noise band (range of the A/A controls, not calibrated)")
+    if result.get("mode") == "screen" and band:
+        return band, "A/A noise band (range of the A/A cells, not calibrated)"
     return None, "A/A noise band"
 
 
@@ -256,7 +263,6 @@ def page_ab(result: Dict) -> Page:
     _results_table(page, result)
     _verdict_block(page, result)
     page.add(_code_line(result, "code (every IR level, binary included)"))
-    page.add(_changes_block(result["label"], result.get("changes")))
     page.add("<div>" + "".join(
         f'<span class="kpi">{esc(k)} <b class="{_cls(v)}">{esc(pct(v))}</b></span>'
         for k, v in (("geomean", s["geomean_pct"]), ("median", s["median_pct"]),
@@ -280,8 +286,10 @@ def page_ab(result: Dict) -> Page:
              ", ".join(p.get("flags") or [])] for p in charts.ordered(result["paired"])]
     rows += [[u["dtype"], shape_label(u), "", "", "", "", "", f"UNPAIRED: {u['reason']}"]
              for u in result["unpaired"]]
-    page.add("<h2>Shapes</h2>" + table(["dtype", "shape", "before (ms)", "after (ms)", "speedup", "verdict",
-                                        "why", "flags"], rows, sortable=True))
+    # Each shape's verdict, under the node's change summary (collapsed, per kernel).
+    page.add("<h2>Shapes</h2>" + _changes_block(result["label"], result.get("changes"))
+             + table(["dtype", "shape", "before (ms)", "after (ms)", "speedup", "verdict",
+                      "why", "flags"], rows, sortable=True))
     _identity_table(page, result.get("identities") or {})
     return page
 
@@ -304,12 +312,11 @@ def page_rounds(result: Dict) -> Page:
              f'<span class="kpi">rounds <b>{result.get("rounds")}</b></span>'
              f'<span class="kpi">median side noise <b>{esc(pct(result.get("median_side_noise_pct"), False))}</b></span>'
              f'<span class="kpi">sign-unstable <b>{result.get("sign_unstable", 0)}</b></span></div>')
-    counts = result.get("verdict_counts") or {}
-    page.add('<div class="sub">verdicts: ' + esc(", ".join(f"{k}={v}" for k, v in counts.items()))
-             + (f"; {result['rounds']} rounds cannot reach alpha 0.05 (smallest p "
-                f"{result['min_attainable_p']:.3f}): verdicts need >= 4 rounds"
-                if result.get("min_attainable_p") is not None and not result.get("verdicts_possible") else "")
-             + "</div>")
+    # The rank test's own faster/slower (stats.verdict) weighs the pair's own side noise, no
+    # A/A control: the page shows its p only, inside the calibrated rule.
+    if result.get("min_attainable_p") is not None and not result.get("verdicts_possible"):
+        page.add(f'<div class="sub">{result["rounds"]} rounds cannot reach alpha 0.05 (smallest p '
+                 f'{result["min_attainable_p"]:.3f}): FASTER/SLOWER need >= 4 rounds</div>')
     shapes = result.get("shapes") or []
     if shapes:
         cband, legend = _chart_band(result)
@@ -321,12 +328,12 @@ def page_rounds(result: Dict) -> Page:
         rows = [[s["dtype"], shape_label(s), _numcell(s["speedup_pct"]), _numcell(s["delta_min"]),
                  _numcell(s["delta_max"]), (f"{s['a_median']:.6f}", s["a_median"]),
                  (f"{s['b_median']:.6f}", s["b_median"]), _numcell(s["a_spread_pct"], False),
-                 _numcell(s["b_spread_pct"], False), *_verdict_cells(s), s["verdict"],
+                 _numcell(s["b_spread_pct"], False), *_verdict_cells(s),
                  ("n/a" if s["p_value"] is None else f"{s['p_value']:.3f}", s["p_value"]),
                  ", ".join(s.get("flags") or [])] for s in charts.ordered(shapes)]
-        page.add("<h2>Shapes</h2>" + table(
+        page.add("<h2>Shapes</h2>" + _changes_block(result["label"], result.get("changes")) + table(
             ["dtype", "shape", "median speedup", "round min", "round max", "A median (ms)",
-             "B median (ms)", "A noise", "B noise", "verdict", "why", "rank test", "p", "flags"],
+             "B median (ms)", "A noise", "B noise", "verdict", "why", "rank test p", "flags"],
             rows, sortable=True))
     pr = result.get("per_round_median_pct") or []
     if pr:
@@ -350,6 +357,30 @@ def _failures(page: Page, result: Dict) -> None:
                     for g in result["failures"]]))
 
 
+def _results_word(text: str) -> str:
+    """A screen.tsv results cell's status word ("match", "MISMATCH", ...), "not recorded" if empty."""
+    return (text or "").split("(")[0].split()[0] if (text or "").strip() else "not recorded"
+
+
+def _counts_text(words) -> str:
+    counts: Dict[str, int] = {}
+    for w in words:
+        counts[w] = counts.get(w, 0) + 1
+    return ", ".join(f"{k}={n}" for k, n in sorted(counts.items())) or "none"
+
+
+def _screen_shapes(page: Page, result: Dict) -> None:
+    """Every measured shape of every cell: its A/A-calibrated verdict with the reason, and the
+    cell's change signature where its code changed (verdicts.cell_signature)."""
+    rows = [[o["cell"], s["dtype"], shape_label(s), (f"{s['before_lat']:.6f}", s["before_lat"]),
+             _numcell(s["speedup_pct"]), *_verdict_cells(s), o.get("change_signature") or ""]
+            for o in result["ops"] for s in charts.ordered(o.get("shapes") or [])]
+    if rows:
+        page.add('<h2>Shapes</h2>' + table(
+            ["cell", "dtype", "shape", "before (ms)", "speedup", "verdict", "why", "change"],
+            rows, sortable=True))
+
+
 def page_screen(result: Dict) -> Page:
     page = Page(f"Screen {result['label']}", f"root {result['root']}")
     by_cell = {o["cell"]: o for o in result["ops"]}
@@ -364,21 +395,17 @@ def page_screen(result: Dict) -> Page:
     for o in result["ops"]:
         for p in o.get("caliber_problems") or []:
             page.add(f'<div class="warn">[caliber] {esc(o["cell"])}: {esc(p)}</div>')
-    page.add('<div class="sub">verdicts: ' + esc(", ".join(f"{k}={v}" for k, v in result["verdict_counts"].items()))
-             + "</div>")
+    results = _counts_text(_results_word(o["results"]) for o in result["ops"])
+    page.add(f'<div class="sub" id="results-verdict">results B vs A per cell: {esc(results)}; '
+             'cells by screen verdict: '
+             + esc(", ".join(f"{k}={v}" for k, v in result["verdict_counts"].items())) + "</div>")
     _verdict_block(page, result)
-    groups = (result.get("verdicts") or {}).get("change_groups") or []
-    if groups:
-        page.add('<h2>Changed cells by change signature</h2>' + table(
-            ["change", "cells", "shape verdicts", "which"],
-            [[g["signature"], (str(len(g["cells"])), len(g["cells"])),
-              " ".join(f"{k}={n}" for k, n in g["shape_verdicts"].items() if n), " ".join(g["cells"])]
-             for g in groups]))
     band = result.get("noise_band_pct")
     if result["median_speedups_pct"]:
+        cband, legend = _chart_band(result)
         page.chart("screen_hist", charts.histogram(
             result["median_speedups_pct"], "median speedup % per operator (before/after - 1)",
-            "median speedup per operator", band))
+            "median speedup per operator", cband, band_label=legend))
     rows = [[o["op"], o["dtypes"], o["verdict"], o["results"] or "not recorded", o["results_torch"] or "",
              f"{code_text(o['code'])}{'; A/A' if o['code']['aa'] else ''} [from {o['code']['source']}]",
              (o["rows_before"], o["rows_before"]),
@@ -394,6 +421,14 @@ def page_screen(result: Dict) -> Page:
                                             "code (every IR level)",
                                             "rows before", "rows after", "shape verdicts",
                                             "median speedup", "min", "max", "notes"], rows, sortable=True))
+    _screen_shapes(page, result)
+    groups = (result.get("verdicts") or {}).get("change_groups") or []
+    if groups:
+        page.add('<h2>Changed cells by change signature</h2>' + table(
+            ["change", "cells", "shape verdicts", "which"],
+            [[g["signature"], (str(len(g["cells"])), len(g["cells"])),
+              " ".join(f"{k}={n}" for k, n in g["shape_verdicts"].items() if n), " ".join(g["cells"])]
+             for g in groups]))
     changed = [o for o in result["ops"] if o.get("changes")]
     if changed:
         page.add("<h2>What changed, per changed cell</h2>"
@@ -404,14 +439,23 @@ def page_screen(result: Dict) -> Page:
     return page
 
 
+# A batch has one side and torch: no A/A control calibrates gems vs torch, so no shape or
+# case gets a FASTER/SLOWER/SAME (verdicts.py needs every-level A/A pairs).
+BATCH_NO_VERDICT = ("verdicts: every case UNCLEAR: a batch times one side against torch, with no "
+                    "A/A control of that comparison; its speedups vs torch are upstream's numbers, "
+                    "not verdicts (judge a switch with --ab, --ab-rounds or --screen)")
+
+
 def page_batch(result: Dict) -> Page:
     page = Page(f"Batch {result['label']}", f"batch {result['root']}")
     by_op = {o["op"]: o for o in result["ops"]}
     _wrong_results(page, [f"{op} vs torch: {by_op[op]['results_torch']['value']}"
                           for op in result.get("wrong_results") or []])
     _top(page, result)
-    page.add('<div class="sub">status: ' + esc(", ".join(f"{k}={v}" for k, v in result["status_counts"].items()))
-             + "</div>")
+    page.add('<div class="sub" id="results-verdict">results vs torch per case: '
+             + esc(_counts_text(o["results_torch"]["status"] for o in result["ops"])) + "; status: "
+             + esc(", ".join(f"{k}={v}" for k, v in result["status_counts"].items())) + "</div>")
+    page.add(f'<div class="flag" id="verdict-counts">{esc(BATCH_NO_VERDICT)}</div>')
     if result.get("timing_warning"):
         page.add('<div class="sub"><b>' + esc(result["timing_warning"]) + "</b></div>")
     if result["median_speedups"]:

@@ -18,7 +18,7 @@ from zl.report.guard import (MARKER_LABELS, BadInput, NoReport, Refused, check_c
                              fmt_pct, print_replay_fallbacks, replay_fallback_facts,
                              require_stats_libraries)
 from zl.report import results as results_report
-from zl.report import verdicts, views
+from zl.report import changes, verdicts, views
 from zl.report.run import LoadedRun, Runs, code_text, pair_code
 from zl.runlog.campaign import (Cell, CampaignChoice, MixedCampaigns, UnknownCampaign, cell_name,
                                 select_campaign)
@@ -191,8 +191,13 @@ def report_ab_rounds(root: Path, label: str, allow: bool,
     checked = results_report.rounds_facts(used)
     out = results_report.ordered(_as_json(name, root, res, data, choice, caliber, used), checked)
     out["code"] = _code(used)
+    # What changed per kernel, r1_A vs r1_B, when their code differs (as --ab's pair).
+    r1a, r1b = used.get((1, "A")), used.get((1, "B"))
+    out["changes"] = None if out["code"] is None else changes.pair_changes(r1a, r1b, out["code"])
     results_report.print_first(name, "ab-rounds", checked, "B vs r1_A")
     print(f"[ab-rounds] {name}: IR r1_A vs r1_B: {code_text(out['code'])}")
+    for line in changes.text_lines(f"[ab-rounds] {name} r1_A vs r1_B", out["changes"]):
+        print(line)
     if res["rounds"] < 2:
         out["status"] = "too_few_rounds"
         raise NoReport(f"{name}: need at least 2 complete rounds of r<k>_<A|B>/run.log "

@@ -352,6 +352,7 @@ def judge_screen(result: Dict, runs, false_alarm: float = DEFAULT_FALSE_ALARM,
         f" and --controls {' '.join(map(str, more))}" if more else "")
     rows: List[Dict] = []
     for o in result["ops"]:
+        o["change_signature"] = cell_signature(o)   # the page's per-shape "change" column
         if not o.get("shapes"):
             continue
         cal = Calibration(controls, caliber_key(runs.get(Path(o["dirs"]["before"])).identity),
@@ -400,6 +401,18 @@ def _count_delta(counts: Dict[str, str], what: str, label: str) -> Optional[str]
     return f"{d:+d} {label}" if d else None
 
 
+def cell_signature(o: Dict) -> Optional[str]:
+    """A screen cell's change signature (change_groups), None for a cell whose code did not
+    change (NO_IR_DIFF) or that measured nothing (NO_ROWS, NO_TRITON)."""
+    if o["verdict"] in ("NO_IR_DIFF", "NO_ROWS", "NO_TRITON"):
+        return None
+    word = o["verdict"] if o["verdict"] == "WRONG_RESULTS" else o["code"].get("verdict") or o["verdict"]
+    kernel_sig = (o.get("changes") or {}).get("signature")
+    return ", ".join([word] + ([kernel_sig] if kernel_sig else [
+        x for x in (_count_delta(o.get("counts") or {}, "kernels", "kernels"),
+                    _count_delta(o.get("counts") or {}, "cvt", "convert_layout")) if x]))
+
+
 def change_groups(ops: Sequence[Dict]) -> List[Dict]:
     """The screen's changed cells (code verdict other than NO_IR_DIFF, rows on both sides)
     grouped by one change signature: the first differing level (the code verdict, e.g.
@@ -410,15 +423,11 @@ def change_groups(ops: Sequence[Dict]) -> List[Dict]:
     as one row, not hundreds."""
     groups: Dict[str, Dict] = {}
     for o in ops:
-        if o["verdict"] in ("NO_IR_DIFF", "NO_ROWS", "NO_TRITON") or not o.get("shapes"):
+        sig = cell_signature(o)
+        if sig is None or not o.get("shapes"):
             continue
-        word = o["verdict"] if o["verdict"] == "WRONG_RESULTS" else o["code"].get("verdict") or o["verdict"]
-        kernel_sig = (o.get("changes") or {}).get("signature")
-        parts = [word] + ([kernel_sig] if kernel_sig else [
-            x for x in (_count_delta(o.get("counts") or {}, "kernels", "kernels"),
-                        _count_delta(o.get("counts") or {}, "cvt", "convert_layout")) if x])
-        g = groups.setdefault(", ".join(parts), {"signature": ", ".join(parts), "cells": [],
-                                                 "shape_verdicts": {v: 0 for v in VERDICTS}})
+        g = groups.setdefault(sig, {"signature": sig, "cells": [],
+                                    "shape_verdicts": {v: 0 for v in VERDICTS}})
         g["cells"].append(o["cell"])
         for sh in o["shapes"]:
             g["shape_verdicts"][sh["aa_verdict"]] += 1
