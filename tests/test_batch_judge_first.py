@@ -3,6 +3,7 @@ node judged untimed, then only the changed nodes and the A/A controls timed, one
 resumable, and its refusals."""
 
 import json
+import re
 from collections import Counter
 
 from test_batch import batch, status, trace
@@ -85,3 +86,28 @@ def test_refusals_exit_2(tmp_path):
     r = judge_first(tmp_path, "--resume", "--controls", "4")
     assert r.returncode == 2 and "with --controls 10; this call gives ZL_X with --controls 4" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_real_runs_judge_untimed_and_every_side_compiles_into_its_own_cache(tmp_path):
+    """On the fake FlagGems tree with the real plugins: the untimed stage prints nan rows under
+    identity timer=none, and each side of each node gets a Triton cache of its own, never the
+    user's: a switch that Triton's cache key does not include cannot hand side A's binaries to
+    side B. The interpreter compiles no IR, so nothing is judged changed and nothing is timed."""
+    shared = tmp_path / "user_triton_cache"
+    r = batch(tmp_path, "--switch", "ZL_X", "--judge-first", "--devices", "0", "--dtypes", "float32",
+              "--ops", "relu", "abs", "--batch-dir", tmp_path / "jf", "--op-timeout", "200", stub=False,
+              timeout=400, TRITON_CACHE_DIR=str(shared))
+    assert r.returncode == 0, r.stdout + r.stderr
+    caches = []
+    for side in ("before", "after"):
+        for op in ("relu", "abs"):
+            d = tmp_path / "jf/judge" / side / "main" / op
+            assert json.loads((d / "run_identity.json").read_text())["timer"] == "none"
+            assert re.search(r"^SUCCESS\s+nan\s+nan\s", (d / "run.log").read_text(), re.M), op
+            caches.append(json.loads((d / "run_config.json").read_text())["triton_cache_dir"])
+    assert len(set(caches)) == 4 and str(shared) not in caches and all(caches)
+    s1 = json.loads((tmp_path / "jf/judge_first.json").read_text())["stage1"]
+    assert s1["changed"] == [] and s1["controls"] == [] and s1["counts"] == {"NO_TRITON": 2}
+    assert s1["unjudged"] == {"main:abs": "screen verdict NO_TRITON", "main:relu": "screen verdict NO_TRITON"}
+    assert "nothing changed and no control to time; no stage 2" in r.stdout
+    assert not (tmp_path / "jf/timed").exists()
