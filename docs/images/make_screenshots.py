@@ -18,6 +18,7 @@ stay small in the repository.
 """
 from __future__ import annotations
 
+import argparse
 import csv
 import os
 import shutil
@@ -38,7 +39,7 @@ PAGES_ARCHIVE = REPO / "docs" / "validation" / "raw" / "report_pages.tar.xz"
 PAGES_DIR = Path("report_pages")
 
 # (name, window height) per page; the height covers the page, the crop removes the rest.
-PAGES = (("ab", 1250), ("ab_rounds", 2400), ("screen", 900), ("batch", 1000))
+PAGES = (("ab", 1250), ("ab_rounds", 2250), ("screen", 900), ("batch", 1000))
 
 
 def screen_root(root: Path) -> Path:
@@ -66,8 +67,14 @@ def batch_dir(root: Path) -> Path:
     return root
 
 
-def main() -> int:
-    out = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else REPO / "docs" / "images"
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(
+        description="Rebuild docs/images/report_*.png: each report page (batch_summary.py --html) "
+                    "from the committed real H200 results, rendered by headless Chromium. "
+                    "Exit codes: 0 written; 1 a page could not be built; 2 usage, or no chromium.")
+    ap.add_argument("out_dir", nargs="?", type=Path, default=REPO / "docs" / "images",
+                    help="where report_{ab,ab_rounds,screen,batch}.png go (default: docs/images)")
+    out = ap.parse_args(argv).out_dir.resolve()
     out.mkdir(parents=True, exist_ok=True)
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if not chromium:
