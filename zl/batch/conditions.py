@@ -6,7 +6,8 @@ the same conditions, so batch.json stores them at the start (`conditions`) and a
 recomputes them and refuses (exit 2) naming every field that differs:
 
 - the options that change what a case measures: backend, --dtypes, --shape-file (its path
-  and a sha256 of its content), --replay-root, --switch, --use-flagtune;
+  and a sha256 of its content), --replay-root, --switch, --use-flagtune, --retune (recorded
+  only when given: a batch without side C reads as every batch before it did);
 - the environment variables of README's table that change what a case measures
   (MEASURED_ENV), as the cases will see them;
 - each FlagGems tree (FLAGGEMS_DIR, FLAGGEMS_VLLM_DIR): its resolved path and
@@ -26,7 +27,9 @@ import subprocess
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
 
+from zl.childenv import batch_case_base
 from zl.flaggems import UPSTREAM_SHAPE_WORDS, VENDOR_ENV_KEYS, checkout_commit
+from zl.switches import SwitchError, env_switch
 
 # Inherited by every case and read by run_pytest.sh or a plugin to decide what is measured
 # (README's variables table). Values are compared as the cases get them, unset included.
@@ -102,14 +105,49 @@ def measured_env(environ: Mapping[str, str]) -> Dict[str, str]:
 
 
 def collect(*, backend: str, dtypes: str, shape: Dict[str, str], replay_root: str, switch: str,
-            use_flagtune: bool, case_env: Mapping[str, str], roots: Mapping[str, str]) -> Dict[str, Any]:
+            use_flagtune: bool, case_env: Mapping[str, str], roots: Mapping[str, str],
+            retune: bool = False) -> Dict[str, Any]:
     """The conditions record of batch.json; `case_env` is the environment cases inherit."""
     return {
         "backend": backend, "dtypes": dtypes, **shape, "replay_root": replay_root,
         "switch": switch, "use_flagtune": bool(use_flagtune),
+        **({"retune": True} if retune else {}),
         "environment": measured_env(case_env),
         "flaggems": {repo: tree_identity(root) for repo, root in sorted(roots.items())},
     }
+
+
+class RetuneError(ValueError):
+    """--retune without a --switch screen, or a --resume that adds or drops it (exit 2)."""
+
+
+def settle_retune(args, started: Mapping[str, Any]) -> None:
+    """`args.retune` settled: left out, the batch's (a fresh batch: off). Refused (RetuneError):
+    --retune without --switch (side C is the switch on, tuned live, beside a screen's A and B);
+    --retune with ZL_ISOLATE_TUNER_CACHE off (a shared FlagGems tuner store hands one run's
+    winners to the next: side C would replay A's picks, not tune); a --resume that adds or
+    drops it: side C runs for every case of a batch or for none, or the report would give
+    A vs C for part of its nodes only."""
+    before = bool(started.get("conditions", {}).get("retune", False))
+    if args.retune is None:
+        args.retune = before
+    if args.retune and not args.switch:
+        raise RetuneError("--retune adds side C to a --switch screen (the switch on, tuned live); "
+                          "give --switch NAME, or drop --retune")
+    if args.retune:   # a shared FlagGems tuner store hands side A's winners to side C
+        try:
+            isolated = env_switch("ZL_ISOLATE_TUNER_CACHE", True, batch_case_base())
+        except SwitchError as exc:
+            raise RetuneError(str(exc)) from None
+        if not isolated:
+            raise RetuneError("--retune with ZL_ISOLATE_TUNER_CACHE off: side C would read side A's "
+                              "winners from the shared FlagGems tuner store instead of tuning; unset "
+                              "it (a batch's default is 1)")
+    if args.resume and args.retune != before:
+        raise RetuneError("--resume: the batch was started " + ("with" if before else "without")
+                          + " --retune, this call " + ("drops it (--no-retune)" if before else "adds it")
+                          + "; side C runs for every case of a batch or for none: resume as it "
+                          "started, or start a new --batch-dir")
 
 
 def _flat(obj: Any, prefix: str = "") -> Dict[str, Any]:

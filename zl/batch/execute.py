@@ -130,8 +130,8 @@ class BatchRun:
                 srow = screen_row(row, row_b, dt)
                 self.tables.screen.set((c.repo, c.run_name), srow)
                 verdict = f" {srow['verdict']}"
-            shown = f"{row['status']}/{row_b['status']}"
-            row = dict(row, elapsed_ms=str(int(row["elapsed_ms"] or 0) + int(row_b.get("elapsed_ms") or 0)))
+            shown = "/".join(r["status"] for r in rows.values())   # A/B, and C of --retune
+            row = dict(row, elapsed_ms=str(sum(int(r.get("elapsed_ms") or 0) for r in rows.values())))
         elapsed = int(row.get("elapsed_ms") or 0) / 1000
         total = self.progress.total
         self.progress.one_done(elapsed, lambda done, eta_min: (
@@ -147,9 +147,10 @@ def run_sides(runners: Dict[str, CaseRunner], names: List[str], c: inv.Entry, de
               ) -> Tuple[Dict[str, Dict[str, str]], str]:
     """One case on `device`, every side, in the runners' directories: (row per side run, the
     dtypes side B measured). The executors' one case function: the local one calls it in a
-    worker thread, the Ray one in a task on the case's node. In a screen, side B runs after
-    a PASS of side A (else its row is NOT_RUN) and measures what A measured: after a dtype
-    fallback, without the restriction too. An interrupted side A ends the case."""
+    worker thread, the Ray one in a task on the case's node. In a screen, side B, then side C
+    of --retune, runs after a PASS of side A (else its row is NOT_RUN) and measures what A
+    measured: after a dtype fallback, without the restriction too. An interrupted side ends
+    the case (the sides after it stay PENDING, rerun by --resume)."""
     def side(name: str, dt: Optional[str]) -> Dict[str, str]:
         started(name)
         try:
@@ -166,13 +167,16 @@ def run_sides(runners: Dict[str, CaseRunner], names: List[str], c: inv.Entry, de
     if len(names) == 1 or row_a["status"] == "INTERRUPTED":
         return rows, dtypes
     dt = "" if "dtype_" in row_a["notes"] else dtypes
-    if row_a["status"] == "PASS":
-        rows[names[1]] = side(names[1], dt)
-    else:
-        rows[names[1]] = blank_row(c.repo, c.op, c.op_file, c.run_name, backend, device,
-                                   str(case_dir(side_dir(names[1]), c)), status="NOT_RUN",
+    for name in names[1:]:
+        if row_a["status"] == "PASS":
+            rows[name] = side(name, dt)
+            if rows[name]["status"] == "INTERRUPTED":
+                break
+        else:
+            rows[name] = blank_row(c.repo, c.op, c.op_file, c.run_name, backend, device,
+                                   str(case_dir(side_dir(name), c)), status="NOT_RUN",
                                    notes=f"side before ended {row_a['status']}")
-        ended(names[1], rows[names[1]])
+            ended(name, rows[name])
     return rows, dt
 
 

@@ -26,6 +26,19 @@ BASE_FIELDS = ["op", "op_file", "dtypes", "rows_before", "rows_after", "kernels_
                "rc_before", "rc_after", "verdict"]
 FIELDS = BASE_FIELDS + list(CALIBER_FIELDS) + list(COLUMNS) + ["repo", "run_name"]
 SIDES = ("before", "after")
+# side C of `--retune`: the switch on, tuning live and recorded (no REPLAY_FROM), run after B on
+# the same device; its pair with side A is read by the report (zl/report/retune.py), not here.
+RETUNED = "retuned"
+
+
+def screen_sides(switch: str, retune: bool = False) -> List[Tuple[str, Dict[str, str]]]:
+    """A batch's sides, (directory name, the variables it sets): one plain side without a
+    switch; before (switch 0) and after (1) in a screen; then retuned (1) with --retune. Which
+    side replays whose record is execute.BatchRun._config's: only after replays before."""
+    if not switch:
+        return [("", {})]
+    return ([(s, {switch: str(i)}) for i, s in enumerate(SIDES)]
+            + ([(RETUNED, {switch: "1"})] if retune else []))
 
 
 def _ir_counts(run_dir: Path) -> Tuple[int, int]:
