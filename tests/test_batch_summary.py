@@ -12,11 +12,11 @@ import pytest
 
 import batch_summary as bs
 from harness.identity_links import link_fields
+from harness.report_fixtures import synthetic_log
 from zl.runlog import caliber
 from zl.runlog.stats import analyse_rounds, load_rounds, min_mwu_p, verdict
 
 REPO = Path(__file__).resolve().parents[1]
-FIX = Path(__file__).resolve().parent / "fixtures" / "runlogs"
 
 IDENT = {"backend": "cuda", "device": "0", "timer": "cuda_graph", "bench_level": "core",
          "shape_mode": "inline", "tuner_cache": "isolated", "direct_repeat": 1,
@@ -299,7 +299,7 @@ def test_ab_reports_pytest_failures_of_a_side_without_rows(tmp_path, cli):
                                              [("SUCCESS", 0.01, SHAPES[0])])], mode="record")
     after = tmp_path / "a"
     after.mkdir()
-    (after / "run.log").write_text((FIX / "gelu_backward_cudagraph_failed.log").read_text())
+    synthetic_log("gelu_backward_cudagraph_failed.log", after / "run.log")
     (after / "run_identity.json").write_text(json.dumps({**IDENT, "autotune_mode": "replay",
                                                          **link_fields("replay")}))
     r = cli("--ab", before, after, "--label", "gelu_backward")
@@ -415,10 +415,10 @@ def test_ab_rounds_caliber_refusal(tmp_path, cli):
 def test_batch_summary_csv_with_ops_status(tmp_path, cli):
     batch = tmp_path / "batch"
     make_run(batch / "main" / "softmax", [], mode="record")
-    (batch / "main" / "softmax" / "run.log").write_text((FIX / "softmax_gbps_two_dtypes.log").read_text())
+    synthetic_log("softmax_gbps_two_dtypes.log", batch / "main" / "softmax" / "run.log")
     fail = batch / "main" / "gelu_backward"
     fail.mkdir(parents=True)
-    (fail / "run.log").write_text((FIX / "gelu_backward_cudagraph_failed.log").read_text())
+    synthetic_log("gelu_backward_cudagraph_failed.log", fail / "run.log")
     with open(batch / "ops_status.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=["repo", "op", "op_file", "run_name", "backend", "device",
                                            "gpu", "timer", "status", "notes"])
@@ -444,9 +444,9 @@ def test_batch_summary_csv_with_ops_status(tmp_path, cli):
 def test_cell_stats_counts_failed_tests_and_markers(tmp_path, cli):
     d = tmp_path / "cell"
     d.mkdir()
-    (d / "run.log").write_text((FIX / "relu_colour_markers.log").read_text())
+    synthetic_log("relu_colour_markers.log", d / "run.log")
     assert cli("--cell-stats", d).stdout.split() == ["1", "0", "1", "1", "0"]
-    (d / "run.log").write_text((FIX / "gelu_backward_cudagraph_failed.log").read_text())
+    synthetic_log("gelu_backward_cudagraph_failed.log", d / "run.log")
     assert cli("--cell-stats", d).stdout.split() == ["0", "1", "0", "0", "0"]
 
 

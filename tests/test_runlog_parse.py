@@ -1,6 +1,8 @@
-"""runlog/parse.py against upstream-format run.logs (tests/fixtures/runlogs)."""
+"""runlog/parse.py against upstream-format run.logs (tests/fixtures/runlogs: make_synthetic.py's
+logs, packed as synthetic.tar.xz and written into each test's tmp_path)."""
 
 import importlib.util
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -9,8 +11,16 @@ import torch
 from zl.runlog.parse import RunLogError, parse_run_log, read_run_log
 from zl.runlog.stats import index_rows, pair_logs
 
+from harness import report_fixtures as rf
+
 FIX = Path(__file__).resolve().parent / "fixtures" / "runlogs"
 REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def synth(tmp_path):
+    """name -> the path of make_synthetic.py's log `name`, written under tmp_path."""
+    return lambda name: rf.synthetic_log(name, tmp_path / "synthetic" / name)
 
 
 def _fake_consts():
@@ -21,8 +31,8 @@ def _fake_consts():
     return mod
 
 
-def test_two_dtype_tables_gbps_and_na():
-    p = read_run_log(FIX / "softmax_gbps_two_dtypes.log")
+def test_two_dtype_tables_gbps_and_na(synth):
+    p = read_run_log(synth("softmax_gbps_two_dtypes.log"))
     assert p.tables == 2 and len(p.rows) == 6
     assert [r.dtype for r in p.rows] == ["torch.float16"] * 3 + ["torch.bfloat16"] * 3
     first = p.rows[0]
@@ -38,8 +48,8 @@ def test_two_dtype_tables_gbps_and_na():
     assert p.n_failed == 0 and p.final_line.startswith("1 passed")
 
 
-def test_tflops_column_and_duplicate_shapes_get_occurrence_index():
-    p = read_run_log(FIX / "mm_tflops_duplicates.log")
+def test_tflops_column_and_duplicate_shapes_get_occurrence_index(synth):
+    p = read_run_log(synth("mm_tflops_duplicates.log"))
     assert [r.extra["tflops"] for r in p.rows] == pytest.approx([5.69, 857.9, 859.0])
     keys = list(index_rows(p))
     assert [k[3] for k in keys] == [0, 0, 1]
@@ -61,8 +71,8 @@ def test_row_tflops_differs_from_header_decision():
     assert [r.size_detail for r in p.rows] == ["[torch.Size([8])]", "[torch.Size([9])]"]
 
 
-def test_failed_shape_is_reported_from_pytest_output_not_rows():
-    p = read_run_log(FIX / "gelu_backward_cudagraph_failed.log")
+def test_failed_shape_is_reported_from_pytest_output_not_rows(synth):
+    p = read_run_log(synth("gelu_backward_cudagraph_failed.log"))
     assert p.rows == [] and p.tables == 0
     assert p.n_failed == 1 and p.failed_count == 1
     assert p.failures[0].node == "benchmark/test_pointwise_perf.py::test_gelu_backward"
@@ -70,17 +80,17 @@ def test_failed_shape_is_reported_from_pytest_output_not_rows():
     assert any("previous error during capture" in e for e in p.error_lines)
 
 
-def test_folded_table_unfolds_to_the_plain_size_detail_and_pairs():
-    folded = read_run_log(FIX / "fused_moe_folded.log")
-    plain = read_run_log(FIX / "fused_moe_plain.log")
-    assert "[same for all rows]" in (FIX / "fused_moe_folded.log").read_text()
+def test_folded_table_unfolds_to_the_plain_size_detail_and_pairs(synth):
+    folded = read_run_log(synth("fused_moe_folded.log"))
+    plain = read_run_log(synth("fused_moe_plain.log"))
+    assert "[same for all rows]" in synth("fused_moe_folded.log").read_text()
     assert [r.size_detail for r in folded.rows] == [r.size_detail for r in plain.rows]
     rep = pair_logs(plain, folded)
     assert len(rep.paired) == 3 and rep.unpaired == []
 
 
-def test_ansi_colour_and_marker_counts():
-    p = read_run_log(FIX / "relu_colour_markers.log")
+def test_ansi_colour_and_marker_counts(synth):
+    p = read_run_log(synth("relu_colour_markers.log"))
     assert [r.row_status for r in p.rows] == ["SUCCESS"]
     assert p.rows[0].gems_lat == pytest.approx(0.02)
     # the configure line that merely names the marker is not an event
@@ -122,22 +132,33 @@ def test_unreadable_logs_raise_named_error(tmp_path, content):
         read_run_log(f)
 
 
-def test_missing_log_and_run_dir_resolution(tmp_path):
+def test_missing_log_and_run_dir_resolution(tmp_path, synth):
     with pytest.raises(RunLogError):
         read_run_log(tmp_path / "nope.log")
-    (tmp_path / "run.log").write_text((FIX / "mm_tflops_duplicates.log").read_text())
+    (tmp_path / "run.log").write_text(synth("mm_tflops_duplicates.log").read_text())
     assert len(read_run_log(tmp_path).rows) == 3
 
 
-def test_fixtures_match_the_generator():
-    """The committed logs are what make_synthetic.py prints today (the fake consts is the format)."""
+def test_fixtures_match_the_generator(tmp_path):
+    """The committed logs are what make_synthetic.py prints today (the fake consts is the
+    format), packed deterministically: sorted names, mtime 0, uid/gid 0, mode 0644; packed
+    twice, the same bytes."""
     spec = importlib.util.spec_from_file_location("zl_make_synth", FIX / "make_synthetic.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    assert mod.softmax_log() == (FIX / "softmax_gbps_two_dtypes.log").read_text()
-    assert mod.mm_log() == (FIX / "mm_tflops_duplicates.log").read_text()
+    committed = rf.archive_members(rf.SYNTHETIC_ARCHIVE)
+    assert mod.softmax_log() == committed["softmax_gbps_two_dtypes.log"].decode()
+    assert mod.mm_log() == committed["mm_tflops_duplicates.log"].decode()
     folded, plain = mod.moe_folded_log()
-    assert folded == (FIX / "fused_moe_folded.log").read_text()
+    assert folded == committed["fused_moe_folded.log"].decode()
+    assert {name: text.encode() for name, text in mod.logs().items()} == committed
+    with tarfile.open(rf.SYNTHETIC_ARCHIVE, "r:xz") as tar:
+        members = tar.getmembers()
+    assert [m.name for m in members] == sorted(committed)
+    assert {(m.isfile(), m.mtime, m.uid, m.gid, m.mode) for m in members} == {(True, 0, 0, 0, 0o644)}
+    rf.pack_members(committed, tmp_path / "a.tar.xz")
+    rf.pack_members(dict(reversed(list(committed.items()))), tmp_path / "b.tar.xz")
+    assert (tmp_path / "a.tar.xz").read_bytes() == (tmp_path / "b.tar.xz").read_bytes()
 
 
 LEGEND_TABLE = """Operator: fused_moe  Performance Test (dtype=torch.float16, mode=kernel,level=core)

@@ -197,14 +197,48 @@ def test_single_shapes_generated_and_checked_against_the_scan(fake_flaggems_dir,
     assert _single(tmp_path, "--check", good).returncode == 2
 
 
-SINGLE_FIXTURES = REPO / "tests" / "fixtures" / "shapes_single"
+# `--check` exits 0: every key is an op_name of the bundled fake tree and every shape has an
+# arity its class takes (a subset of the generated file, a second shape under softmax).
+SINGLE_GOOD = """conv2d_padding:
+  shapes:
+  - [1, 2, 6, 6, 2, 3, 3, 1, valid, 1]
+mm:
+  shapes:
+  - [1, 32, 32, 32]
+softmax:
+  shapes:
+  - [4, 64]
+  - [8, 128]
+"""
+# `--check` exits 1 and names every entry except softmax, which is clean.
+SINGLE_BAD = """sofmax:            # not an op_name of the fake tree (misspelled)
+  shapes:
+  - [4, 64]
+mm:                # its BlasBenchmark takes 4-element shapes [b, m, n, k]
+  shapes:
+  - [32, 32]
+relu:              # a bare list, not a mapping with `shapes`
+- [4096]
+abs:               # no shape at all
+  shapes: []
+exp: {}            # no `shapes` key
+softmax:
+  shapes:
+  - [4, 64]
+"""
+# `--check` exits 2: the top level must map operator keys to entries, not list them.
+SINGLE_NOT_A_MAPPING = "- softmax\n- mm\n"
 
 
-def test_single_check_on_committed_fixtures(fake_flaggems_dir, tmp_path):
+def test_single_check_on_fixture_files(fake_flaggems_dir, tmp_path):
     """The checker against the bundled tree: a clean file, one naming each kind of problem, and
     files it cannot read (exit 2, a named reason, no traceback)."""
-    assert _single(fake_flaggems_dir, "--check", SINGLE_FIXTURES / "good.yaml").returncode == 0
-    res = _single(fake_flaggems_dir, "--check", SINGLE_FIXTURES / "bad.yaml")
+    files = {}
+    for name, text in (("good", SINGLE_GOOD), ("bad", SINGLE_BAD), ("not_a_mapping", SINGLE_NOT_A_MAPPING)):
+        files[name] = tmp_path / f"{name}.yaml"
+        files[name].write_text(text, encoding="utf-8")
+    assert _single(fake_flaggems_dir, "--check", files["good"]).returncode == 0
+    res = _single(fake_flaggems_dir, "--check", files["bad"])
     assert res.returncode == 1, res.stderr
     named = {line.split(":", 1)[0].removeprefix("!!! ") for line in res.stderr.splitlines()}
     assert named == {"sofmax", "mm", "relu", "abs", "exp"}, res.stderr
@@ -213,7 +247,7 @@ def test_single_check_on_committed_fixtures(fake_flaggems_dir, tmp_path):
         assert f"{key}: entry must be a mapping with a non-empty `shapes` list" in res.stderr
     binary = tmp_path / "latin1.yaml"
     binary.write_bytes(b"softmax:\n  shapes: [[4, 64]]  # \xe9\n")
-    for path, why in ((SINGLE_FIXTURES / "not_a_mapping.yaml", "is not a mapping of operator keys"),
+    for path, why in ((files["not_a_mapping"], "is not a mapping of operator keys"),
                       (binary, "cannot read"), (tmp_path / "absent.yaml", "cannot read")):
         res = _single(fake_flaggems_dir, "--check", path)
         assert res.returncode == 2 and why in res.stderr and "Traceback" not in res.stderr, res.stderr

@@ -7,6 +7,8 @@ gets the caliber their screen.tsv recorded (cuda, device 0, cuda_graph, core, up
 isolated tuner cache, direct_repeat 1) and the record link of one record run
 (harness.identity_links). The archive's members are written straight into the run
 directories a test builds under its tmp_path (`rounds_file`); nothing is unpacked beside it.
+The synthetic parser logs (tests/fixtures/runlogs/make_synthetic.py) are one archive too,
+SYNTHETIC_ARCHIVE, read the same way (`synthetic_log`).
 """
 from __future__ import annotations
 
@@ -33,30 +35,53 @@ RELU_ROUNDS = "relu_rounds"
 H200_IDENTITY = {"backend": "cuda", "device": "0", "timer": "cuda_graph", "bench_level": "core",
                  "shape_mode": "upstream", "tuner_cache": "isolated", "direct_repeat": 1,
                  "device_name": "NVIDIA H200", "device_arch": "9.0"}
+# make_synthetic.py's run.logs, by member name: softmax_gbps_two_dtypes.log,
+# mm_tflops_duplicates.log, gelu_backward_cudagraph_failed.log, relu_colour_markers.log,
+# fused_moe_folded.log, fused_moe_plain.log.
+SYNTHETIC_ARCHIVE = REPO_ROOT / "tests" / "fixtures" / "runlogs" / "synthetic.tar.xz"
 BATCH_COLUMNS = ("repo,op,op_file,run_name,backend,device,gpu,timer,status,return_code,elapsed_ms,"
                  "rows_total,rows_success,notes,out_dir")
 
 
-def pack_rounds(src: Path, archive: Path, folders: Iterable[str] = (SOFTMAX_ROUNDS, RELU_ROUNDS)) -> None:
-    """How ROUNDS_ARCHIVE is made from loose folders under src: tar.xz with sorted names,
-    mtime 0, uid/gid 0 and mode 0644, so the same logs give the same bytes."""
-    names = sorted(p.relative_to(src).as_posix() for f in folders for p in (src / f).rglob("*")
-                   if p.is_file())
+def pack_members(members: Dict[str, bytes], archive: Path) -> None:
+    """A fixture archive from {member name: bytes}: tar.xz with sorted names, mtime 0,
+    uid/gid 0 and mode 0644, so the same members give the same bytes; written atomically."""
+    from zl import atomic
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:xz", format=tarfile.PAX_FORMAT) as tar:
-        for name in names:
-            data = (src / name).read_bytes()
+        for name in sorted(members):
+            data = members[name]
             info = tarfile.TarInfo(name)
             info.size, info.mtime, info.mode, info.uid, info.gid = len(data), 0, 0o644, 0, 0
             tar.addfile(info, io.BytesIO(data))
-    archive.write_bytes(buf.getvalue())
+    atomic.write_bytes(Path(archive), buf.getvalue())
 
 
-@functools.lru_cache(maxsize=1)
-def _rounds() -> Dict[str, bytes]:
-    """ROUNDS_ARCHIVE's members by name, read once per process (a few kB)."""
-    with tarfile.open(ROUNDS_ARCHIVE, "r:xz") as tar:
+def pack_rounds(src: Path, archive: Path, folders: Iterable[str] = (SOFTMAX_ROUNDS, RELU_ROUNDS)) -> None:
+    """How ROUNDS_ARCHIVE is made from loose folders under src (pack_members)."""
+    names = sorted(p.relative_to(src).as_posix() for f in folders for p in (src / f).rglob("*")
+                   if p.is_file())
+    pack_members({name: (src / name).read_bytes() for name in names}, archive)
+
+
+@functools.lru_cache(maxsize=None)
+def archive_members(archive: Path) -> Dict[str, bytes]:
+    """A fixture archive's members by name, read once per process (a few kB each)."""
+    with tarfile.open(archive, "r:xz") as tar:
         return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+
+
+def _rounds() -> Dict[str, bytes]:
+    """ROUNDS_ARCHIVE's members by name."""
+    return archive_members(ROUNDS_ARCHIVE)
+
+
+def synthetic_log(name: str, dest: Path) -> Path:
+    """SYNTHETIC_ARCHIVE's member `name` ("mm_tflops_duplicates.log") written to the file
+    dest (parents made); a name the archive lacks is a KeyError naming it."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_bytes(archive_members(SYNTHETIC_ARCHIVE)[name])
+    return dest
 
 
 def rounds_names(folder: str) -> List[str]:
