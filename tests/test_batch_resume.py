@@ -303,3 +303,82 @@ def test_resume_refuses_another_switch_replay_root_or_backend(tmp_path):
     r = batch(tmp_path, "--resume", "--batch-dir", plain, "--devices", "0", "--switch", "ZL_TEST_SWITCH")
     assert r.returncode == 2 and "switch: batch '', this call 'ZL_TEST_SWITCH'" in r.stderr
     assert snapshot(bd) == before
+
+
+# ---------------------------------------------------------------- side C: --retune
+
+RETUNE_ENV = dict(ZL_STUB_SWITCH="ZL_TEST_SWITCH", ZL_STUB_PICKS="relu=other,abs=fail,exp=pruned",
+                  ZL_STUB_IR_MAP="softmax=same", ZL_STUB_C_SCALE="0.8")
+
+
+def test_retune_runs_side_c_after_b_where_a_passed_and_the_screen_reports_its_picks(tmp_path, capsys):
+    import batch_summary as bs
+    bd = tmp_path / "b"
+    r = batch(tmp_path, "--ops", "softmax", "relu", "abs", "exp", "amax", "--switch", "ZL_TEST_SWITCH",
+              "--retune", "--devices", "0,1", "--batch-dir", bd, "--retries", "0",
+              ZL_STUB_PLAN="amax=fail", **RETUNE_ENV)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "retuned=1 (tuned live)" in r.stdout and "PASS/PASS/PASS" in r.stdout
+    assert json.loads((bd / "batch.json").read_text())["conditions"]["retune"] is True
+    for op in ("softmax", "relu", "abs", "exp"):
+        calls = [t for t in trace(tmp_path) if t[0] == op]
+        # A records, B replays A, then C with no replay: in that order, on one device
+        assert [t[5] for t in calls] == ["replay=-", f"replay={bd.resolve()}/before/main/{op}", "replay=-"], op
+        assert len({t[1] for t in calls}) == 1
+        assert (bd / "retuned" / "main" / op / ".complete").is_file()
+    assert [t[0] for t in trace(tmp_path)].count("amax") == 1
+    for side in ("after", "retuned"):
+        row = status(bd / side)["amax"]
+        assert (row["status"], row["notes"]) == ("NOT_RUN", "side before ended FAIL"), side
+    # C ran with the switch on, tuning live: relu's C recorded its own pick of key 128,128
+    rec = json.loads((bd / "retuned" / "main" / "relu" / "autotune_records" / "relu.json").read_text())
+    assert rec["stub.relu_kernel"]["128,128"]["kwargs"] == {"BLOCK": 256}
+    js = tmp_path / "screen.json"
+    assert bs.main(["--screen", str(bd), "--json", str(js)]) == 0
+    d = json.loads(js.read_text())
+    by = {o["op"]: o["retune"] for o in d["ops"]}
+    assert d["retune"]["nodes"] == ["softmax", "relu", "abs", "exp"]
+    assert d["retune"]["side_c_not_run"] == {"amax": "NOT_RUN"}
+    assert by["softmax"]["picks"]["counts"]["same"] == 2 and by["relu"]["picks"]["counts"]["other"] == 1
+    assert by["relu"]["a_vs_c"]["median_pct"] == pytest.approx(25.0) and by["relu"]["a_vs_b"]["median_pct"] == 0
+    assert by["abs"]["picks"]["under_switch"]["failed"] == 1 and by["exp"]["picks"]["under_switch"]["pruned"] == 1
+    assert not any(b["picks"]["problems"] for b in by.values() if "picks" in b)
+
+
+def test_retune_kept_across_resume_refused_when_added_or_dropped_and_reused_only_with_side_c(tmp_path):
+    bd = tmp_path / "b"
+    ops = ("softmax", "relu", "abs")
+    r = batch(tmp_path, "--ops", *ops, "--switch", "ZL_TEST_SWITCH", "--retune", "--devices", "0",
+              "--batch-dir", bd, **RETUNE_ENV)
+    assert r.returncode == 0, r.stdout + r.stderr
+    retuned = status(bd / "retuned")
+    retuned["relu"].update(status="INTERRUPTED", notes="interrupted")
+    write_csv(bd / "retuned" / "ops_status.csv", retuned.values())
+    (bd / "retuned" / "main" / "relu" / ".complete").unlink()
+    before, calls = snapshot(bd), len(trace(tmp_path))
+    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0", "--no-retune", **RETUNE_ENV)
+    assert r.returncode == 2 and "the batch was started with --retune, this call drops it" in r.stderr
+    assert snapshot(bd) == before and len(trace(tmp_path)) == calls
+    # left out, --retune is the batch's; a case is reused only when side C is complete too
+    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0", **RETUNE_ENV)
+    assert r.returncode == 0 and "2 reused, 1 to run" in r.stdout, r.stdout + r.stderr
+    assert [t[0] for t in trace(tmp_path)[calls:]] == ["relu"] * 3
+    assert all(v["status"] == "PASS" for v in status(bd / "retuned").values())
+    plain = tmp_path / "plain"
+    assert batch(tmp_path, "--ops", "softmax", "--switch", "ZL_TEST_SWITCH", "--devices", "0",
+                 "--batch-dir", plain, **RETUNE_ENV).returncode == 0
+    before, calls = snapshot(plain), len(trace(tmp_path))
+    r = batch(tmp_path, "--resume", "--batch-dir", plain, "--devices", "0", "--retune", **RETUNE_ENV)
+    assert r.returncode == 2 and "the batch was started without --retune, this call adds it" in r.stderr
+    assert snapshot(plain) == before and len(trace(tmp_path)) == calls and not (plain / "retuned").exists()
+
+
+@pytest.mark.parametrize("args, env, needle", [
+    (("--retune",), {}, "--retune adds side C to a --switch screen"),
+    (("--switch", "ZL_TEST_SWITCH", "--retune"), {"ZL_ISOLATE_TUNER_CACHE": "0"},
+     "--retune with ZL_ISOLATE_TUNER_CACHE off: side C would read side A's winners"),
+])
+def test_retune_without_a_switch_or_with_a_shared_tuner_store_exits_2_before_any_case(tmp_path, args, env, needle):
+    r = batch(tmp_path, "--ops", "softmax", "--devices", "0", *args, **env)
+    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stdout + r.stderr
+    assert trace(tmp_path) == [] and not (tmp_path / "runs").exists()

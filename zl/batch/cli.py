@@ -18,6 +18,7 @@ valid; every latency is measured under contention: each case gets ZL_DEVICE_SHAR
 device_share, refused by every comparison), ops_status notes shared_device=N. --resume keeps
 a batch's caliber: 1 and > 1 never mix in one batch (exit 2).
 --use-flagtune: USE_FLAGTUNE=1 for every case (the variable, inherited, works too).
+--switch NAME --retune: also side C (NAME=1 tuned live, <batch>/retuned) after B where A passed.
 --executor ray [--ray-address HOST:PORT]: every case (both sides of a screen) is one Ray task
 holding one GPU of its node (1/N with --share-device N), returned compressed into this host's
 batch directory; same tables, each row noting host=, node= and device_name=
@@ -75,7 +76,7 @@ from zl.batch.execute import conclude, execute, warn_shared
 from zl.batch.partition import PartitionError
 from zl.batch.select import SelectionError, Selector, read_dismiss, read_names_file
 from zl.batch.ray_executor import Cluster, RayError, check_backend, require_ray
-from zl.batch.screen import SIDES
+from zl.batch.screen import screen_sides
 from zl.childenv import batch_case_base, inherited
 from zl.config import environ
 from zl.flaggems import checkout_commit
@@ -163,6 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--switch", metavar="NAME",
                    help="screen NAME: per case NAME=0 records into <batch>/before, then NAME=1 "
                         "replays it into <batch>/after; verdicts in <batch>/screen.tsv")
+    r.add_argument("--retune", action=argparse.BooleanOptionalAction, default=None, help="with --switch: "
+                   "side C, NAME=1 tuned live into <batch>/retuned (with --resume: the batch's)")
     x = p.add_argument_group("cluster")
     x.add_argument("--executor", choices=("local", "ray"), default="local",
                    help="local (default): this host's devices; ray: one Ray task per case, one GPU "
@@ -251,7 +254,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"!!! {LOG} {exc}", file=sys.stderr)
         return EXIT_INTERPRETER
     except (UsageError, BatchDirError, SelectionError, inv.InventoryError, PartitionError,
-            UnknownBackendError, conds.ShapeFileError, RayError) as exc:
+            UnknownBackendError, conds.ShapeFileError, conds.RetuneError, RayError) as exc:
         return _fail(str(exc))
 
 
@@ -308,6 +311,7 @@ def settle_options(args, started: Dict) -> None:
         args.use_flagtune = bool(cond.get("use_flagtune", False))
     if args.judge is None:
         args.judge = bool(started.get("judge", False))
+    conds.settle_retune(args, started)
     if args.share_device is None:
         args.share_device = calls[-1].get("share_device", started.get("share_device", 1))
     if args.overlap is None:
@@ -380,7 +384,7 @@ class Plan:
     common_env: Dict[str, str]           # set for every case on every side
     roots: Dict[str, str]                # repo -> resolved FlagGems tree
     conditions: Dict
-    sides: List[Tuple[str, Dict[str, str]]]   # ("", {}) or before/after with the switch's value
+    sides: List[Tuple[str, Dict[str, str]]]   # ("", {}) or before/after[/retuned] with the switch's value
     cases: List[inv.Entry]
     devices: List[str]
     shards: Dict[str, List[inv.Entry]]
@@ -417,7 +421,7 @@ def settle_measurement(args, started: Dict) -> Dict:
         backend=backend.name, dtypes=dtypes, shape=shape,
         replay_root=str(args.replay_root.resolve()) if args.replay_root else "",
         switch=args.switch or "", use_flagtune=args.use_flagtune,
-        case_env=batch_case_base(common_env), roots=roots)
+        case_env=batch_case_base(common_env), roots=roots, retune=args.retune)
     if args.resume:
         check_conditions(started, conditions)
     return dict(backend=backend, run_script=run_script, dtypes=dtypes, shape_file=shape["shape_file"],
@@ -453,8 +457,7 @@ def plan_batch(args, batch_dir: Path) -> Plan:
     if missing_repo:
         raise UsageError(f"no checkout for repo(s) {missing_repo}")
     devices, shards = place(args, measured["backend"], cases)
-    # one plain batch, or before/after of a switch screen
-    sides = [("", {})] if not args.switch else [(s, {args.switch: str(i)}) for i, s in enumerate(SIDES)]
+    sides = screen_sides(args.switch, args.retune)   # plain, or before/after[/retuned] of a screen
     return Plan(args=args, batch_dir=batch_dir, started=started, sides=sides, cases=cases,
                 devices=devices, shards=shards, **measured)
 
@@ -508,7 +511,8 @@ def run(args) -> int:
         n_todo = sum(len(v) for v in todo.values())
         print(f"{LOG} backend={plan.backend.name} {len(plan.cases)} case(s), {len(tables.reused)} reused, "
               f"{n_todo} to run on {len([d for d in todo if todo[d]])} device(s) {plan.devices}  out={batch_dir}"
-              + (f"  screen of {args.switch}: before=0 (record), after=1 (replay)" if args.switch else "")
+              + (f"  screen of {args.switch}: before=0 (record), after=1 (replay)"
+                 + (", retuned=1 (tuned live)" if args.retune else "") if args.switch else "")
               + (f"  {args.share_device} case(s) at a time per device" if args.share_device > 1 else "")
               + (f"  {args.overlap} case(s) at a time per device, timing exclusive" if args.overlap > 1 else ""))
         warn_shared(args.share_device)
