@@ -49,11 +49,11 @@ Code: every report judges a pair's generated code with the screen's own every-le
 (zl/screen_verdict.py: IR_CHANGED@<level>, BINARY_CHANGED, VARIANTS_DIFFER, NO_IR_DIFF, NO_IR;
 --ab-rounds: r1_A vs r1_B) and calls a pair an A/A, its range the noise band, only when every
 level either side recorded, binary included, is identical on both sides. Where the code differs
-(--ab, --screen), each kernel variant that differs is listed with its facts on both sides
-(num_warps, num_stages, shared memory, registers and spills when the IR plugin recorded them,
-else "not recorded", ttg.convert_layout count, lines), the first lines of its first differing
-IR level and its IR files; a node's change signature ("+1 convert_layout, -8 registers",
-"code only") groups a screen's changed cells (zl/report/changes.py).
+(--ab, --ab-rounds r1_A vs r1_B, --screen), each kernel variant that differs is listed with its
+facts on both sides (num_warps, num_stages, shared memory, registers and spills when the IR
+plugin recorded them, else "not recorded", ttg.convert_layout count, lines), the first lines of
+its first differing IR level and its IR files; a node's change signature ("+1 convert_layout,
+-8 registers", "code only") groups a screen's changed cells (zl/report/changes.py).
 
 Verdicts: each shape of --ab, --ab-rounds and --screen is FASTER, SLOWER, SAME or UNCLEAR
 (zl/report/verdicts.py): FASTER/SLOWER only when |delta| exceeds its latency class's

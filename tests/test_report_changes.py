@@ -1,5 +1,5 @@
 """zl.report.changes: what changed per kernel variant beside a pair's code verdict, and where
-the reports show it (--ab, --screen: console, --json, --html).
+the reports show it (--ab, --ab-rounds, --screen: console, --json, --html).
 
 The IR trees are built by the IR plugin's own writers (zl.ir.dump.write_tree, zl.ir.levels.record)
 from hand-written kernels of this file; the private Triton cache is removed afterwards, as a
