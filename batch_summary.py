@@ -18,7 +18,9 @@ Modes:
       Mann-Whitney verdicts (>= 4 rounds) and a geomean with a bootstrap 95% CI.
   --screen ROOT | --batch DIR
       a screen root (ab_rlc_test.sh's screen.tsv + cell run dirs) or a run_batch.py
-      batch (ops_status.csv) as one row per operator, failures grouped by reason.
+      batch (ops_status.csv) as one row per operator, failures grouped by reason. A
+      run_batch.py --switch --retune screen also gets A vs C (side C re-tuned live) beside
+      A vs B, and per autotune key C's pick against A's and what B's replay made of A's.
   --caliber RUN_DIR | --caliber-header
       the run's caliber fields as one TSV row (for screen.tsv and other tools).
   --cell-stats RUN_DIR
@@ -116,7 +118,7 @@ from zl.report.guard import (EXIT_CALIBER, EXIT_NO_REPORT, EXIT_OK, EXIT_USAGE, 
                              NoReport, Refused, check_dir_target, check_json_target,
                              check_outputs_apart)
 from zl.report.rounds import report_ab_rounds
-from zl.report import changes, verdicts, views
+from zl.report import changes, retune, verdicts, views
 from zl.report.run import LoadedRun, Runs
 from zl.runlog import caliber as cal
 from zl.runlog.parse import RunLogError, read_run_log
@@ -307,6 +309,9 @@ def _run_mode(args) -> Dict:
                                         result["verdicts"]["summary"]):
             print(line)
         print(verdicts.aa_line("[screen]", result["verdicts"]["aa_cells"]))
+        retune.add_to_screen(result, runs, args.false_alarm, args.controls)   # --retune's side C
+        for line in retune.text_lines("[screen] retune", result):
+            print(line)
         for g in result["verdicts"]["change_groups"]:
             print(f"[screen] change {g['signature']}: {len(g['cells'])} cell(s) "
                   + " ".join(f"{k}={n}" for k, n in g["shape_verdicts"].items() if n)

@@ -8,6 +8,7 @@ code, the B cells another (the switch changed LLVM IR onwards).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -319,3 +320,143 @@ def test_three_rounds_are_underpowered_not_slower(tmp_path):
     assert abs(big["speedup_pct"]) > big["threshold_pct"]
     assert big["aa_verdict"] == "UNCLEAR" and "underpowered" in big["aa_reason"]
     assert d["verdicts"]["summary"]["counts"]["SLOWER"] == 0
+
+
+# ---------------------------------------------------------------- codegen vs re-tuning (side C)
+
+KERNEL = "fg.ops.k_kernel"
+SIZES = ("[torch.Size([1024])]", "[torch.Size([2048])]", "[torch.Size([4096])]", "[torch.Size([8192])]")
+A_LAT = (0.020, 0.030, 0.040, 0.050)                    # 10-100 us, one latency class
+
+
+def _log(run: Path, op: str, lats, extra: str = "") -> None:
+    head = (f"{'Status':<10} {'Torch Latency (ms)':>20} {'Gems Latency (ms)':>20} "
+            f"{'Gems Speedup':>20} {'Size Detail':>20}")
+    rows = [f"{'SUCCESS':<10}{0.05:>20.6f}{lat:>20.6f}{0.05 / lat:>20.3f}" + " " * 10 + size
+            for lat, size in zip(lats, SIZES)]
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "run.log").write_text("collected 1 item\n" + extra + "\n".join(
+        [f"Operator: {op}  Performance Test (dtype=torch.float16, mode=kernel,level=core)", head, "-" * 95]
+        + rows) + "\n====== 1 passed in 1.00s ======\n")
+
+
+def _record(run: Path, op: str, blocks) -> str:
+    """autotune_records/<op>.json as the record plugin writes it; returns its digest."""
+    from zl.autotune import records
+    doc = {KERNEL: {key: {"kwargs": {"BLOCK": b}, "num_warps": 4, "num_stages": 2, "pre_hook": False}
+                    for key, b in zip(("1024", "4096"), blocks)}}
+    records.write_records(str(run / "autotune_records"), op, doc, "cuda")
+    return records.digest(doc)
+
+
+def _ident(run: Path, **fields) -> None:
+    (run / "run_identity.json").write_text(json.dumps({**rf.H200_IDENTITY, **fields}))
+
+
+def retune_screen(root: Path) -> Path:
+    """A run_batch.py --switch --retune screen, handbuilt: two A/A cells (controls, every level
+    identical, +-0.25..1 %), and three changed nodes with side C. `other`: B 10 % slower at A's
+    configs, C re-tuned one key to another config and is 20 % faster; `failed`: A's config of
+    key 4096 did not rebuild under the switch (B fell back, pre_hook_lost), C picked another;
+    `same`: C picked A's configs, +0.3 %."""
+    nodes = {   # op: (B's latency factor, C's, A's blocks, C's blocks, B's extra run.log, B's identity)
+        "ctl1": (1.0025, None, (64, 128), None, "", {}),
+        "ctl2": (0.99, None, (64, 128), None, "", {}),
+        "other": (1 / 0.9, 1 / 1.2, (64, 128), (64, 256), "", {}),
+        "failed": (1.0, 1 / 1.05, (64, 128), (64, 512),
+                   f"AUTOTUNE_REPLAY_FALLBACK op=failed kernel={KERNEL} key=4096 reason=pre_hook_lost\n",
+                   {"autotune_mode": "replay_fallback", "replay_fallback_scope": "keys",
+                    "replay_fallback_keys": 1, "replay_replayed_keys": 1}),
+        "same": (1.0, 1 / 1.003, (64, 128), (64, 128), "", {}),
+    }
+    lines, status = ["op\top_file\tdtypes\trows_before\trows_after\trc_before\trc_after\tverdict\trepo\trun_name"], []
+    for op, (fb, fc, ab, cb, extra, bident) in nodes.items():
+        a, b, c = (root / side / "main" / op for side in ("before", "after", "retuned"))
+        _log(a, op, A_LAT)
+        digest = _record(a, op, ab)
+        _ident(a, autotune_mode="record", run_id=f"{op:a>32}"[:32], autotune_record_digest=digest)
+        rf.write_fingerprints(a, rf.SAME_CODE)
+        _log(b, op, [x * fb for x in A_LAT], extra)
+        _ident(b, **{"autotune_mode": "replay", "replay_source_run_id": f"{op:a>32}"[:32],
+                     "replay_record_digest": digest, "replay_source_record_digest": digest,
+                     "replay_source_dir": str(a), **bident})
+        (b / "autotune_records").mkdir(parents=True)
+        (b / "autotune_records" / f"{op}.used.json").write_text(
+            (a / "autotune_records" / f"{op}.json").read_text())
+        aa = fc is None
+        rf.write_fingerprints(b, rf.SAME_CODE if aa else B_CODE)
+        lines.append(f"{op}\t{op}\t<all>\t4\t4\t0\t0\t{'NO_IR_DIFF' if aa else 'IR_CHANGED@llir'}\tmain\t{op}")
+        if not aa:
+            _log(c, op, [x * fc for x in A_LAT])
+            _ident(c, autotune_mode="record", run_id=f"{op:c>32}"[:32], autotune_record_digest=_record(c, op, cb))
+            status.append(f"main,{op},{op},PASS,0,")
+    lines.append("amax\tamax\t<all>\t0\t0\t1\t\tNO_ROWS\tmain\tamax")   # side A failed: B and C NOT_RUN
+    status.append("main,amax,amax,NOT_RUN,,side before ended FAIL")
+    (root / "screen.tsv").write_text("\n".join(lines) + "\n")
+    (root / "retuned" / "ops_status.csv").write_text("repo,op,run_name,status,return_code,notes\n"
+                                                     + "\n".join(status) + "\n")
+    return root
+
+
+def test_retune_reports_a_vs_c_beside_a_vs_b_with_one_rule_and_the_picks_per_key(tmp_path, capsys):
+    root = retune_screen(tmp_path / "screen")
+    capsys.readouterr()
+    d = run_json(tmp_path, "--screen", root, "--false-alarm", "0.2")
+    out = capsys.readouterr().out
+    by = {o["op"]: o for o in d["ops"]}
+    assert set(d["retune"]["which"]) == {"a_vs_b", "a_vs_c"}
+    assert "replays side A's autotune picks" in d["retune"]["which"]["a_vs_b"]
+    assert "tunes live" in d["retune"]["which"]["a_vs_c"]
+    assert d["retune"]["nodes"] == ["other", "failed", "same"]
+    assert "retune" not in by["ctl1"] and "retune" not in by["ctl2"]   # no side C: nothing new
+    other = by["other"]["retune"]
+    # the same statistics as A vs B, each shape judged by the same rule, threshold and controls
+    assert other["a_vs_b"]["median_pct"] == by["other"]["median_pct"] == pytest.approx(-10.0, abs=0.01)
+    assert other["a_vs_c"]["median_pct"] == pytest.approx(20.0, abs=0.01)
+    assert other["a_vs_c"]["geomean_pct"] == pytest.approx(20.0, abs=0.01) and other["a_vs_c"]["paired"] == 4
+    for ab, ac in zip(by["other"]["shapes"], other["a_vs_c"]["shapes"]):
+        assert ac["threshold_pct"] == ab["threshold_pct"] == pytest.approx(1.01, abs=0.01)   # ctl2: 1/0.99
+        assert (ab["aa_verdict"], ac["aa_verdict"]) == ("SLOWER", "FASTER")
+    assert other["a_vs_c"]["aa_verdict_counts"]["FASTER"] == 4 and not other["a_vs_c"]["caliber_problems"]
+    same = by["same"]["retune"]
+    assert same["a_vs_c"]["aa_verdict_counts"]["SAME"] == 4
+    assert d["retune"]["summary"]["counts"] == {"FASTER": 8, "SLOWER": 0, "SAME": 4, "UNCLEAR": 0}
+    # per key: C's pick against A's, and what B's replay made of A's under the switch
+    keys = {(o, k["key"]): k for o in ("other", "failed", "same") for k in by[o]["retune"]["picks"]["keys"]}
+    assert keys[("other", "4096")]["c_pick"] == "other" and keys[("other", "1024")]["c_pick"] == "same"
+    assert keys[("other", "4096")]["a_under_switch"] == "replayed"
+    assert keys[("other", "4096")]["c_config"] == "BLOCK=256 num_stages=2 num_warps=4"
+    assert (keys[("failed", "4096")]["a_under_switch"], keys[("failed", "4096")]["reason"]) == ("failed", "pre_hook_lost")
+    assert keys[("failed", "1024")]["a_under_switch"] == "replayed"
+    assert by["same"]["retune"]["picks"]["counts"]["same"] == 2
+    assert {k["a_under_switch"] for k in by["same"]["retune"]["picks"]["keys"]} == {"replayed"}
+    assert d["retune"]["picks"] == {"same": 4, "other": 2, "only_a": 0, "only_c": 0, "neither": 0}
+    assert d["retune"]["under_switch"]["failed"] == 1
+    assert by["amax"]["retune"]["side_c"]["status"] == "NOT_RUN" and "a_vs_c" not in by["amax"]["retune"]
+    assert d["retune"]["side_c_not_run"] == {"amax": "NOT_RUN"}
+    assert "[screen] retune: A vs C = after re-tuning" in out
+    assert ("[screen] retune failed:   fg.ops.k_kernel 4096: A BLOCK=128 num_stages=2 num_warps=4 -> C "
+            "BLOCK=512 num_stages=2 num_warps=4 (other); A's under the switch: failed (pre_hook_lost)") in out
+    assert "[screen] retune same:   " not in out              # nothing differs: no key line
+    from zl.report.html import render_report
+    page, _ = render_report(d)
+    section = page.split('<div id="retune">', 1)[1]
+    assert "Codegen vs re-tuning (side C)" in section and "pre_hook_lost" in section
+    nodes, keys = re.findall(r"<table.*?</table>", section)[:2]
+    assert nodes.count("<tr>") == 1 + 4 and ">NOT_RUN<" in nodes          # header + other, failed, same, amax
+    assert keys.count("<tr>") == 1 + 2 and "BLOCK=512" in keys              # header + the two keys that differ
+
+
+def test_retune_names_a_record_that_is_not_its_runs_and_a_screen_without_side_c_has_none(tmp_path, capsys):
+    root = retune_screen(tmp_path / "screen")
+    rec = root / "retuned" / "main" / "same" / "autotune_records" / "same.json"
+    rec.write_text(rec.read_text().replace("128", "64"))
+    d = run_json(tmp_path, "--screen", root, "--false-alarm", "0.2")
+    same = {o["op"]: o for o in d["ops"]}["same"]["retune"]["picks"]
+    assert "is not the record its run wrote" in same["problems"][0]
+    assert "!!! [screen] retune same: " in capsys.readouterr().out
+    (root / "retuned" / "ops_status.csv").unlink()
+    d = run_json(tmp_path, "--screen", root, "--false-alarm", "0.2")
+    assert "retune" not in d and not any("retune" in o for o in d["ops"])
+    from zl.report.html import render_report
+    assert 'id="retune"' not in render_report(d)[0]

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from zl import atomic
-from zl.report import changes, charts
+from zl.report import changes, charts, retune
 from zl.report.run import code_text
 from zl.report.views import IDENTITY_SHOWN, shape_label
 
@@ -433,6 +433,7 @@ def page_screen(result: Dict) -> Page:
     if changed:
         page.add("<h2>What changed, per changed cell</h2>"
                  + "".join(_changes_block(o["cell"], o["changes"]) for o in changed))
+    page.add(retune.html_section(result, table, esc))   # A vs C beside A vs B: run_batch.py --retune
     if band:
         page.add(f'<div class="sub">noise band {pct(band[0])} ~ {pct(band[1])}: {esc(result["noise_source"])}</div>')
     _failures(page, result)
