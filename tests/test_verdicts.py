@@ -455,6 +455,8 @@ def test_retune_names_a_record_that_is_not_its_runs_and_a_screen_without_side_c_
     same = {o["op"]: o for o in d["ops"]}["same"]["retune"]["picks"]
     assert "is not the record its run wrote" in same["problems"][0]
     assert "!!! [screen] retune same: " in capsys.readouterr().out
+    from zl.report import retune   # a node whose runs tuned nothing (relu on the fake tree)
+    assert retune.picks({}, {}, None)["keys"] == [] and retune._picks_text(retune.picks({}, {}, None)) == "no autotuned key"
     (root / "retuned" / "ops_status.csv").unlink()
     d = run_json(tmp_path, "--screen", root, "--false-alarm", "0.2")
     assert "retune" not in d and not any("retune" in o for o in d["ops"])

@@ -241,6 +241,10 @@ def _nonzero(counts: Optional[Dict[str, int]]) -> str:
     return " ".join(f"{k}={n}" for k, n in (counts or {}).items() if n) or "-"
 
 
+def _picks_text(p: Dict) -> str:
+    return _nonzero(p.get("counts")) if p.get("keys") else "no autotuned key"
+
+
 def changed_keys(node: Dict) -> List[Dict]:
     """The keys worth a line: C picked otherwise, or A's pick did not replay cleanly."""
     return [k for k in (node.get("picks") or {}).get("keys", [])
@@ -270,7 +274,7 @@ def text_lines(prefix: str, result: Dict) -> List[str]:
         p = node["picks"]
         lines.append(f"{prefix} {o['cell']}: A vs B {_pct(ab['median_pct'])} ({_nonzero(ab['aa_verdict_counts'])}) | "
                      f"A vs C {_pct(ac.get('median_pct'))} ({_nonzero(ac.get('aa_verdict_counts'))}) | "
-                     f"C's picks {_nonzero(p['counts'])} | A's under the switch {_nonzero(p['under_switch'])}")
+                     f"C's picks {_picks_text(p)} | A's under the switch {_nonzero(p['under_switch'])}")
         for x in ac.get("caliber_problems", []) + p["problems"]:
             lines.append(f"!!! {prefix} {o['cell']}: {x}")
         for k in changed_keys(node):
@@ -299,7 +303,7 @@ def html_section(result: Dict, table: Callable[..., str], esc: Callable[[object]
         ac, ab, p = node.get("a_vs_c") or {}, node["a_vs_b"], node.get("picks") or {}
         nodes.append([o["cell"], node["side_c"]["status"], num(ab["median_pct"]),
                       _nonzero(ab["aa_verdict_counts"]), num(ac.get("median_pct")),
-                      _nonzero(ac.get("aa_verdict_counts")), _nonzero(p.get("counts")),
+                      _nonzero(ac.get("aa_verdict_counts")), _picks_text(p) if p else "-",
                       _nonzero(p.get("under_switch")),
                       "; ".join(ac.get("caliber_problems", []) + p.get("problems", []) + (
                           [node["side_c"]["notes"]] if not ac and node["side_c"]["notes"] else []))])
