@@ -122,10 +122,11 @@ def open_tables(plan) -> Tables:
     return Tables(status=status, screen=screen, reused=reused)
 
 
-def write_batch_record(plan, reused: int, batch_id: str) -> None:
+def write_batch_record(plan, reused: int, batch_id: str, extra: Optional[Dict] = None) -> None:
     """batch.json: the start (conditions, cases, the first call's settings) kept as written,
-    and one entry per call. Written before the tables, so a directory with tables always
-    says what they were measured under."""
+    and one entry per call (with `extra`: --executor ray's node record). Written before the
+    tables, so a directory with tables always says what they were measured under. A call
+    that warns (MIXED HARDWARE) adds its line to the batch's `warnings`, kept for good."""
     args = plan.args
     now = datetime.now().isoformat(timespec="seconds")
     call = {"argv": sys.argv, "started": now, "batch_id": batch_id, "devices": plan.devices,
@@ -139,6 +140,10 @@ def write_batch_record(plan, reused: int, batch_id: str) -> None:
         "judge": bool(getattr(args, "judge", False)),
         "batch_id": batch_id, "roots": inv.repo_roots(), "conditions": plan.conditions,
         "case_keys": [f"{r}:{n}" for r, n in plan.keys]}
+    call.update(extra or {})
     record["reused"] = reused
     record["calls"] = list(record.get("calls") or []) + [call]
+    warning = ((extra or {}).get("ray") or {}).get("warning")
+    if warning and warning not in record.get("warnings", []):
+        record["warnings"] = list(record.get("warnings") or []) + [warning]
     atomic.write_json(plan.batch_dir / "batch.json", record)

@@ -22,7 +22,13 @@ a batch's caliber: 1 and > 1 never mix in one batch (exit 2).
 --executor ray [--ray-address HOST:PORT]: every case (both sides of a screen) is one Ray task
 holding one GPU of its node (1/N with --share-device N), returned compressed into this host's
 batch directory; same tables, each row noting host=, node= and device_name=
-(zl/batch/ray_executor.py; pip install -e '.[ray]').
+(zl/batch/ray_executor.py; pip install -e '.[ray]'). Before the first case every GPU node is
+checked: its FlagGems trees (each host's FLAGGEMS_DIR / FLAGGEMS_VLLM_DIR from its `ray start`
+environment, else the driver's path) at the driver's commit and working state, its interpreter
+(kit.sh, triton and flag_gems imports), its zl_bench checkout, its device; a timing batch runs
+only on the batch's device (--ray-device-name, else the device of most GPUs) unless
+--allow-mixed-hardware (the batch is then MIXED HARDWARE, everywhere it reports);
+--ray-exclude-failing-nodes leaves refused nodes out (batch.json names each, with its reason).
 
 Examples:
   python run_batch.py --all --devices 0,1,2,3 --dtypes float16 --op-timeout 1800
@@ -45,9 +51,11 @@ Exit codes:
   0    every case has a final status (the statuses carry the results)
   2    bad input, a batch directory in use or already holding a batch (without --resume),
        a --resume under other conditions; --executor ray without Ray importable (the message
-       gives the install command), its cluster unreachable or without GPUs
+       gives the install command), its cluster unreachable or without GPUs, a GPU node whose
+       FlagGems tree is not the driver's commit and working state, no node of the batch's device
   3    cases left unstarted (--budget-s reached; rerun with --resume)
-  4    the interpreter cannot import triton or flag_gems (checked once, before the first case)
+  4    the interpreter cannot import triton or flag_gems (checked once, before the first case;
+       with --executor ray on every GPU node, with its kit.sh and zl_bench checkout)
   130  interrupted (Ctrl-C, SIGTERM): running cases killed, their rows INTERRUPTED
 """
 
@@ -75,7 +83,7 @@ from zl.batch import judge_first, shard
 from zl.batch.execute import conclude, execute, warn_shared
 from zl.batch.partition import PartitionError
 from zl.batch.select import SelectionError, Selector, read_dismiss, read_names_file
-from zl.batch.ray_executor import Cluster, RayError, check_backend, require_ray
+from zl.batch.ray_executor import Cluster, NodePreflightError, RayError, check_backend, require_ray
 from zl.batch.screen import screen_sides
 from zl.childenv import batch_case_base, inherited
 from zl.config import environ
@@ -175,6 +183,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "the cluster running on this host, else a new one-host cluster; local: a new one)")
     x.add_argument("--ray-retries", type=int, default=3, choices=range(0, 10), metavar="N",
                    help="with --executor ray: reruns of a case whose node or worker died (default 3)")
+    x.add_argument("--ray-exclude-failing-nodes", action="store_true",
+                   help="with --executor ray: leave out the GPU nodes its check refuses (another "
+                        "FlagGems tree, a failing interpreter) instead of refusing the batch")
+    x.add_argument("--ray-device-name", default=None, metavar="NAME",
+                   help="with --executor ray: the device a timing batch runs on, as torch names it "
+                        "(default: the device of most GPUs; --resume: the batch's)")
+    x.add_argument("--allow-mixed-hardware", action="store_true",
+                   help="with --executor ray: also run on nodes of other devices; the batch and its "
+                        "reports say MIXED HARDWARE and each row names its device")
     r.add_argument("--budget-s", type=_positive(float), default=None,
                    help="start no case that could end after this many seconds (then exit 3)")
     return p
@@ -250,7 +267,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return run(args)
-    except InterpreterError as exc:
+    except (InterpreterError, NodePreflightError) as exc:
         print(f"!!! {LOG} {exc}", file=sys.stderr)
         return EXIT_INTERPRETER
     except (UsageError, BatchDirError, SelectionError, inv.InventoryError, PartitionError,
@@ -279,8 +296,12 @@ def check_args(args) -> None:
     if explicit is not None and not parse_device_list(explicit):
         raise UsageError(f"--devices has no device id: {explicit!r}")
     if args.executor != "ray":
-        if args.ray_address is not None:
-            raise UsageError("--ray-address needs --executor ray")
+        given = [o for o, v in (("--ray-address", args.ray_address is not None),
+                                ("--ray-exclude-failing-nodes", args.ray_exclude_failing_nodes),
+                                ("--ray-device-name", args.ray_device_name is not None),
+                                ("--allow-mixed-hardware", args.allow_mixed_hardware)) if v]
+        if given:
+            raise UsageError(f"{given[0]} needs --executor ray")
         return
     if explicit is not None or args.balance is not None:
         raise UsageError("--executor ray places cases on the cluster's GPUs itself; "
@@ -491,18 +512,21 @@ def run(args) -> int:
             return list_cases(plan)
         if args.executor == "ray":
             check_backend(plan.backend.name)
-        preflight_interpreter(plan.backend.name)
+        else:   # with Ray, every GPU node checks its own interpreter (cluster.check_nodes)
+            preflight_interpreter(plan.backend.name)
         if args.executor == "ray":
             cluster = Cluster(args.ray_address, plan.backend.name, args.ray_retries, REPO_ROOT,
                               inherited().get("PYTHONPATH", ""))
             print(f"{LOG} {cluster.describe()}")
+            cluster.check_nodes(plan)
         if held.lock is None:
             batch_dir.mkdir(parents=True, exist_ok=True)
             held.take()
             refuse_used(batch_dir)      # a batch that started here since the first look
         tables = open_tables(plan)
         batch_id = f"{batch_dir.name}-{os.getpid()}-{int(time.time())}"
-        write_batch_record(plan, len(tables.reused), batch_id)
+        write_batch_record(plan, len(tables.reused), batch_id,
+                           {"ray": cluster.record} if cluster is not None else None)
         for table in tables.status.values():
             table.write()
         if args.resume:

@@ -1,43 +1,66 @@
 """run_batch.py --executor ray: the batch's cases as Ray tasks on a cluster of hosts.
 
-Each case (both sides of a screen) is one task holding one GPU of its node (num_gpus=1; with
---share-device N, 1/N: N cases per GPU, timings marked invalid as on one host). The task runs
-the local executor's case function (zl.batch.execute.run_sides: run_pytest.sh in its own
-process group, --op-timeout kill, retries, dtype fallbacks) into a scratch directory on its
-node, under the environment the driver recorded in batch.json, then returns that directory as
-gzip'd tar bytes through the object store: no shared filesystem. The driver unpacks it into
-its batch directory and writes the same tables as the local executor, each row noting the
-host, Ray node and device name it ran on.
+Before the first case, one check task per alive GPU node (`node_check_task`) reports what
+that node would run with: its FlagGems trees (each host states its own paths through the
+environment it ran `ray start` in, FLAGGEMS_DIR / FLAGGEMS_VLLM_DIR, else the driver's
+paths) with their identity (zl.batch.conditions.tree_identity), whether the cases'
+interpreter passes zl/sh/kit.sh and imports triton and flag_gems (zl.preflight, on the GPU
+Ray gave the task), the zl_bench checkout's identity, the device name/arch and the torch and
+triton versions. The driver (`Cluster.check_nodes`) refuses a node whose tree is not the
+driver's commit and working state (exit 2) or that fails the preflight (exit 4), unless
+--ray-exclude-failing-nodes leaves such nodes out; for timing batches it keeps only the
+nodes of the batch's device (the device of most GPUs, --ray-device-name, or the one a
+--resume's batch recorded) unless --allow-mixed-hardware, which marks the batch MIXED
+HARDWARE. batch.json records every node, its facts, and why it was left out.
 
-Faults: a task whose node or worker dies is rerun by Ray on a live node, up to --ray-retries
-times; the dead attempt's directory never reaches the driver and the row notes it
-(attempt_lost=host/node). A driver that ends (Ctrl-C, SIGTERM: tasks cancelled; SIGKILL: Ray ends
-the dead driver's job) leaves no task running: a killed task's Ray worker takes its case
-process group with it (PR_SET_PDEATHSIG, and the reaper, detached from the worker since the
-raylet kills a dead worker's children: zl/batch/executor.py).
+Each case (both sides of a screen) is one task holding one GPU of a node that passed (num_gpus=1;
+with --share-device N, 1/N: N cases per GPU, timings marked invalid as on one host), pinned
+to that node: the driver places the cases itself, so no case reaches a node it did not check.
+The task runs the local executor's case function (zl.batch.execute.run_sides: run_pytest.sh
+in its own process group, --op-timeout kill, retries, dtype fallbacks) into a scratch
+directory on its node, under the environment the driver recorded in batch.json with the
+node's own FlagGems paths, then returns that directory as gzip'd tar bytes through the
+object store: no shared filesystem. The driver unpacks it into its batch directory and writes
+the same tables as the local executor, each row noting the host, Ray node and device it ran on.
+
+Faults: a task whose node or worker dies is placed again on a live checked node (another
+than the one it died on where there is one), up to --ray-retries times; the dead attempt's
+directory never reaches the driver and the row notes it (attempt_lost=host/node). When no
+checked node is left alive, the cases not started stay PENDING (exit 3, --resume). A driver
+that ends (Ctrl-C, SIGTERM: tasks cancelled; SIGKILL: Ray ends the dead driver's job) leaves
+no task running: a killed task's Ray worker takes its case process group with it
+(PR_SET_PDEATHSIG, and the reaper, detached from the worker since the raylet kills a dead
+worker's children: zl/batch/executor.py).
 
 Ray is imported only here, and only for --executor ray (pip install -e '.[ray]').
+`python -m zl.batch.ray_executor --probe BACKEND` is the node check's probe, run in the
+cases' interpreter: it needs no Ray.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import os
 import re
 import shutil
 import socket
+import subprocess
+import sys
 import tarfile
 import tempfile
 import threading
 import time
 import uuid
-from collections import deque
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from zl.batch.case import CaseRunner, case_dir
 from zl.batch.executor import Executor, GroupGuard
+from zl.batch.inventory import REPO_ENV
 from zl.batch.screen import SIDES
 from zl.batch.status import join_notes
 from zl.runlog.caliber import caliber_of
@@ -48,10 +71,24 @@ INSTALL = "pip install -e '.[ray]'  (in the zl_bench checkout; or: pip install '
 RAY_GPU_BACKENDS = ("cuda", "rocm")
 LOG = "[batch]"
 INCOMING = ".ray_incoming"
+# A node check imports torch, triton and flag_gems once (seconds; a cold NFS install, a
+# minute); a node that has not answered by then (its GPUs held by another job) is failing.
+NODE_CHECK_TIMEOUT_S = 600.0
+PROBE_TAG = "ZL_NODE_PROBE "
+# tree_identity's working-state digest of a git checkout without uncommitted changes
+CLEAN_WORKTREE = "git-sha256:" + hashlib.sha256(b"\0\0").hexdigest()
+EXCLUDE_OPTION = "--ray-exclude-failing-nodes"
+MIXED_OPTION = "--allow-mixed-hardware"
 
 
 class RayError(ValueError):
-    """--executor ray cannot run: Ray missing, the cluster unreachable or without GPUs (exit 2)."""
+    """--executor ray cannot run: Ray missing, the cluster unreachable or without GPUs, a
+    node holding another FlagGems tree, no node of the batch's device (exit 2)."""
+
+
+class NodePreflightError(RuntimeError):
+    """A GPU node failed its check (interpreter, zl_bench checkout, device) and no option
+    leaves it out (exit 4, as the local interpreter check)."""
 
 
 def require_ray():
@@ -75,14 +112,16 @@ def pack(root: Path) -> bytes:
 
 
 def run_case_task(configs: Dict, names: List[str], case, dtypes: str, backend: str,
-                  kill_grace: float, attempts) -> Dict:
+                  kill_grace: float, attempts, roots: Dict[str, str]) -> Dict:
     """The task body: the case on the GPU Ray gave this task, in a scratch directory of this
-    node (one subdirectory per side), returned packed with its rows and where it ran."""
+    node (one subdirectory per side), against this node's FlagGems trees (`roots`, checked by
+    its node check), returned packed with its rows and where it ran."""
     import ray
 
     from zl.batch.execute import run_sides
 
-    where = {"host": socket.gethostname(), "node": ray.get_runtime_context().get_node_id()[:8]}
+    node_id = ray.get_runtime_context().get_node_id()
+    where = {"host": socket.gethostname(), "node": node_id[:8], "node_id": node_id}
     gpus = ray.get_gpu_ids()
     device = str(gpus[0]) if gpus else "0"
     history = ray.get(attempts.started.remote((case.repo, case.run_name), dict(where, device=device)))
@@ -92,7 +131,7 @@ def run_case_task(configs: Dict, names: List[str], case, dtypes: str, backend: s
         dirs = {n: scratch / (n or "plain") for n in names}
         runners = {}
         for n in names:
-            cfg = replace(configs[n], batch_dir=dirs[n],
+            cfg = replace(configs[n], batch_dir=dirs[n], roots=dict(roots),
                           replay_root=dirs[SIDES[0]] if n == SIDES[1] else configs[n].replay_root)
             dirs[n].mkdir(parents=True)
             runners[n] = CaseRunner(cfg, guard, threading.Event())
@@ -100,11 +139,137 @@ def run_case_task(configs: Dict, names: List[str], case, dtypes: str, backend: s
         for n, row in rows.items():
             ident = caliber_of(case_dir(dirs[n], case)) or {}
             row["device_name"] = ident.get("device_name", "")
+            row["device_arch"] = ident.get("device_arch", "")
         return {"rows": rows, "dt": dt, "tar": pack(scratch), "where": where, "device": device,
                 "history": history}
     finally:
         guard.close()
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def stated_roots(environ: Mapping[str, str], driver_roots: Mapping[str, str]) -> Dict[str, Tuple[str, bool]]:
+    """repo -> (this node's tree, whether the node stated it): the FLAGGEMS_DIR /
+    FLAGGEMS_VLLM_DIR of the environment its `ray start` ran in (inherited by its Ray
+    workers), else the driver's path. An empty value states nothing."""
+    out = {}
+    for repo, root in driver_roots.items():
+        stated = environ.get(REPO_ENV[repo], "").strip()
+        out[repo] = (os.path.realpath(stated or root), bool(stated))
+    return out
+
+
+def case_interpreter(env: Mapping[str, str]) -> str:
+    """The interpreter run_pytest.sh picks (zl/sh/entry.sh): ZL_PYTHON, else python on PATH."""
+    path = env.get("PATH")
+    return (env.get("ZL_PYTHON") or shutil.which("python", path=path)
+            or shutil.which("python3", path=path) or sys.executable)
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+    return lines[-1][4:] if lines and lines[-1].startswith("!!! ") else (lines[-1] if lines else "")
+
+
+def node_check_task(base_env: Dict[str, str], backend_name: str, driver_roots: Dict[str, str],
+                    checkout: str) -> Dict:
+    """What this node would run the batch's cases with, as facts for the driver to judge:
+    its trees and their identity, the zl_bench checkout the cases run (`checkout`, the
+    driver's path) and its identity, kit.sh's verdict on the cases' interpreter, and the
+    probe's import check, device and versions on the GPU Ray gave this task."""
+    import ray
+
+    import zl
+    from zl.backends import get_backend
+    from zl.batch.conditions import tree_identity
+    from zl.childenv import batch_case_environ
+
+    node_id = ray.get_runtime_context().get_node_id()
+    gpus = ray.get_gpu_ids()
+    gpu = str(gpus[0]) if gpus else "0"
+    facts: Dict = {"host": socket.gethostname(), "node_id": node_id, "gpu": gpu, "roots": {},
+                   "stated": {}, "trees": {}, "missing": [], "problems": [], "zl_bench": None}
+    for repo, (root, stated) in stated_roots(os.environ, driver_roots).items():
+        facts["roots"][repo], facts["stated"][repo] = root, stated
+        if os.path.isdir(root):
+            facts["trees"][repo] = tree_identity(root)
+        else:
+            facts["missing"].append(f"{REPO_ENV[repo]}={root} "
+                                    f"({'its ray start environment' if stated else 'the driver path'}) "
+                                    "is not a directory on this host")
+    worker_zl = str(Path(zl.__file__).resolve().parents[1])
+    if worker_zl != str(Path(checkout).resolve()):
+        facts["problems"].append(f"its Ray workers import zl_bench from {worker_zl}, not from {checkout}")
+    kit = Path(checkout, "zl", "sh", "kit.sh")
+    if not kit.is_file():
+        facts["problems"].append(f"no zl_bench checkout at {checkout} on this host (the cases run it)")
+        return facts
+    facts["zl_bench"] = tree_identity(checkout)
+    env = batch_case_environ(get_backend(backend_name), gpu, base_env,
+                             {"ZL_BACKEND": backend_name, "FLAGGEMS_DIR": facts["roots"].get("main", "")})
+    py = case_interpreter(env)
+    facts["python"] = py
+    try:
+        kit_run = subprocess.run(["bash", "-c", 'PY="$1"; source "$2"', "zl-kit", py, str(kit)], env=env,
+                                 cwd="/", capture_output=True, text=True, timeout=NODE_CHECK_TIMEOUT_S)
+        if kit_run.returncode != 0:
+            facts["problems"].append(_last_line(kit_run.stderr) or f"kit.sh exited {kit_run.returncode}")
+            return facts
+        path = env.get("PYTHONPATH", "")
+        probe = subprocess.run(
+            [py, "-m", "zl.batch.ray_executor", "--probe", backend_name],
+            env=dict(env, PYTHONPATH=checkout + (os.pathsep + path if path else "")), cwd="/",
+            capture_output=True, text=True, timeout=NODE_CHECK_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError) as exc:
+        facts["problems"].append(f"cannot run the cases' interpreter {py}: {exc}")
+        return facts
+    found = [ln[len(PROBE_TAG):] for ln in probe.stdout.splitlines() if ln.startswith(PROBE_TAG)]
+    if probe.returncode != 0 or not found:
+        facts["problems"].append(f"{py} -m zl.batch.ray_executor --probe exited {probe.returncode}: "
+                                 + (_last_line(probe.stderr) or "no output"))
+        return facts
+    seen = json.loads(found[-1])
+    if seen.get("error"):
+        facts["problems"].append(seen["error"])
+    else:
+        facts.update({k: seen.get(k, "") for k in ("device_name", "device_arch", "torch", "triton")})
+        if not facts["device_name"]:
+            keys = get_backend(backend_name).visibility_env_keys
+            facts["problems"].append(f"{py} sees no {backend_name} device "
+                                     f"({keys[0] if keys else 'device'}={gpu}, as Ray gave the check)")
+    return facts
+
+
+def probe_main(argv: List[str]) -> int:
+    """`--probe BACKEND` in the cases' interpreter: triton and flag_gems imported for real
+    (zl.preflight.prepare_campaign, as the local batch's preflight), then the device name/arch
+    as a run records them (zl.device) and the torch/triton versions, as one tagged JSON line."""
+    from zl.backends import UnknownBackendError, get_backend
+    from zl.childenv import inherited
+    from zl.config import ConfigError
+    from zl.preflight import PreflightFailed, prepare_campaign
+
+    out: Dict[str, str] = {}
+    try:
+        backend = get_backend(argv[0] if argv else None)
+        prepare_campaign(inherited(), "run_batch")
+    except PreflightFailed as exc:
+        out["error"] = exc.detail
+    except (ConfigError, UnknownBackendError) as exc:
+        out["error"] = str(exc)
+    else:
+        import torch
+        import triton
+
+        from zl.device import INTERPRETER_ARCH, triton_interpreted
+
+        ident = backend.device_identity(torch)
+        name, arch = ident.get("device_name", ""), ident.get("device_arch", "")
+        if triton_interpreted():   # as DeviceSetup.probe records it
+            name, arch = name or "cpu", INTERPRETER_ARCH
+        out.update(device_name=name, device_arch=arch, torch=str(getattr(torch, "__version__", "")),
+                   triton=str(getattr(triton, "__version__", "")))
+    print(PROBE_TAG + json.dumps(out), flush=True)
+    return 0
 
 
 class Attempts:
@@ -123,6 +288,86 @@ class Attempts:
     def drain(self) -> List:
         out, self.fresh = self.fresh, []
         return out
+
+
+# ------------------------------------------------------------------ the driver's judgement
+
+def tree_difference(var: str, node_tree: Mapping[str, str], driver_tree: Mapping[str, str]) -> str:
+    """Why a node's tree is not the driver's ("" when it is): commit, then working state."""
+    if node_tree.get("commit", "") != driver_tree.get("commit", ""):
+        return (f"{var} {node_tree['path']} is at commit {node_tree.get('commit') or '(not a git checkout)'}, "
+                f"the driver's {driver_tree['path']} at {driver_tree.get('commit') or '(not a git checkout)'}")
+    if node_tree.get("worktree") == driver_tree.get("worktree"):
+        return ""
+    if not node_tree.get("commit"):
+        return (f"{var} {node_tree['path']} differs from the driver's {driver_tree['path']} in its files' "
+                "sizes or mtimes (not a git checkout: copy it with rsync -a / cp -p, or use git)")
+    node_dirty = node_tree.get("worktree") != CLEAN_WORKTREE
+    driver_dirty = driver_tree.get("worktree") != CLEAN_WORKTREE
+    how = ("has uncommitted changes (a dirty tree); the driver's has none" if node_dirty and not driver_dirty
+           else "has no uncommitted changes; the driver's has some" if driver_dirty and not node_dirty
+           else "has other uncommitted changes than the driver's")
+    return f"{var} {node_tree['path']} at the same commit {how} ({driver_tree['path']})"
+
+
+def judge_node(facts: Dict, driver_trees: Mapping[str, Mapping[str, str]],
+               driver_zl: List[Mapping[str, str]]) -> Tuple[List[str], List[str]]:
+    """(tree problems: exit 2, preflight problems: exit 4) of one node's facts. The FlagGems
+    trees must equal batch.json's conditions; the zl_bench checkout, the driver's as it was
+    before or after the check (`driver_zl`: one checkout edited while the nodes looked at it
+    is still one checkout)."""
+    trees = list(facts.get("missing", []))
+    for repo, drv in sorted(driver_trees.items()):
+        mine = facts.get("trees", {}).get(repo)
+        if mine is not None:
+            diff = tree_difference(REPO_ENV[repo], mine, drv)
+            if diff:
+                trees.append(diff + (" (stated by its ray start environment)" if facts["stated"].get(repo) else ""))
+    problems = list(facts.get("problems", []))
+    mine = facts.get("zl_bench")
+    if mine is not None:
+        diffs = [tree_difference("zl_bench", mine, drv) for drv in driver_zl]
+        diff = diffs[-1] if all(diffs) else ""
+        if diff:
+            problems.append(diff.replace("zl_bench ", "the zl_bench checkout ", 1))
+    return trees, problems
+
+
+def label(facts: Dict) -> str:
+    return f"{facts.get('host', '?')} (node {facts.get('node_id', '?')[:8]})"
+
+
+def device_of(facts: Dict) -> Tuple[str, str]:
+    return facts.get("device_name", ""), facts.get("device_arch", "")
+
+
+def shown(device: Tuple[str, str]) -> str:
+    return f"{device[0] or '?'} (arch {device[1] or '?'})"
+
+
+def batch_device(nodes: List[Dict], wanted: Optional[str], recorded: Optional[Dict]) -> Tuple[str, str]:
+    """The device a timing batch runs on: the one its start recorded (a --resume), else
+    --ray-device-name (its arch: that of most GPUs of that name), else the device of most
+    GPUs among the checked nodes, ties by name. Ray's node order is not stable, so "the
+    first node" would pick a different device from one call to the next."""
+    if recorded:
+        return recorded.get("name", ""), recorded.get("arch", "")
+    weight = Counter()
+    for f in nodes:
+        if wanted is None or f.get("device_name") == wanted:
+            weight[device_of(f)] += f.get("gpus", 1)
+    if not weight:
+        return wanted or "", ""
+    return sorted(weight.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+
+
+def recorded_device(started: Mapping) -> Optional[Dict]:
+    """The device batch.json's first Ray call chose, or None."""
+    for call in started.get("calls") or []:
+        dev = (call.get("ray") or {}).get("device")
+        if dev:
+            return dev
+    return None
 
 
 # ------------------------------------------------------------------ on the driver
@@ -149,7 +394,7 @@ def probe(address: Optional[str]) -> None:
 
 class Cluster:
     """The driver's connection, made before the batch directory is written (so an unreachable
-    or GPU-less cluster exits 2 having changed nothing)."""
+    or GPU-less cluster, or a node it refuses, exits having changed nothing)."""
 
     def __init__(self, address: Optional[str], backend: str, retries: int, repo_root: Path,
                  pythonpath: str):
@@ -171,11 +416,128 @@ class Cluster:
                            "resource; start each node with its GPUs (ray start ... --num-gpus N)")
         self.address = address
         self.retries = retries
+        self.repo_root = Path(repo_root)
+        self.nodes: Dict[str, Dict] = {}     # node id -> facts of the nodes the cases may use
+        self.record: Dict = {}               # batch.json's "ray" entry of this call
+        self.warning = ""                    # the MIXED HARDWARE line, when the batch is mixed
 
     def describe(self) -> str:
         nodes = [n for n in self.ray.nodes() if n.get("Alive")]
         return (f"Ray cluster {self.address or '(local)'}: {len(nodes)} node(s), {self.gpus:g} GPU(s) "
                 f"on {', '.join(sorted({n.get('NodeManagerHostname', '?') for n in nodes}))}")
+
+    def gpu_nodes(self) -> Dict[str, Dict]:
+        return {n["NodeID"]: n for n in self.ray.nodes()
+                if n.get("Alive") and (n.get("Resources") or {}).get("GPU", 0) > 0}
+
+    def collect(self, base_env: Dict[str, str], backend: str, roots: Dict[str, str]) -> List[Dict]:
+        """Every alive GPU node's facts (node_check_task), all at once; a node whose task
+        fails or does not answer within NODE_CHECK_TIMEOUT_S carries that as its problem."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        task = self.ray.remote(node_check_task)
+        refs = {}
+        for nid, n in sorted(self.gpu_nodes().items()):
+            gpus = n["Resources"]["GPU"]
+            ref = task.options(num_gpus=min(1.0, gpus), num_cpus=0, max_retries=0,
+                               scheduling_strategy=NodeAffinitySchedulingStrategy(nid, soft=False)
+                               ).remote(base_env, backend, roots, str(self.repo_root))
+            refs[ref] = {"host": n.get("NodeManagerHostname", "?"), "node_id": nid, "gpus": gpus}
+        if not refs:
+            return []
+        done, late = self.ray.wait(list(refs), num_returns=len(refs), timeout=NODE_CHECK_TIMEOUT_S)
+        out = []
+        for ref in late:
+            self.ray.cancel(ref, force=True)
+            out.append(dict(refs[ref], problems=[f"its check did not answer within {NODE_CHECK_TIMEOUT_S:g} s "
+                                                 "(its GPUs held by another job?)"]))
+        for ref in done:
+            try:
+                out.append(dict(self.ray.get(ref), gpus=refs[ref]["gpus"]))
+            except (self.ray.exceptions.RayError, OSError) as exc:
+                first = (str(exc).strip().splitlines() or [""])[-1]
+                out.append(dict(refs[ref], problems=[f"its check task failed: {type(exc).__name__}: {first}"]))
+        return sorted(out, key=lambda f: (f.get("host", ""), f.get("node_id", "")))
+
+    def check_nodes(self, plan) -> None:
+        """Judge every GPU node before the first case (module docstring); sets `nodes`,
+        `record` and `warning`, prints one line per node, raises RayError (exit 2) or
+        NodePreflightError (exit 4) on what it refuses."""
+        from zl.batch.conditions import tree_identity
+        from zl.childenv import batch_case_base
+
+        args = plan.args
+        exclude = bool(getattr(args, "ray_exclude_failing_nodes", False))
+        allow_mixed = bool(getattr(args, "allow_mixed_hardware", False))
+        wanted = getattr(args, "ray_device_name", None)
+        # functional batches (--share-device N > 1, --judge) time nothing: any device serves
+        timing = args.share_device == 1 and not getattr(args, "judge", False)
+        recorded = recorded_device(plan.started) if args.resume else None
+        if recorded and wanted is not None and wanted != recorded.get("name"):
+            raise RayError(f"--resume: the batch runs on {shown((recorded['name'], recorded.get('arch', '')))} "
+                           f"(batch.json), this call gives --ray-device-name {wanted!r}; drop it")
+        driver_zl = [tree_identity(str(self.repo_root))]
+        facts = self.collect(batch_case_base(plan.common_env), plan.backend.name, plan.roots)
+        driver_zl.append(tree_identity(str(self.repo_root)))
+        if not facts:
+            raise RayError("--executor ray: the cluster has no alive GPU node")
+        tree_bad, pre_bad, good = [], [], []
+        for f in facts:
+            trees, problems = judge_node(f, plan.conditions["flaggems"], driver_zl)
+            f["reason"] = "; ".join(trees + problems)
+            (tree_bad if trees else pre_bad if problems else good).append(f)
+        refused = tree_bad + pre_bad
+        if refused and not exclude:
+            lines = "\n  ".join(f"{label(f)}: {f['reason']}" for f in refused)
+            what = "holds another FlagGems tree" if tree_bad else "failed its check"
+            msg = (f"--executor ray: {len(refused)} of {len(facts)} GPU node(s) refused before any case "
+                   f"(a node {what}); nothing was run:\n  {lines}\nFix those nodes, or leave them out "
+                   f"with {EXCLUDE_OPTION}")
+            raise (RayError if tree_bad else NodePreflightError)(msg)
+        for f in refused:
+            f["status"] = "excluded"
+        if not good:
+            raise NodePreflightError(f"--executor ray: no GPU node passed its check ({len(facts)} refused, "
+                                     "each named above); nothing was run")
+        device = batch_device(good, wanted, recorded)
+        other = [f for f in good if device_of(f) != device]
+        used = [f for f in good if device_of(f) == device]
+        if timing and not allow_mixed:
+            for f in other:
+                f["status"], f["reason"] = "excluded", (f"its device {shown(device_of(f))} is not the batch's "
+                                                        f"{shown(device)} (timings compare only on one device; "
+                                                        f"{MIXED_OPTION} runs on it and marks the batch)")
+            if not used:
+                raise RayError(f"--executor ray: no checked GPU node has the batch's device {shown(device)} "
+                               + ("(batch.json)" if recorded else "(--ray-device-name)")
+                               + "; the nodes have: " + ", ".join(sorted({shown(device_of(f)) for f in good}))
+                               + f"; give {MIXED_OPTION} to run on them (the batch is then MIXED HARDWARE)")
+        else:
+            used = good
+        for f in used:
+            f["status"] = "used"
+        devices = sorted({shown(device_of(f)) for f in used} | ({shown(device)} if recorded or wanted else set()))
+        mixed = len(devices) > 1
+        self.warning = (f"MIXED HARDWARE: this batch runs on {', '.join(devices)}; compare its timings only "
+                        "within one device name/arch (each row names its own: ops_status notes, summary.csv)"
+                        if mixed else "")
+        for f in facts:
+            roots = " ".join(f"{REPO_ENV[r]}={p}" for r, p in sorted(f.get("roots", {}).items()))
+            line = (f"{LOG} node {label(f)}: {f.get('gpus', 0):g} GPU(s), device {shown(device_of(f))}, "
+                    f"torch {f.get('torch') or '?'}, triton {f.get('triton') or '?'}, {roots}")
+            if f["status"] == "used":
+                print(line + ": used", flush=True)
+            else:
+                print(f"!!! {line}: EXCLUDED: {f['reason']}", flush=True)
+        if self.warning:
+            print(f"!!! {LOG} {self.warning}", flush=True)
+        self.nodes = {f["node_id"]: f for f in used}
+        keep = ("host", "node_id", "gpus", "roots", "stated", "trees", "zl_bench", "python", "device_name",
+                "device_arch", "torch", "triton", "status", "reason")
+        self.record = {"device": {"name": device[0], "arch": device[1]}, "timing": timing,
+                       "mixed_hardware": mixed, "allow_mixed_hardware": allow_mixed,
+                       "exclude_failing_nodes": exclude, "warning": self.warning,
+                       "excluded": [f"{label(f)}: {f['reason']}" for f in facts if f["status"] != "used"],
+                       "nodes": [{k: f.get(k, "") for k in keep} for f in facts]}
 
     def executor(self, batch) -> "RayExecutor":
         return RayExecutor(self, batch)
@@ -185,14 +547,19 @@ class Cluster:
 
 
 class RayExecutor(Executor):
-    """Submits the cases as tasks, at most as many in flight as the cluster has GPU slots now
-    (so --budget-s and Ctrl-C stop starting new ones), and records each result as it lands."""
+    """Places each case on a checked node with a free GPU slot (GPUs x --share-device),
+    pinned to it, so --budget-s and Ctrl-C stop starting new ones; records each result as
+    it lands; places a case whose node or worker died again, on another live checked node
+    where there is one, up to --ray-retries times."""
 
     def __init__(self, cluster: Cluster, batch):
         self.cluster, self.ray, self.batch = cluster, cluster.ray, batch
         self.errors: List[BaseException] = []
-        self.inflight: Dict = {}
+        self.inflight: Dict = {}                   # ref -> (case, node id, tries)
         self.device_names: Dict[str, int] = {}
+
+    def alive(self) -> List[str]:
+        return [nid for nid in self.cluster.gpu_nodes() if nid in self.cluster.nodes]
 
     def run(self, shards, work, may_start) -> None:
         ray, batch, plan = self.ray, self.batch, self.batch.plan
@@ -202,40 +569,62 @@ class RayExecutor(Executor):
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
         attempts = ray.remote(num_cpus=0)(Attempts).options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False)).remote()
-        task = ray.remote(run_case_task).options(
-            num_gpus=1 / share, num_cpus=1 if share == 1 else 1 / share,
-            max_retries=self.cluster.retries, retry_exceptions=False)
+        task = ray.remote(run_case_task)
+        slot = dict(num_gpus=1 / share, num_cpus=1 if share == 1 else 1 / share, max_retries=0)
         configs = {n: r.cfg for n, r in batch.runners.items()}
-        pending = deque(c for cs in shards.values() for c in cs)
+        nodes = self.cluster.nodes
+        capacity = {nid: max(1, int(f["gpus"] * share)) for nid, f in nodes.items()}
+        busy: Counter = Counter()
+        pending: List[Tuple] = [(c, 0, None) for cs in shards.values() for c in cs]   # case, tries, avoid
         while pending or self.inflight:
-            slots = max(1, int(ray.cluster_resources().get("GPU", 0) * share))
-            while pending and len(self.inflight) < slots and may_start():
-                c = pending.popleft()
-                ref = task.remote(configs, names, c, plan.dtypes, plan.backend.name,
-                                  plan.args.kill_grace, attempts)
-                self.inflight[ref] = c
+            alive = self.alive()
+            placed: List[Tuple] = []
+            for item in pending:
+                free = [nid for nid in alive if busy[nid] < capacity[nid]]
+                if not free or not may_start():
+                    break
+                c, tries, avoid = item
+                fresh = [nid for nid in free if nid != avoid]
+                if not fresh and any(nid != avoid for nid in alive):
+                    continue    # wait for a slot on another node than the one the case died on
+                nid = max(fresh or free, key=lambda x: (capacity[x] - busy[x], x))
+                ref = task.options(**slot, scheduling_strategy=NodeAffinitySchedulingStrategy(nid, soft=False)).remote(
+                    configs, names, c, plan.dtypes, plan.backend.name, plan.args.kill_grace, attempts,
+                    {r: p for r, p in nodes[nid]["roots"].items()})
+                self.inflight[ref] = (c, nid, tries)
+                busy[nid] += 1
+                placed.append(item)
+            pending = [item for item in pending if item not in placed]
             if not self.inflight:
+                if pending and not alive:
+                    print(f"!!! {LOG} no checked GPU node is alive: {len(pending)} case(s) not started "
+                          "(continue with --resume)", flush=True)
                 break
             done, _ = ray.wait(list(self.inflight), num_returns=1, timeout=0.5)
             for key, where in ray.get(attempts.drain.remote()):
-                label = f"{where['host']}:{where['device']}"
-                batch.tables.status[names[0]].set(key, status="RUNNING", device=label, gpu=label)
+                label_ = f"{where['host']}:{where['device']}"
+                batch.tables.status[names[0]].set(key, status="RUNNING", device=label_, gpu=label_)
             for ref in done:
-                c = self.inflight.pop(ref)
+                c, nid, tries = self.inflight.pop(ref)
+                busy[nid] -= 1
                 try:
                     result = ray.get(ref)
                 except (ray.exceptions.RayError, OSError) as exc:
-                    result = None
+                    lost_node = not isinstance(exc, (ray.exceptions.RayTaskError, ray.exceptions.TaskCancelledError))
+                    if lost_node and tries < self.cluster.retries:
+                        pending.insert(0, (c, tries + 1, nid))
+                        continue
                     self.lost(c, names, exc)
-                if result is not None:
-                    self.accept(c, names, result)
+                    continue
+                self.accept(c, names, result)
         mixed = sorted(self.device_names)
-        if len(mixed) > 1:
-            print(f"!!! {LOG} MIXED HARDWARE: cases of this batch ran on {', '.join(mixed)}; compare "
-                  "timings only within one device name (the rows' notes say which)", flush=True)
+        if self.cluster.warning or len(mixed) > 1:
+            print(f"!!! {LOG} " + (self.cluster.warning or
+                                   f"MIXED HARDWARE: cases of this batch ran on {', '.join(mixed)}; compare "
+                                   "timings only within one device name (the rows' notes say which)"), flush=True)
 
     def lost(self, c, names: List[str], exc: BaseException) -> None:
-        """A task Ray gave up on (its retries spent on dead nodes, or its worker crashed)."""
+        """A task given up on (its retries spent on dead nodes or workers, or it raised)."""
         plan = self.batch.plan
         from zl.batch.status import blank_row
         for n in names:
@@ -268,20 +657,25 @@ class RayExecutor(Executor):
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         where, history = result["where"], result["history"]
+        node = self.cluster.nodes.get(where.get("node_id", ""), {})
         lost = [f"{h['host']}/{h['node']}" for h in history[:-1]]
-        label = f"{where['host']}:{result['device']}"
+        label_ = f"{where['host']}:{result['device']}"
         rows = {}
         for n, row in result["rows"].items():
-            name = row.pop("device_name", "")
+            # the run's own identity, else the device its node's check saw (a run that
+            # never got to record one)
+            name = row.pop("device_name", "") or node.get("device_name", "")
+            arch = row.pop("device_arch", "") or node.get("device_arch", "")
             if name:
                 self.device_names[name] = self.device_names.get(name, 0) + 1
             row["out_dir"] = str(case_dir(plan.side_dir(n), c))
             row["notes"] = join_notes(row.get("notes", ""), f"host={where['host']}", f"node={where['node']}",
                                       f"device_name={name}" if name else "",
+                                      f"device_arch={arch}" if arch else "",
                                       *[f"attempt_lost={x}(partial discarded)" for x in lost])
             batch.tables.status[n].replace((c.repo, c.run_name), row)
             rows[n] = row
-        batch.record(c, label, rows, result["dt"])
+        batch.record(c, label_, rows, result["dt"])
 
     def join(self) -> None:
         """Cancel every task in flight (force: its worker dies, and its case process group with
@@ -292,7 +686,7 @@ class RayExecutor(Executor):
         # submitted cases whose start the driver has not heard of yet: RUNNING, so that
         # execute() marks them INTERRUPTED like the rest (never PENDING: they may have run)
         first = self.batch.plan.sides[0][0]
-        for c in self.inflight.values():
+        for c, _, _ in self.inflight.values():
             key = (c.repo, c.run_name)
             if self.batch.tables.status[first].get(key)["status"] == "PENDING":
                 self.batch.tables.status[first].set(key, status="RUNNING")
@@ -300,3 +694,11 @@ class RayExecutor(Executor):
         while refs and time.monotonic() < deadline:
             _, refs = self.ray.wait(refs, num_returns=len(refs), timeout=0.5)
         self.inflight.clear()
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["--probe"]:
+        print("usage: python -m zl.batch.ray_executor --probe BACKEND (run_batch.py's node check)",
+              file=sys.stderr)
+        sys.exit(2)
+    sys.exit(probe_main(sys.argv[2:]))
