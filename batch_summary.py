@@ -7,7 +7,9 @@ Modes:
       measured row, with backend/device/timer and the operator's status and notes from
       <batch>/ops_status.csv. Rerunnable on old batches. Rows measured on a shared device
       (run_batch.py --share-device N) carry device_share=N and a `!!!` line says their
-      latencies and speedups are functional only, not timings.
+      latencies and speedups are functional only, not timings. Each row names its
+      device_name/device_arch (its identity, else run_batch.py --executor ray's notes); rows
+      of more than one print `!!! ... MIXED HARDWARE` (--batch too, in its timing_warning).
   --ab BEFORE AFTER [--label OP]
       pair two runs (run.log paths or run directories) by shape; per-shape gems
       latency before -> after and speedup % = before/after - 1; one summary line;
@@ -127,7 +129,7 @@ __all__ = ["main", "report_ab", "report_ab_rounds", "summarize", "cell_stats", "
            "BadInput", "NoReport", "SUMMARY_FIELDS"]
 
 SUMMARY_FIELDS = [
-    "repo", "op", "backend", "device", "timer", "device_share",
+    "repo", "op", "backend", "device", "device_name", "device_arch", "timer", "device_share",
     "fg_op_name", "dtype", "mode", "case_id", "row_status",
     "torch_lat", "gems_lat", "speedup", "extra_metrics", "size_detail",
     "op_status", "notes", "failures",
@@ -167,6 +169,7 @@ def _op_rows(log: Path, status: Dict[str, Dict[str, str]]) -> List[Dict[str, str
         "device": ident.get("device") or srow.get("device") or srow.get("gpu", ""),
         "timer": ident.get("timer") or srow.get("timer", ""),
         "device_share": ident.get("device_share") or views.shared_device_of(srow.get("notes", "")),
+        **dict(zip(("device_name", "device_arch"), views.device_of_row(ident, srow.get("notes", "")))),
         "op_status": srow.get("status", ""), "notes": srow.get("notes", ""),
     }
     try:
@@ -281,9 +284,11 @@ def _run_mode(args) -> Dict:
     if args.batch_dir is not None:
         path, rows = summarize(args.batch_dir, args.output)
         print(f"[batch-summary] {len(rows)} row(s) -> {path}")
-        warning = views.shared_warning(r["device_share"] for r in rows)
-        if warning:
-            print(f"!!! [batch-summary] {warning}")
+        warnings = [w for w in (views.shared_warning(r["device_share"] for r in rows),
+                                views.hardware_warning((r["device_name"], r["device_arch"]) for r in rows)) if w]
+        for w in warnings:
+            print(f"!!! [batch-summary] {w}")
+        warning = "; ".join(warnings) or None
         return {"mode": "batch", "batch": str(args.batch_dir), "csv": str(path),
                 "timing_warning": warning, "rows": rows}
     if args.screen is not None:

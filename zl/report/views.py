@@ -395,6 +395,29 @@ def shared_warning(shares) -> Optional[str]:
             "--share-device): latencies and speedups are a functional check, not timings")
 
 
+DEVICE_NOTE = re.compile(r"(?:^|;)device_(name|arch)=([^;]*)")
+
+
+def device_of_row(identity: Optional[Mapping], notes: str) -> Tuple[str, str]:
+    """(device_name, device_arch) of one batch row: the run's identity, else the ops_status
+    notes run_batch.py --executor ray writes (the device its node's check saw)."""
+    noted = dict(DEVICE_NOTE.findall(notes or ""))
+    ident = identity or {}
+    return (str(ident.get("device_name") or noted.get("name", "")),
+            str(ident.get("device_arch") or noted.get("arch", "")))
+
+
+def hardware_warning(devices) -> Optional[str]:
+    """One line when a batch's rows name more than one device_name or device_arch (a row
+    that recorded neither, e.g. a run that failed first, counts for none), else None:
+    device_name and device_arch are caliber fields, so such rows never compare."""
+    found = sorted({d for d in devices if d[0] or d[1]})
+    if len({n for n, _ in found if n}) < 2 and len({a for _, a in found if a}) < 2:
+        return None
+    return ("MIXED HARDWARE: rows measured on " + ", ".join(f"{n or '?'} (arch {a or '?'})" for n, a in found)
+            + "; compare latencies and speedups only within one device name/arch (each row names its own)")
+
+
 def torch_results(run: LoadedRun) -> Dict[str, str]:
     """One batch run's outputs against torch ({'status', 'value'}; status n/a when nothing
     was recorded): a batch has no side B, so this is the only results verdict it has."""
@@ -458,6 +481,7 @@ def batch_result(batch: Path, runs: Optional[Runs] = None) -> Dict:
              "backend": r.get("backend", ""), "device": r.get("device", "") or r.get("gpu", ""),
              "timer": r.get("timer", ""), "run_dir": str(run.dir),
              "device_share": shared_device_of(r.get("notes", "")),
+             **dict(zip(("device_name", "device_arch"), device_of_row(run.identity, r.get("notes", "")))),
              "median_speedup": median(speedups) if speedups else None, "failure_text": fail,
              "results_torch": torch_results(run)}
         # run_batch.py's PASS and SKIP are final, not failures (a runtime skip is upstream's own).
@@ -471,5 +495,8 @@ def batch_result(batch: Path, runs: Optional[Runs] = None) -> Dict:
             "status_counts": _counts(o["status"] for o in ops), "failures": _group(ops),
             "wrong_results": [o["op"] for o in ops if o["results_torch"]["status"] == "mismatch"],
             "median_speedups": [o["median_speedup"] for o in ops if o["median_speedup"] is not None],
-            "timing_warning": shared_warning(o["device_share"] for o in ops),
+            "timing_warning": "; ".join(w for w in (
+                shared_warning(o["device_share"] for o in ops),
+                hardware_warning((o["device_name"], o["device_arch"]) for o in ops)) if w) or None,
+            "mixed_hardware": bool(hardware_warning((o["device_name"], o["device_arch"]) for o in ops)),
             "demo": None}
