@@ -111,3 +111,10 @@ def test_real_runs_judge_untimed_and_every_side_compiles_into_its_own_cache(tmp_
     assert s1["unjudged"] == {"main:abs": "screen verdict NO_TRITON", "main:relu": "screen verdict NO_TRITON"}
     assert "nothing changed and no control to time; no stage 2" in r.stdout
     assert not (tmp_path / "jf/timed").exists()
+
+
+def test_side_c_of_retune_runs_in_the_timed_stage_only(tmp_path):
+    r = judge_first(tmp_path, "--ops", "softmax", "relu", "--controls", "1", "--retune")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not (tmp_path / "jf/judge/retuned").exists()
+    assert sorted(status(tmp_path / "jf/timed/retuned")) == ["relu", "softmax"]

@@ -117,7 +117,8 @@ def run(args, run_stage: Callable[[object], int], log: Callable[[str], None]) ->
                                 f"with --controls {args.controls}")
         atomic.write_json(summary_path, record)
         log(f"judge-first stage 1: every node of {args.switch} judged untimed -> {root / JUDGE}")
-        code = run_stage(_stage_args(args, root / JUDGE, judge=True, overlap=1,
+        # side C (--retune) belongs to the timed stage: an untimed re-tune judges nothing more
+        code = run_stage(_stage_args(args, root / JUDGE, judge=True, overlap=1, retune=False,
                                      share_device=args.judge_share or 1))
         if code != 0:
             log(f"judge-first: stage 1 ended with exit {code}; nothing is timed until every node is judged")
