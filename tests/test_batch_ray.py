@@ -1,12 +1,17 @@
 """run_batch.py --executor ray (zl/batch/ray_executor.py) on a real local Ray cluster.
 
 One cluster per module: a head without GPUs and two worker nodes with one fake GPU each
-(ray.cluster_utils.Cluster, loopback). Cases are the stub (tests/fixtures/batch/stub_case.sh),
-as in tests/test_batch.py, so the module spends its time in Ray, not in pytest runs.
+(ray.cluster_utils.Cluster, loopback), which state no FlagGems path of their own (so they use
+the driver's). Cases are the stub (tests/fixtures/batch/stub_case.sh), as in
+tests/test_batch.py, so the module spends its time in Ray, not in pytest runs. The last tests
+add a third node that states its own tree path and, through a test interpreter, reports
+another device (TestNodeChecks).
 """
 
 import csv
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -18,11 +23,17 @@ from pathlib import Path
 
 import pytest
 
-from harness.runner import REPO_ROOT, base_env
+from harness.runner import FAKE_FLAGGEMS_DIR, REPO_ROOT, base_env
 from test_batch import STUB, batch, batch_processes, pid_alive, status, trace
 
 SELECTION = ("softmax", "abs", "amax", "exp", "zl_flaky", "zl_skipped", "relu", "gelu_backward", "zl_hang")
 PLAN = "abs=dtype,amax=rescue,exp=fail,zl_flaky=flaky,zl_skipped=skip,relu=slow,gelu_backward=slow,zl_hang=hang"
+
+
+def node_args(**env):
+    """A worker node: one fake GPU; the environment of its `ray start` states no tree path
+    (empty = not stated) unless `env` does, whatever this process's environment holds."""
+    return dict(num_cpus=2, num_gpus=1, env_vars={"FLAGGEMS_DIR": "", "FLAGGEMS_VLLM_DIR": "", **env})
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +43,7 @@ def cluster():
         num_cpus=1, num_gpus=0, include_dashboard=False,
         # a removed node is declared dead in ~1.5 s, not Ray's default ~15 s
         _system_config={"health_check_period_ms": 500, "health_check_failure_threshold": 3}))
-    c.workers = [c.add_node(num_cpus=2, num_gpus=1) for _ in range(2)]
+    c.workers = [c.add_node(**node_args()) for _ in range(2)]
     c.wait_for_nodes()
     yield c
     c.shutdown()
@@ -207,7 +218,7 @@ def test_a_dead_node_s_case_finishes_on_the_other_node(cluster, tmp_path):
         if proc.poll() is None:
             proc.kill()
     i = cluster.workers.index(dead)
-    cluster.workers[i] = cluster.add_node(num_cpus=2, num_gpus=1)
+    cluster.workers[i] = cluster.add_node(**node_args())
     cluster.wait_for_nodes()
     assert proc.returncode == 0, out
     st = status(bd)
@@ -321,3 +332,226 @@ def test_a_crashing_worker_is_retried_within_the_budget(cluster, tmp_path):
     while batch_processes("rb-") and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not batch_processes("rb-")
+
+
+# ---------------------------------------------------------------- the node check (no cluster)
+
+def test_tree_differences_name_the_commit_or_the_working_state():
+    from zl.batch.ray_executor import CLEAN_WORKTREE, batch_device, judge_node, tree_difference
+    drv = {"path": "/d/FlagGems", "commit": "a" * 40, "worktree": CLEAN_WORKTREE}
+    assert tree_difference("FLAGGEMS_DIR", dict(drv, path="/n/FlagGems"), drv) == ""
+    assert tree_difference("FLAGGEMS_DIR", dict(drv, path="/n", commit="b" * 40), drv) == (
+        f"FLAGGEMS_DIR /n is at commit {'b' * 40}, the driver's /d/FlagGems at {'a' * 40}")
+    assert "has uncommitted changes (a dirty tree); the driver's has none" in tree_difference(
+        "FLAGGEMS_DIR", dict(drv, worktree="git-sha256:1"), drv)
+    assert "has no uncommitted changes; the driver's has some" in tree_difference(
+        "FLAGGEMS_DIR", drv, dict(drv, worktree="git-sha256:1"))
+    stat = {"path": "/d", "commit": "", "worktree": "stat-sha256:1"}
+    assert "sizes or mtimes" in tree_difference("FLAGGEMS_DIR", dict(stat, worktree="stat-sha256:2"), stat)
+    # zl_bench: the driver's checkout before or after the check (edited meanwhile) both match
+    node = {"host": "h", "node_id": "n" * 16, "stated": {}, "trees": {}, "problems": [],
+            "zl_bench": dict(drv, worktree="git-sha256:new")}
+    assert judge_node(node, {}, [drv, dict(drv, worktree="git-sha256:new")]) == ([], [])
+    trees, problems = judge_node(node, {}, [drv, drv])
+    assert trees == [] and problems == [
+        f"the zl_bench checkout /d/FlagGems at the same commit has uncommitted changes (a dirty tree); "
+        f"the driver's has none (/d/FlagGems)"]
+    # the batch's device: the one of most GPUs (ties by name), a named one, a --resume's record
+    nodes = [{"device_name": "H200", "device_arch": "9.0", "gpus": 8},
+             {"device_name": "H100", "device_arch": "9.0", "gpus": 4},
+             {"device_name": "H100", "device_arch": "9.0", "gpus": 4}]
+    assert batch_device(nodes, None, None) == ("H100", "9.0")
+    assert batch_device(nodes[:2], None, None) == ("H200", "9.0")
+    assert batch_device(nodes, "H200", None) == ("H200", "9.0")
+    assert batch_device(nodes, "A100", None) == ("A100", "")
+    assert batch_device(nodes, None, {"name": "B200", "arch": "10.0"}) == ("B200", "10.0")
+
+
+# ---------------------------------------------------------------- the node check (a third node)
+
+H100 = "NVIDIA H100 80GB HBM3"
+WRAPPER = """#!/bin/bash
+# The cases' interpreter on a node whose tree lies under $ZL_TEST_NODE_TREES/h100*: torch.cuda
+# reports an H100; under .../broken*: no flag_gems on its path (an install without it).
+case "${{FLAGGEMS_DIR:-}}" in
+  "$ZL_TEST_NODE_TREES"/h100*) export PYTHONPATH="$ZL_TEST_NODE_TREES/fake_gpu${{PYTHONPATH:+:$PYTHONPATH}}" ;;
+  "$ZL_TEST_NODE_TREES"/broken*) export PYTHONPATH="{repo}" ;;
+esac
+exec "{python}" "$@"
+"""
+# torch.cuda patched as it is imported (so a process that never imports torch pays nothing)
+FAKE_GPU = f"""import importlib.abc, importlib.util, sys
+
+
+class FakeGpu(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch.cuda":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            module.device_count = lambda: 1
+            module.current_device = lambda: 0
+            module.get_device_name = lambda device=None: {H100!r}
+            module.get_device_capability = lambda device=None: (9, 0)
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, FakeGpu())
+"""
+# records the tree each case ran against, then the stub
+RECORD_PATHS = 'echo "${{TEST_NODE##*::test_}} $FLAGGEMS_DIR $TEST_NODE" >> "$ZL_STUB_STATE/paths"\nexec bash "{stub}"\n'
+
+
+def copy_tree(dest):
+    """The fake tree at another path, sizes and mtimes kept: the same stat identity."""
+    shutil.copytree(FAKE_FLAGGEMS_DIR, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def point(link, target):
+    tmp = link.with_name(link.name + ".new")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(target)
+    os.replace(tmp, link)
+
+
+def git(*args, cwd):
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
+                   capture_output=True)
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True).stdout.strip()
+
+
+def last_call(bd):
+    return json.loads((bd / "batch.json").read_text())["calls"][-1]
+
+
+@pytest.fixture(scope="class")
+def odd(cluster, tmp_path_factory):
+    """A third GPU node whose `ray start` environment states FLAGGEMS_DIR=<root>/flaggems, a
+    link each test points at the tree it needs; the cases' interpreter is WRAPPER. Removed
+    after TestNodeChecks, so the other tests see the module's two workers only."""
+    root = tmp_path_factory.mktemp("odd_node").resolve()
+    (root / "fake_gpu").mkdir()
+    (root / "fake_gpu" / "sitecustomize.py").write_text(FAKE_GPU)
+    py = root / "python"
+    py.write_text(WRAPPER.format(repo=REPO_ROOT, python=sys.executable))
+    py.chmod(0o755)
+    link = root / "flaggems"
+    point(link, FAKE_FLAGGEMS_DIR)
+    node = cluster.add_node(**node_args(FLAGGEMS_DIR=str(link)))
+    cluster.wait_for_nodes()
+    yield type("Odd", (), dict(root=root, link=link, python=py, node=node, id=node.node_id[:8]))
+    cluster.remove_node(node)
+
+
+class TestNodeChecks:
+
+    def run(self, cluster, odd, tmp_path, *args, **env):
+        return ray_batch(cluster, tmp_path, *args, ZL_PYTHON=odd.python, ZL_TEST_NODE_TREES=odd.root, **env)
+
+    def test_a_node_s_own_tree_path_and_other_hardware_left_out_or_marked_mixed(self, cluster, odd, tmp_path):
+        h100 = copy_tree(odd.root / "h100")
+        point(odd.link, h100)
+        workers = {n.node_id[:8] for n in cluster.workers}
+        env = dict(ZL_RUN_PYTEST=tmp_path / "record.sh")
+        (tmp_path / "record.sh").write_text(RECORD_PATHS.format(stub=STUB))
+        ops = ("--ops", "relu", "abs", "exp")
+        # a timing batch: the device of most GPUs (the two cpu workers); the H100 node left out
+        r = self.run(cluster, odd, tmp_path, *ops, "--batch-dir", tmp_path / "a", **env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert f"(node {odd.id}): 1 GPU(s), device {H100} (arch triton-interpreter)" in r.stdout
+        assert (f"FLAGGEMS_DIR={h100}: EXCLUDED: its device {H100} (arch triton-interpreter) is not the "
+                "batch's cpu (arch triton-interpreter)") in r.stdout
+        assert "MIXED HARDWARE" not in r.stdout
+        assert {notes(v)["node"] for v in status(tmp_path / "a").values()} <= workers
+        ray_rec = last_call(tmp_path / "a")["ray"]
+        assert ray_rec["device"] == {"name": "cpu", "arch": "triton-interpreter"} and not ray_rec["mixed_hardware"]
+        mine = [n for n in ray_rec["nodes"] if n["node_id"].startswith(odd.id)]
+        assert mine[0]["status"] == "excluded" and mine[0]["roots"] == {"main": str(h100)}
+        assert mine[0]["stated"] == {"main": True} and mine[0]["torch"] and mine[0]["triton"]
+        assert ray_rec["excluded"] == [f"{mine[0]['host']} (node {odd.id}): {mine[0]['reason']}"]
+        # --allow-mixed-hardware: every node (three cases at once: one each), the batch and
+        # each of its reports marked
+        (tmp_path / "paths").unlink()
+        r = self.run(cluster, odd, tmp_path, *ops, "--allow-mixed-hardware", "--batch-dir", tmp_path / "b",
+                     ZL_STUB_PLAN="relu=slow,abs=slow,exp=slow", ZL_STUB_SLOW_S="1", **env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        mixed = (f"MIXED HARDWARE: this batch runs on {H100} (arch triton-interpreter), cpu (arch "
+                 "triton-interpreter)")
+        assert f"!!! [batch] {mixed}" in r.stdout
+        assert "!!! [batch-summary] MIXED HARDWARE: rows measured on" in r.stdout
+        record = json.loads((tmp_path / "b/batch.json").read_text())
+        assert any(w.startswith(mixed) for w in record["warnings"]) and record["calls"][-1]["ray"]["mixed_hardware"]
+        st = status(tmp_path / "b")
+        on_odd = [op for op, v in st.items() if notes(v)["node"] == odd.id]
+        assert len(on_odd) == 1 and notes(st[on_odd[0]])["device_name"] == H100
+        assert all(notes(st[op])["device_name"] == "cpu" for op in st if op not in on_odd)
+        # the case on the H100 node ran against that node's tree; the others against the driver's
+        ran = {op: (d, node) for op, d, node in (ln.split() for ln in (tmp_path / "paths").read_text().splitlines())}
+        assert ran[on_odd[0]][0] == str(h100) and ran[on_odd[0]][1].startswith(f"{h100}/benchmark/")
+        assert all(ran[op][0] == str(FAKE_FLAGGEMS_DIR) for op in ran if op not in on_odd)
+        with open(tmp_path / "b/summary.csv", newline="") as fh:
+            assert {r["device_name"] for r in csv.DictReader(fh)} == {H100, "cpu"}
+        rep = subprocess.run([sys.executable, str(REPO_ROOT / "batch_summary.py"), "--batch", str(tmp_path / "b"),
+                              "--json", str(tmp_path / "rep.json")], capture_output=True, text=True)
+        assert rep.returncode == 0, rep.stdout + rep.stderr
+        rep_json = json.loads((tmp_path / "rep.json").read_text())
+        assert rep_json["mixed_hardware"] and "MIXED HARDWARE" in rep_json["timing_warning"]
+        assert {o["device_name"] for o in rep_json["ops"]} == {H100, "cpu"}
+        # a named device no node has: exit 2, nothing written; a --resume keeps its batch's device
+        r = self.run(cluster, odd, tmp_path, *ops, "--ray-device-name", "NVIDIA A100", "--batch-dir",
+                     tmp_path / "c", **env)
+        assert r.returncode == 2 and (
+            "no checked GPU node has the batch's device NVIDIA A100 (arch ?) (--ray-device-name); the nodes have: "
+            f"{H100} (arch triton-interpreter), cpu (arch triton-interpreter); give --allow-mixed-hardware") in r.stderr
+        assert not (tmp_path / "c").exists()
+        r = self.run(cluster, odd, tmp_path, "--resume", "--ray-device-name", H100, "--batch-dir", tmp_path / "a", **env)
+        assert r.returncode == 2 and ("--resume: the batch runs on cpu (arch triton-interpreter) (batch.json), "
+                                      f"this call gives --ray-device-name '{H100}'") in r.stderr
+
+    def test_a_node_at_another_commit_or_with_a_dirty_tree_exits_2_before_any_case(self, cluster, odd, tmp_path):
+        drv = copy_tree(tmp_path / "driver_tree")
+        a = git("init", "-q", ".", cwd=drv) and git("add", "-A", cwd=drv) and git("commit", "-qm", "a", cwd=drv)
+        other = odd.root / "commit_b"
+        git("clone", "-q", str(drv), str(other), cwd=tmp_path)
+        (other / "README.zl").write_text("another commit\n")
+        git("add", "-A", cwd=other)
+        b = git("commit", "-qm", "b", cwd=other)
+        point(odd.link, other)
+        r = self.run(cluster, odd, tmp_path, "--ops", "relu", "--batch-dir", tmp_path / "rb", FLAGGEMS_DIR=drv)
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert "1 of 3 GPU node(s) refused before any case (a node holds another FlagGems tree)" in r.stderr
+        assert (f"(node {odd.id}): FLAGGEMS_DIR {other} is at commit {b}, the driver's {drv} at {a} "
+                "(stated by its ray start environment)") in r.stderr
+        assert "--ray-exclude-failing-nodes" in r.stderr and not (tmp_path / "rb").exists()
+        dirty = odd.root / "dirty"
+        git("clone", "-q", str(drv), str(dirty), cwd=tmp_path)
+        (dirty / "benchmark" / "conftest.py").write_text("# edited on this host\n")
+        point(odd.link, dirty)
+        r = self.run(cluster, odd, tmp_path, "--ops", "relu", "--batch-dir", tmp_path / "rb", FLAGGEMS_DIR=drv)
+        assert r.returncode == 2 and (f"(node {odd.id}): FLAGGEMS_DIR {dirty} at the same commit has uncommitted "
+                                      f"changes (a dirty tree); the driver's has none ({drv})") in r.stderr
+        assert not (tmp_path / "rb").exists()
+
+    def test_a_node_that_cannot_import_flag_gems_exits_4_or_is_left_out_when_asked(self, cluster, odd, tmp_path):
+        point(odd.link, copy_tree(odd.root / "broken"))
+        r = self.run(cluster, odd, tmp_path, "--ops", "relu", "abs", "--batch-dir", tmp_path / "rb")
+        assert r.returncode == 4, r.stdout + r.stderr
+        assert "1 of 3 GPU node(s) refused before any case (a node failed its check)" in r.stderr
+        assert f"(node {odd.id}): {sys.executable} cannot import flag_gems: ModuleNotFoundError" in r.stderr
+        assert not (tmp_path / "rb").exists()
+        r = self.run(cluster, odd, tmp_path, "--ops", "relu", "abs", "--ray-exclude-failing-nodes",
+                     "--batch-dir", tmp_path / "rb")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert f"(node {odd.id}): 1 GPU(s), device ? (arch ?)" in r.stdout and "cannot import flag_gems" in r.stdout
+        ray_rec = last_call(tmp_path / "rb")["ray"]
+        assert ray_rec["exclude_failing_nodes"] and len(ray_rec["excluded"]) == 1
+        assert odd.id in ray_rec["excluded"][0] and "cannot import flag_gems" in ray_rec["excluded"][0]
+        workers = {n.node_id[:8] for n in cluster.workers}
+        st = status(tmp_path / "rb")
+        assert all(v["status"] == "PASS" and notes(v)["node"] in workers for v in st.values())
