@@ -246,6 +246,9 @@ def test_without_ray_the_executor_exits_2_with_the_install_command(tmp_path):
     assert [d.split(">")[0] for d in extras["ray"]] == ["ray"]
     r = batch(tmp_path, "--ray-address", "127.0.0.1:1", "--ops", "softmax", "--batch-dir", tmp_path / "rb")
     assert r.returncode == 2 and "--ray-address needs --executor ray" in r.stderr
+    for opt in ("--allow-mixed-hardware", "--ray-exclude-failing-nodes"):
+        r = batch(tmp_path, opt, "--ops", "softmax", "--batch-dir", tmp_path / "rb")
+        assert r.returncode == 2 and f"{opt} needs --executor ray" in r.stderr
     r = batch(tmp_path, "--executor", "ray", "--devices", "0", "--ops", "softmax", "--batch-dir", tmp_path / "rb")
     assert r.returncode == 2 and "drop --devices/--gpus/--balance" in r.stderr
     assert not (tmp_path / "rb").exists()
@@ -354,8 +357,8 @@ def test_tree_differences_name_the_commit_or_the_working_state():
     assert judge_node(node, {}, [drv, dict(drv, worktree="git-sha256:new")]) == ([], [])
     trees, problems = judge_node(node, {}, [drv, drv])
     assert trees == [] and problems == [
-        f"the zl_bench checkout /d/FlagGems at the same commit has uncommitted changes (a dirty tree); "
-        f"the driver's has none (/d/FlagGems)"]
+        "the zl_bench checkout /d/FlagGems at the same commit has uncommitted changes (a dirty tree); "
+        "the driver's has none (/d/FlagGems)"]
     # the batch's device: the one of most GPUs (ties by name), a named one, a --resume's record
     nodes = [{"device_name": "H200", "device_arch": "9.0", "gpus": 8},
              {"device_name": "H100", "device_arch": "9.0", "gpus": 4},

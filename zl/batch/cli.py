@@ -512,7 +512,7 @@ def run(args) -> int:
             return list_cases(plan)
         if args.executor == "ray":
             check_backend(plan.backend.name)
-        else:   # with Ray, every GPU node checks its own interpreter (cluster.check_nodes)
+        else:   # this host's interpreter; with Ray, each GPU node's (cluster.check_nodes)
             preflight_interpreter(plan.backend.name)
         if args.executor == "ray":
             cluster = Cluster(args.ray_address, plan.backend.name, args.ray_retries, REPO_ROOT,

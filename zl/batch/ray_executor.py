@@ -578,23 +578,23 @@ class RayExecutor(Executor):
         pending: List[Tuple] = [(c, 0, None) for cs in shards.values() for c in cs]   # case, tries, avoid
         while pending or self.inflight:
             alive = self.alive()
-            placed: List[Tuple] = []
-            for item in pending:
+            waiting: List[Tuple] = []
+            for i, (c, tries, avoid) in enumerate(pending):
                 free = [nid for nid in alive if busy[nid] < capacity[nid]]
                 if not free or not may_start():
+                    waiting += pending[i:]
                     break
-                c, tries, avoid = item
                 fresh = [nid for nid in free if nid != avoid]
                 if not fresh and any(nid != avoid for nid in alive):
-                    continue    # wait for a slot on another node than the one the case died on
+                    waiting.append((c, tries, avoid))   # for a slot on another node than the one it died on
+                    continue
                 nid = max(fresh or free, key=lambda x: (capacity[x] - busy[x], x))
                 ref = task.options(**slot, scheduling_strategy=NodeAffinitySchedulingStrategy(nid, soft=False)).remote(
                     configs, names, c, plan.dtypes, plan.backend.name, plan.args.kill_grace, attempts,
-                    {r: p for r, p in nodes[nid]["roots"].items()})
+                    dict(nodes[nid]["roots"]))
                 self.inflight[ref] = (c, nid, tries)
                 busy[nid] += 1
-                placed.append(item)
-            pending = [item for item in pending if item not in placed]
+            pending = waiting
             if not self.inflight:
                 if pending and not alive:
                     print(f"!!! {LOG} no checked GPU node is alive: {len(pending)} case(s) not started "
