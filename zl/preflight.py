@@ -9,20 +9,26 @@
   fails once per cell and burns a campaign), on a throwaway tuner store: FlagGems creates its
   sqlite store at import, and a preflight must not write the user's ~/.flaggems while the
   campaign says `tuner=isolated`.
+- `probe_interpreter(...)`, `device_problems(...)`: a frozen campaign's (zl.frozen.run) view of
+  its interpreter (where triton and flag_gems import from, torch, the devices it sees) and the
+  named ways its device is not the declared, idle one.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, List, Mapping, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from zl import flaggems, markers
 from zl.backends import UnknownBackendError, get_backend
+from zl.backends.base import device_argv
 from zl.childenv import set_in_process, tuner_store
 from zl.config import ConfigError, switch
 from zl.shapefile import ShapeFileError, device_memory, validate_shape_file
@@ -134,3 +140,65 @@ def prepare_campaign(env: Mapping[str, str], driver: str) -> List[Tuple[str, Any
             ("M_SWITCH_NO_IR_DIFF", markers.SWITCH_NO_IR_DIFF)]
 
 
+# Run by the campaign's interpreter in the FlagGems tree with the campaign's environment. The
+# tree's pytest.ini `pythonpath` goes first, as pytest puts it, so triton and flag_gems are the
+# ones its benchmark and correctness runs import.
+INTERPRETER_PROBE = r"""
+import configparser, json, os, sys
+tree, backend = sys.argv[1], sys.argv[2]
+ini = configparser.ConfigParser(interpolation=None)
+ini.read(os.path.join(tree, "pytest.ini"))
+for entry in reversed(ini.get("pytest", "pythonpath", fallback="").split()):
+    sys.path.insert(0, os.path.join(tree, entry))
+import triton, flag_gems, torch
+from importlib import metadata
+from zl.backends import get_backend
+vcs = ""
+for name in metadata.packages_distributions().get("triton", []):
+    try:
+        vcs = vcs or json.loads(metadata.distribution(name).read_text("direct_url.json") or "{}")["vcs_info"]["commit_id"]
+    except Exception:
+        pass
+b = get_backend(backend)
+print("ZL_PROBE " + json.dumps({"triton_file": triton.__file__, "triton_version": getattr(triton, "__version__", ""),
+      "triton_vcs_commit": vcs, "flag_gems_file": flag_gems.__file__, "torch_version": torch.__version__,
+      "device_count": b._probe_torch_count(torch), **b.device_identity(torch)}))
+"""
+
+
+def probe_interpreter(python: str, tree: str, backend: str, env: Mapping[str, str]) -> Dict[str, Any]:
+    """The interpreter's module files and versions, pip's commit record of triton, its device
+    count and identity; PreflightFailed("interpreter") naming why when it cannot import them."""
+    try:
+        proc = subprocess.run([python, "-c", INTERPRETER_PROBE, tree, backend], cwd=tree, env=dict(env),
+                              capture_output=True, text=True, timeout=600)
+        line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("ZL_PROBE ")), "")
+        if line:
+            return json.loads(line[len("ZL_PROBE "):])
+        why = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        why = str(exc)
+    raise PreflightFailed("interpreter", f"{python} in {tree}: {why}")
+
+
+def device_problems(backend: Any, device: str, probe: Optional[Mapping[str, Any]] = None, want: int = 1,
+                    model: str = "") -> List[Tuple[str, str]]:
+    """(code, what) for each way `device` is not what a campaign declared: not exactly `want`
+    devices of `model` visible through it (when `probe` says what the interpreter sees), or
+    not idle (the backend's compute-apps query), or no query can tell."""
+    out: List[Tuple[str, str]] = []
+    where = f"{backend.visibility_env_keys[0]}={device}"
+    if probe is not None:
+        name = probe.get("device_name") or ""
+        if probe["device_count"] != want:
+            out.append(("devices_visible_mismatch", f"{probe['device_count']} device(s) visible through {where}, "
+                        f"the manifest declares {want}"))
+        elif model.lower() not in name.lower() and name.lower() not in model.lower():
+            out.append(("device_model_mismatch", f"{where} is {name!r}, not {model!r}"))
+    procs = backend.device_processes(device)
+    if procs is None:
+        query = " ".join(device_argv(backend.compute_apps_argv, device)) or f"{backend.name} offers none"
+        out.append(("device_check_unavailable", f"no query shows {where} idle ({query})"))
+    elif procs:
+        out.append(("device_busy", f"{where} runs {len(procs)} other process(es): {'; '.join(procs[:3])}"))
+    return out

@@ -124,6 +124,9 @@ class DeviceBackend:
     # Total-memory query argv, one MiB number per device line; "{dev}" marks the device value.
     # Empty = unknown (zl.shapefile then bounds shapes by the host's memory).
     memory_query_argv: Tuple[str, ...] = ()
+    # The compute processes on a device, one per output line; "{dev}" marks the device value.
+    # Empty = this runtime offers no such query (a frozen campaign then cannot show it is idle).
+    compute_apps_argv: Tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
@@ -251,6 +254,21 @@ class DeviceBackend:
 
     def denies_capture(self, op: str) -> bool:
         return bool(op) and op in self.capture_deny_ops
+
+    def device_processes(self, device: str) -> Optional[List[str]]:
+        """The processes running on `device`, one line each ([] when idle); None when no query
+        answers (none for this runtime, the tool missing, failing or hanging)."""
+        if not self.compute_apps_argv:
+            return None
+        try:
+            proc = subprocess.run(device_argv(self.compute_apps_argv, device), text=True,
+                                  capture_output=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        if proc.returncode != 0:
+            return None
+        return [ln.strip() for ln in proc.stdout.splitlines()
+                if ln.strip() and not ln.lower().startswith("no running")]
 
     # --- telemetry ------------------------------------------------------------------------------
     def telemetry_command(self, device: str = "") -> List[str]:

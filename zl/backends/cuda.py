@@ -45,6 +45,8 @@ class CudaBackend(DeviceBackend):
 
     memory_query_argv = ("nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits",
                          "-i", "{dev}")
+    compute_apps_argv = ("nvidia-smi", "--query-compute-apps=pid,process_name,used_memory",
+                         "--format=csv,noheader", "-i", "{dev}")
 
     def parse_telemetry(self, raw: str) -> List[Dict[str, str]]:
         rows: List[Dict[str, str]] = []

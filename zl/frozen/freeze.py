@@ -6,9 +6,9 @@ and correctness tests must exist in the FlagGems tree at the manifest's commit, 
 inventory row in ops/inventory_main.csv (or a stated inventory_missing_reason). A target the
 inventory named but the pinned tree had split away used to fail only inside the device run,
 as an empty log. The task matrix holds one task per (workload, cell), canaries first, each
-workload's baseline before its controls and candidates; it is bound to the manifest's bytes by
-sha256, so a manifest edited by one byte never reuses it. `--selection all` needs a passing
-canary receipt bound to the same manifest.
+workload's baseline before its controls and candidates, then its reverse-order timing tasks;
+it is bound to the manifest's bytes by sha256, so a manifest edited by one byte never reuses
+it. `--selection all` needs a passing canary receipt bound to the same manifest.
 
 Examples:
   python -m zl.frozen.freeze campaign.json --flaggems-dir /path/to/FlagGems --dry-run
@@ -35,7 +35,6 @@ from __future__ import annotations
 import ast
 import json
 import os
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,8 +46,9 @@ from zl.batch import inventory as inv
 from zl.config import environ
 from zl.flaggems import checkout_commit
 from zl.frozen import (CAMPAIGN_RECEIPT, CANARY_RECEIPT, LOCK, MANIFEST, MATRIX, MATRIX_KIND, SHAPES,
-                       TASK_RECEIPT, CampaignError, Problem, fail, check_canary_receipt, read_json, sha256)
-from zl.frozen.manifest import SELECTIONS, check, ordered_workloads, workload_dtypes
+                       TASK_RECEIPT, CampaignError, Problem, fail, check_canary_receipt, git_status, read_json,
+                       sha256)
+from zl.frozen.manifest import SELECTIONS, check
 from zl.shapefile import ShapeFileError, load_bounded, shape_problem
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -84,29 +84,6 @@ def _module_names(path: Path) -> Optional[set]:
     except (OSError, SyntaxError, ValueError):
         return None
     return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-
-
-def _git_status(root: str) -> Optional[List[Tuple[str, str]]]:
-    """(XY, path) of `git status` in root: tracked edits and every untracked file; None when
-    git cannot say."""
-    try:
-        proc = subprocess.run(["git", "-C", root, "status", "--porcelain=v1", "-z", "--untracked-files=all"],
-                              capture_output=True, timeout=120)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if proc.returncode:
-        return None
-    out = proc.stdout.decode("utf-8", "surrogateescape")
-    fields, entries = out.split("\0"), []
-    i = 0
-    while i < len(fields):
-        item = fields[i]
-        if len(item) > 3:
-            entries.append((item[:2], item[3:]))
-            i += 1 if item[0] not in "RC" else 2   # a rename's next field is its old path
-        else:
-            i += 1
-    return entries
 
 
 def resolve(doc: Dict[str, Any], flaggems_dir: str, inventory: Path) -> Resolved:
@@ -173,7 +150,7 @@ def resolve(doc: Dict[str, Any], flaggems_dir: str, inventory: Path) -> Resolved
             if names is None or name not in names:
                 add("correctness_target_missing", f"{path}.correctness.node_ids[{k}]",
                     f"{cfile} " + ("does not parse" if names is None else f"defines no module-level {name}"))
-    status = _git_status(str(root)) if commit == want else []
+    status = git_status(str(root)) if commit == want else []
     if status is None:
         add("source_tree_dirty", "$.source.flaggems_commit", f"git status failed in {root}: edits cannot be ruled out")
     else:
@@ -217,44 +194,65 @@ def _resolve_shapes(doc: Dict[str, Any], res: Resolved, add: Any) -> None:
             add("shape_key_missing", f"$.workloads[{i}].shape_key", f"{key!r} {problem} ({path})")
 
 
+def ordered_workloads(doc: Dict[str, Any], selection: str) -> List[Dict[str, Any]]:
+    """The workloads a selection runs, in run order: the canaries in canary_order first,
+    then (selection all) every other workload in manifest order."""
+    by_id = {w["id"]: w for w in doc["workloads"]}
+    first = [by_id[wid] for wid in doc["protocol"]["canary_order"]]
+    return first if selection == "canary" else first + [w for w in doc["workloads"] if not w["canary"]]
+
+
+def workload_dtypes(doc: Dict[str, Any], workload: Dict[str, Any]) -> List[str]:
+    return list(workload.get("dtypes") or doc["protocol"]["dtypes"]["default"])
+
+
 def build_matrix(doc: Dict[str, Any], manifest_sha: str, selection: str, out_dir: Path,
                  res: Resolved, receipt: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
-    """The task matrix: one task per (workload, cell), canary workloads first (canary_order),
-    then the others in manifest order; within a workload the cells in manifest order (the
-    baseline, controls, candidates). Paths are absolute: the runner writes under out_dir."""
+    """The task matrix: canary workloads first (canary_order), then the others in manifest
+    order. Per workload, one forward task per cell in manifest order (the baseline, controls,
+    candidates), then the reverse order for timing: each timed candidate again (last first)
+    and the baseline again, both replaying the baseline's record. A reverse task runs only
+    when a candidate it names in `run_if_responded` responded (classification.response): a
+    difference in one execution order alone was order, not the switch, as often as not.
+    Paths are absolute: the runner writes under out_dir."""
     out_dir = Path(out_dir).resolve()
     proto = doc["protocol"]
     cells, timeouts = proto["cells"], proto["timeouts_s"]
     baseline = cells[0]["name"]
+    timed = [c for c in cells if c["role"] == "candidate" and c["name"] in proto["timing_cells"]]
+    reverse = [(c, f"{c['name']}@reverse") for c in reversed(timed)] + [(cells[0], f"{baseline}@reverse")]
     common = dict(proto.get("environment", {}))
     shapes = str(out_dir / SHAPES) if res.shape_file else None
     tasks = []
     for w in ordered_workloads(doc, selection):
         timeout = timeouts[w["cost_class"]]
         base_run = out_dir / "tasks" / w["id"] / baseline / "run"
-        for cell in cells:
-            here = out_dir / "tasks" / w["id"] / cell["name"]
+        for cell, name in [(c, c["name"]) for c in cells] + reverse:
+            here = out_dir / "tasks" / w["id"] / name
+            order = "reverse" if name.endswith("@reverse") else "forward"
             env = {"ZL_ISOLATE_TUNER_CACHE": "1", **common, **cell["env"],
                    "TEST_NODE": res.nodes[w["id"]], "FLAGGEMS_DIR": res.flaggems_dir,
                    "DTYPES": " ".join(workload_dtypes(doc, w)),
                    "SHAPE_FILE": shapes if shapes and w["shape_key"] is not None else "upstream",
                    "OUT_DIR": str(here / "run"), "ZL_CAMPAIGN_ID": doc["campaign_id"],
                    "ZL_BACKEND": get_backend(doc["device"]["backend"]).name}
-            replays = cell["role"] != "baseline"
+            replays = cell["role"] != "baseline" or order == "reverse"
             if replays:
                 env["REPLAY_FROM"] = str(base_run)
+            responders = [f"{w['id']}/{c['name']}" for c in (timed if cell["role"] == "baseline" else [cell])]
             tasks.append({
-                "ordinal": len(tasks) + 1, "id": f"{w['id']}/{cell['name']}", "workload": w["id"],
-                "cell": cell["name"], "role": cell["role"], "canary": w["canary"],
+                "ordinal": len(tasks) + 1, "id": f"{w['id']}/{name}", "workload": w["id"],
+                "cell": cell["name"], "role": cell["role"], "order": order, "canary": w["canary"],
                 "timed": cell["name"] in proto["timing_cells"], "cost_class": w["cost_class"],
                 "family": w["family"], "run_name": res.run_names[w["id"]], "shape_key": w["shape_key"],
                 "autotune": "replay" if replays else "record",
                 "replay_of": f"{w['id']}/{baseline}" if replays else None,
                 "code_must_equal": f"{w['id']}/{baseline}" if cell["role"] == "control" else None,
+                "run_if_responded": responders if order == "reverse" else None,
                 "benchmark": {"argv": ["bash", str(REPO_ROOT / "run_pytest.sh")], "cwd": str(REPO_ROOT),
                               "env": env, "timeout_s": timeout},
                 "correctness": _correctness(proto, w, cell, res, timeout)
-                if cell["name"] in proto["correctness_cells"] else None,
+                if cell["name"] in proto["correctness_cells"] and order == "forward" else None,
                 "receipt": str(here / TASK_RECEIPT),
             })
     matrix = {
@@ -288,14 +286,25 @@ def _correctness(proto: Dict[str, Any], w: Dict[str, Any], cell: Dict[str, Any],
     if "select" in corr:
         argv += ["-k", corr["select"]]
     narrowed = {k: corr[k] for k in ("node_ids", "select", "reason") if k in corr}
+    base = proto["cells"][0]
+    # A candidate's failure is its own only if the same tests pass without the switch: the
+    # baseline's environment runs them then, unless the baseline is a correctness cell anyway.
+    isolation = {"cell": base["name"], "env": {**proto.get("environment", {}), **base["env"]}} \
+        if cell["role"] == "candidate" and base["name"] not in proto["correctness_cells"] else None
     return {"argv": argv + list(proto.get("correctness_args", [])), "cwd": res.flaggems_dir,
             "env": {**proto.get("environment", {}), **cell["env"]}, "timeout_s": timeout,
-            "narrowing": narrowed or None}
+            "narrowing": narrowed or None, "isolation": isolation}
+
+
+def _correctness_runs(t: Dict[str, Any]) -> int:
+    return 0 if not t["correctness"] else 1 + bool(t["correctness"]["isolation"])
 
 
 def budget(doc: Dict[str, Any], tasks: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
-    """Worst-case device seconds: every step (a benchmark run, a correctness run) killed at
-    its cost class's timeout, one step at a time. An upper bound to plan with, not a forecast."""
+    """Worst-case device seconds: every step (a benchmark run, a correctness run, the
+    baseline's correctness run a candidate's failure calls for, a reverse-order task) killed
+    at its cost class's timeout, one step at a time. An upper bound to plan with, not a
+    forecast."""
     classes: Dict[str, Dict[str, int]] = {}
     for t in tasks:
         k = classes.setdefault(t["cost_class"], {"timeout_s": doc["protocol"]["timeouts_s"][t["cost_class"]],
@@ -303,10 +312,10 @@ def budget(doc: Dict[str, Any], tasks: Sequence[Dict[str, Any]]) -> Dict[str, An
                                                  "correctness_s": 0})
         k["tasks"] += 1
         k["benchmark_s"] += t["benchmark"]["timeout_s"]
-        if t["correctness"]:
-            k["correctness_runs"] += 1
-            k["correctness_s"] += t["correctness"]["timeout_s"]
-    step = lambda t: t["benchmark"]["timeout_s"] + (t["correctness"] or {}).get("timeout_s", 0)  # noqa: E731
+        k["correctness_runs"] += _correctness_runs(t)
+        k["correctness_s"] += _correctness_runs(t) * (t["correctness"] or {}).get("timeout_s", 0)
+    step = lambda t: (t["benchmark"]["timeout_s"]  # noqa: E731
+                      + _correctness_runs(t) * (t["correctness"] or {}).get("timeout_s", 0))
     total = sum(step(t) for t in tasks)
     return {"tasks": len(tasks), "workloads": len({t["workload"] for t in tasks}), "by_cost_class": classes,
             "benchmark_s": sum(k["benchmark_s"] for k in classes.values()),
@@ -399,6 +408,7 @@ def describe(matrix: Dict[str, Any]) -> List[str]:
         what = t["autotune"] + (f" of {t['replay_of']}" if t["replay_of"] else "")
         what += ", code must equal the baseline's" if t["code_must_equal"] else ""
         what += f", correctness {t['correctness']['timeout_s']} s" if t["correctness"] else ""
+        what += f", only if {' or '.join(t['run_if_responded'])} responded" if t["run_if_responded"] else ""
         lines.append(f"  {t['ordinal']:>4}  {t['id']:<40} {'canary' if t['canary'] else '      '}  "
                      f"{t['cost_class']:<8} {t['benchmark']['timeout_s']:>6} s  {what}")
     lines.append(f"budget (upper bound: every step killed at its timeout, one at a time): benchmark "

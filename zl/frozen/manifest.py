@@ -11,13 +11,15 @@ Schema 1 (every field required unless marked optional):
   production_default {policy: unchanged | proposed-change, environment {VAR: value of the
     production build, for cell variables}};
   source {triton: flagtree | triton, triton_commit, flaggems_commit, zl_bench_commit} (full
-    lowercase hex commits);
+    lowercase hex commits; an installed Triton build that records no commit is named by
+    triton_package_sha256 instead, zl.frozen.package_digest of its files);
   device {backend (ZL_BACKEND's names), model, visible_device_count >= 1};
   protocol {cells [{name, role: baseline | control | candidate, env {VAR: value}}] in run
     order (one baseline first, then controls, then candidates); timing_cells and
     correctness_cells (cell names); canary_order (workload ids); dtypes {default, supported};
     timeouts_s {cost class: seconds}; launch_floor (launches at or below it are not the
-    measured operator's); classification {gain_pct > 0, loss_pct < 0}; optional environment
+    measured operator's); classification {gain_pct > 0, loss_pct < 0, optional response:
+    convert_layout (default) | code, what counts as the switch acting}; optional environment
     {VAR: value} for every cell; optional shape_file (path, relative to the zl_bench
     checkout; null: FlagGems' own shapes); optional correctness_args (extra pytest words)};
   workloads [{id, target {test_file (under benchmark/), op}, shape_key (null: upstream
@@ -44,6 +46,9 @@ ROLES = ("baseline", "control", "candidate")
 PRODUCTION_POLICIES = ("unchanged", "proposed-change")
 TRITONS = ("flagtree", "triton")
 SELECTIONS = ("canary", "all")
+# What counts as the switch acting on a workload (zl.frozen.classify): its measured kernels'
+# convert_layout count went down, or its code differs at some fingerprint level.
+RESPONSES = ("convert_layout", "code")
 
 COMMIT_RE = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")   # a variable, a test function
@@ -192,8 +197,12 @@ def validate(doc: Any) -> List[Problem]:
 
 
 def _source(c: _Checker, obj: Dict[str, Any]) -> None:
-    src = c.fields(obj, "$.source", {"triton": "string", "triton_commit": "string",
-                                     "flaggems_commit": "string", "zl_bench_commit": "string"})
+    src = c.fields(obj, "$.source", {"triton": "string", "flaggems_commit": "string", "zl_bench_commit": "string"},
+                   {"triton_commit": "string", "triton_package_sha256": "string"})
+    if not re.match(r"^[0-9a-f]{64}$", src.get("triton_package_sha256", "0" * 64)):
+        c.add("bad_value", "$.source.triton_package_sha256", "must be 64 lowercase hex digits (a sha256)")
+    if not {"triton_commit", "triton_package_sha256"} & set(obj):
+        c.add("missing_field", "$.source.triton_commit", "required (string), unless triton_package_sha256 names the build")
     if "triton" in src and src["triton"] not in TRITONS:
         c.add("bad_value", "$.source.triton", f"{src['triton']!r} is not one of {', '.join(TRITONS)}")
     for key in ("triton_commit", "flaggems_commit", "zl_bench_commit"):
@@ -266,7 +275,10 @@ def _protocol(c: _Checker, obj: Dict[str, Any]) -> Dict[str, Any]:
     if f.get("launch_floor", 0) < 0:
         c.add("bad_value", f"{p}.launch_floor", "must be 0 or more")
     if "classification" in f:
-        k = c.fields(f["classification"], f"{p}.classification", {"gain_pct": "number", "loss_pct": "number"})
+        k = c.fields(f["classification"], f"{p}.classification", {"gain_pct": "number", "loss_pct": "number"},
+                     {"response": "string"})
+        if k.get("response", RESPONSES[0]) not in RESPONSES:
+            c.add("bad_value", f"{p}.classification.response", f"{k['response']!r} is not one of {', '.join(RESPONSES)}")
         if k.get("gain_pct", 1) <= 0:
             c.add("bad_value", f"{p}.classification.gain_pct", "must be above 0 (a speedup in percent)")
         if k.get("loss_pct", -1) >= 0:
@@ -479,17 +491,3 @@ def check(doc: Any) -> Dict[str, Any]:
     if problems:
         raise CampaignError(problems)
     return doc
-
-
-def ordered_workloads(doc: Dict[str, Any], selection: str) -> List[Dict[str, Any]]:
-    """The workloads a selection runs, in run order: the canaries in canary_order first,
-    then (selection all) every other workload in manifest order."""
-    by_id = {w["id"]: w for w in doc["workloads"]}
-    first = [by_id[wid] for wid in doc["protocol"]["canary_order"]]
-    if selection == "canary":
-        return first
-    return first + [w for w in doc["workloads"] if not w["canary"]]
-
-
-def workload_dtypes(doc: Dict[str, Any], workload: Dict[str, Any]) -> List[str]:
-    return list(workload.get("dtypes") or doc["protocol"]["dtypes"]["default"])
