@@ -358,17 +358,8 @@ def test_chromium_renders_each_page(tmp_path, capsys, kind):
     import matplotlib.image as mpimg
     import numpy as np
 
+    _page_of(kind, tmp_path)
     html = tmp_path / "page.html"
-    if kind == "ab":
-        runs = rf.ab_pair(tmp_path / "d")
-        argv = ["--ab", runs["before"], runs["after"]]
-    elif kind == "ab-rounds":
-        argv = ["--ab-rounds", rf.rounds_root(tmp_path / "d")]
-    elif kind == "screen":
-        argv = ["--screen", rf.screen_root(tmp_path / "d")]
-    else:
-        argv = ["--batch", rf.batch_dir(tmp_path / "d")]
-    assert run_bs(*argv, "--html", html) == 0
     png = tmp_path / "page.png"
     screenshot(html, png)
     img = mpimg.imread(str(png))[..., :3]

@@ -53,6 +53,12 @@ def parse_device_share(text: Optional[str]) -> int:
 
     Anything but an integer >= 1 is an error: a misread value would drop the field that makes
     the comparison tools refuse a contended timing."""
+    return parse_count(text, DEVICE_SHARE_ENV, DeviceShareError)
+
+
+def parse_count(text: Optional[str], var: str, error: type) -> int:
+    """An integer >= 1 from a setting's word (empty = 1); anything else raises `error` naming
+    `var` and the word."""
     text = (text or "").strip()
     if not text:
         return 1
@@ -61,7 +67,7 @@ def parse_device_share(text: Optional[str]) -> int:
     except ValueError:
         n = 0
     if n < 1:
-        raise DeviceShareError(f"{DEVICE_SHARE_ENV}={text!r} is not an integer >= 1")
+        raise error(f"{var}={text!r} is not an integer >= 1")
     return n
 
 

@@ -26,6 +26,8 @@ import os
 import time
 from typing import Any, Callable, Optional
 
+from zl.device import parse_count
+
 OVERLAP_ENV = "ZL_DEVICE_OVERLAP"
 LOCK_ENV = "ZL_TIMING_LOCK"
 OPT_OVERLAP = "--zl-device-overlap"
@@ -39,13 +41,7 @@ class ExclusiveTimingError(ValueError):
 def parse_overlap(text: Optional[str], lock_path: Optional[str], share: int = 1) -> int:
     """How many runs overlap on this device (1 = solo). N > 1 needs a lock file: without one
     the runs would time each other's kernels, which is --share-device, not this."""
-    text = (text or "").strip() or "1"
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise ExclusiveTimingError(f"{OVERLAP_ENV}={text!r} is not an integer >= 1")
+    n = parse_count(text, OVERLAP_ENV, ExclusiveTimingError)
     if n > 1 and not (lock_path or "").strip():
         raise ExclusiveTimingError(f"{OVERLAP_ENV}={n} needs {LOCK_ENV} (the device's timing lock "
                                    "file): overlapped runs without it time each other's kernels")
