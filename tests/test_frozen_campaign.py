@@ -850,6 +850,7 @@ def test_a_killed_runner_resumes_without_redoing_sealed_tasks(world, checkout, t
     while procs_with_env(str(frozen)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert procs_with_env(str(frozen)) == []
+    assert json.loads((frozen / "campaign-receipt.json").read_text())["status"] == "running"
     sealed = {p.parent.name for p in frozen.glob("tasks/relu/*/task-receipt.json")}
     assert sealed == {"off", "ctl", "on"}
     before = _files(frozen / "tasks" / "relu")

@@ -154,7 +154,7 @@ import triton, flag_gems, torch
 from importlib import metadata
 from zl.backends import get_backend
 vcs = ""
-for name in metadata.packages_distributions().get("triton", []):
+for name in getattr(metadata, "packages_distributions", dict)().get("triton", []):   # Python >= 3.10
     try:
         vcs = vcs or json.loads(metadata.distribution(name).read_text("direct_url.json") or "{}")["vcs_info"]["commit_id"]
     except Exception:

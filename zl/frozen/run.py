@@ -350,9 +350,8 @@ class Campaign:
 
     def run(self) -> int:
         started = time.monotonic()
-        seen = self.preflight()
-        sealed: Dict[str, Dict[str, Any]] = {}
-        groups = self.workloads()
+        seen, sealed, groups = self.preflight(), {}, self.workloads()
+        self.campaign_receipt("running", seen, sealed, started)   # a killed runner leaves this
         for t in self.matrix["tasks"]:
             rec = self.receipts.get(t["id"])
             if rec is None:
