@@ -1265,3 +1265,34 @@ def test_the_shipped_manifests_resolve_against_the_inventory(name, tmp_path):
         assert [c["env"] for c in doc["protocol"]["cells"]] == [{"DISABLE_LLVM_OPT": v} for v in ("", "0", "1")]
         assert doc["protocol"]["classification"]["response"] == "code"
         assert doc["source"]["triton_package_sha256"]
+
+
+@pytest.mark.parametrize("case,says", [
+    ("fallback marker", "1 key(s) fell back to live tuning (AUTOTUNE_REPLAY_FALLBACK): a replay fallback fails the task"),
+    ("fallback mode", "all key(s) fell back to live tuning"),
+    ("another record", "autotune record link: relu/on replayed record"),
+    ("baseline tuned live", "the baseline did not record (autotune_mode=uncontrolled)"),
+])
+def test_a_replay_that_is_not_the_baselines_record_fails_its_task(sealed, world, checkout, tmp_path, case, says):
+    """Run directories of the sealed canary, edited: a key that fell back to live tuning, a
+    whole-run fallback, a replay of another record, a baseline that recorded nothing."""
+    frozen = tmp_path / "frozen"
+    matrix = _freeze_for(world, checkout, json.loads((sealed[0] / MANIFEST).read_text()), frozen)
+    tasks = {t["id"]: t for t in matrix["tasks"]}
+    for cell in ("off", "on"):
+        shutil.copytree(sealed[0] / "tasks/relu" / cell / "run", frozen / "tasks/relu" / cell / "run")
+    campaign = fr.Campaign(frozen, _args())
+    campaign.receipts["relu/off"] = {"run": str(frozen / "tasks/relu/off/run")}
+    task = tasks["relu/off" if case == "baseline tuned live" else "relu/on"]
+    run = Path(task["benchmark"]["env"]["OUT_DIR"])
+    ident = json.loads((run / "run_identity.json").read_text())
+    if case == "fallback marker":
+        with open(run / "run.log", "a") as fh:
+            fh.write("AUTOTUNE_REPLAY_FALLBACK op=relu kernel=relu_kernel key=(1024,) reason=key_missing\n")
+    ident.update({"fallback mode": {"autotune_mode": "replay_fallback", "replay_fallback_scope": "keys"},
+                  "another record": {"replay_record_digest": "sha256:" + "9" * 64},
+                  "baseline tuned live": {"autotune_mode": "uncontrolled"}}.get(case, {}))
+    (run / "run_identity.json").write_text(json.dumps(ident))
+    facts = campaign.measure(task, {"rc": 0, "timed_out": False, "timeout_s": 60, "log": str(tmp_path / "none")})
+    assert facts["status"] == "REPLAY_VIOLATION" and says in facts["reason"], facts["reason"]
+    assert len(facts["rows"]) == 6     # it measured; the measurement just does not count

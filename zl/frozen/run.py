@@ -77,6 +77,8 @@ IDENTITY_FIELDS = ("run_id", "autotune_mode", "autotune_record_digest", "replay_
                    "replay_record_digest", "replay_fallback_scope", "device", "device_name", "device_arch", "timer",
                    "triton_version", "torch_version", "flag_gems_version", "finished")
 COUNT_RE = re.compile(r"(\d+) (passed|failed|skipped|errors?|deselected|xfailed|xpassed)\b")
+
+
 class Stopped(Exception):
     """A signal asked the runner to stop: its child is stopped, exit 128+N."""
 
@@ -108,7 +110,7 @@ class Campaign:
         self.base_env = {k: v for k, v in inherited().items() if k not in dropped}
         self.inherited = {"dropped": sorted(dropped),
                           "recorded": {k: v for k, v in sorted(self.base_env.items()) if MATTERS.match(k)}}
-        self.receipts: Dict[str, Dict[str, Any]] = {}
+        self.receipts: Dict[str, Dict[str, Any]] = {}   # task id -> its receipt, once sealed
         self.child: Optional[subprocess.Popen] = None
 
     def env(self, values: Mapping[str, str], scratch: Optional[str] = None) -> Dict[str, str]:
