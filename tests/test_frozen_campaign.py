@@ -909,7 +909,17 @@ def _break_binding(frozen):
     (frozen / MANIFEST).write_bytes((frozen / MANIFEST).read_bytes() + b" ")
 
 
+def _sealed_elsewhere(c, uuid="GPU-aaaa"):
+    """A sealed task, and the campaign receipt naming the device that ran it."""
+    sha = fz.sha256((c["frozen"] / MATRIX).read_bytes())
+    (c["frozen"] / "tasks/relu/off").mkdir(parents=True)
+    (c["frozen"] / "tasks/relu/off/task-receipt.json").write_text(json.dumps({"task_matrix_sha256": sha, "status": "PASS"}))
+    (c["frozen"] / "campaign-receipt.json").write_text(json.dumps({"observed": {"probe": {"device_uuid": uuid}}}))
+    c["probe"]["device_uuid"] = "GPU-bbbb"
+
+
 REFUSALS = {
+    "device_changed": _sealed_elsewhere,
     "frozen_binding_broken": lambda c: _break_binding(c["frozen"]),
     "matrix_paths_moved": lambda c: c["mp"].setattr(fr, "REPO_ROOT", REPO_ROOT),
     "receipt_unbound": lambda c: (c["frozen"] / "tasks/relu/off").mkdir(parents=True) or
@@ -956,6 +966,11 @@ def test_each_refusal_before_a_task_is_named_and_runs_nothing(world, checkout, t
         fr.Campaign(frozen, _args()).preflight()
     assert code in [p.code for p in exc.value.problems], exc.value
     assert not list(frozen.glob("tasks/*/*/benchmark.log"))
+    if code == "device_changed":   # the same device resumes, its sealed task kept
+        (frozen / "campaign-receipt.json").write_text(json.dumps({"observed": {"probe": {"device_uuid": "GPU-bbbb"}}}))
+        campaign = fr.Campaign(frozen, _args())
+        campaign.preflight()
+        assert list(campaign.receipts) == ["relu/off"]
 
 
 def test_device_checks_are_skipped_only_by_the_recorded_option(world, checkout, tiny_triton, tmp_path, monkeypatch):
@@ -1010,7 +1025,8 @@ def test_the_command_names_each_refusal_with_exit_2(world, checkout, tmp_path, c
     assert "!!! frozen_binding_broken at" in capsys.readouterr().err
     for argv, says in (([str(frozen)], "--device is required"), ([str(frozen), "--device", "0", "--gain-pct", "3"],
                                                                    "change the rule of --reaccount only"),
-                       ([str(frozen), "--reaccount", str(tmp_path / "r"), "--loss-pct", "2"], "--loss-pct: out of range")):
+                       ([str(frozen), "--reaccount", str(tmp_path / "r"), "--loss-pct", "2"], "--loss-pct: out of range"),
+                       ([str(frozen), "--reaccount", str(tmp_path / "r"), "--gain-pct", "0"], "--gain-pct: out of range")):
         with pytest.raises(SystemExit) as stop:
             fr.main(argv)
         assert stop.value.code == 2 and says in capsys.readouterr().err

@@ -160,15 +160,21 @@ for name in getattr(metadata, "packages_distributions", dict)().get("triton", []
     except Exception:
         pass
 b = get_backend(backend)
+n, uuid = b._probe_torch_count(torch), ""
+try:
+    uuid = str(b._torch_api(torch).get_device_properties(0).uuid) if n else ""
+except Exception:
+    pass
 print("ZL_PROBE " + json.dumps({"triton_file": triton.__file__, "triton_version": getattr(triton, "__version__", ""),
       "triton_vcs_commit": vcs, "flag_gems_file": flag_gems.__file__, "torch_version": torch.__version__,
-      "device_count": b._probe_torch_count(torch), **b.device_identity(torch)}))
+      "device_count": n, "device_uuid": uuid, **b.device_identity(torch)}))
 """
 
 
 def probe_interpreter(python: str, tree: str, backend: str, env: Mapping[str, str]) -> Dict[str, Any]:
     """The interpreter's module files and versions, pip's commit record of triton, its device
-    count and identity; PreflightFailed("interpreter") naming why when it cannot import them."""
+    count, identity and UUID (where the runtime reports one: a resumed campaign must be on the
+    same physical device); PreflightFailed("interpreter") naming why when it cannot import them."""
     try:
         proc = subprocess.run([python, "-c", INTERPRETER_PROBE, tree, backend], cwd=tree, env=dict(env),
                               capture_output=True, text=True, timeout=600)

@@ -13,10 +13,10 @@ canary never authorises --selection all.
 Each task is a fresh run_pytest.sh under zl.supervise, tied to the runner: the baseline
 records autotune configs, controls and candidates replay them (a fallback fails the task). A
 control that does not compile to the baseline's code at every fingerprint level, binary
-included, stops the campaign: its control plane is broken (exit 4). Candidates run the
-workload's FlagGems correctness tests (the baseline's too where theirs fail); the reverse
-order runs only where a candidate acted; each workload is classified (zl.frozen.CLASSES).
-A rerun resumes: a task with a receipt is never run again.
+included, stops the campaign: its control plane is broken (exit 4). Candidates run their
+FlagGems tests (the baseline's too where theirs fail); the reverse order runs only where a
+candidate acted; workloads are classified (zl.frozen.CLASSES). A rerun resumes: a task with
+a receipt is never run again, and only on the physical device that ran the sealed ones.
 
 Examples:
   python -m zl.frozen.run runs/frozen_canary --device 0
@@ -79,6 +79,12 @@ IDENTITY_FIELDS = ("run_id", "autotune_mode", "autotune_record_digest", "replay_
 COUNT_RE = re.compile(r"(\d+) (passed|failed|skipped|errors?|deselected|xfailed|xpassed)\b")
 
 
+def _workloads(matrix: Mapping[str, Any]) -> Dict[str, List[Dict[str, Any]]]:
+    """Each workload's tasks, in matrix order."""
+    order = dict.fromkeys(t["workload"] for t in matrix["tasks"])
+    return {w: [t for t in matrix["tasks"] if t["workload"] == w] for w in order}
+
+
 class Stopped(Exception):
     """A signal asked the runner to stop: its child is stopped, exit 128+N."""
 
@@ -100,8 +106,7 @@ class Campaign:
         self.doc, self.matrix, raw = load_frozen(self.dir)
         self.matrix_sha, self.rule = sha256(raw), rule_of(self.doc)
         self.backend = get_backend(self.doc["device"]["backend"])
-        self.tree = self.matrix["resolved"]["flaggems_dir"]
-        self.baseline = self.matrix["cells"][0]["name"]
+        self.tree, self.baseline = self.matrix["resolved"]["flaggems_dir"], self.matrix["cells"][0]["name"]
         self.unverified = [f"device checks skipped: {args.skip_device_checks}"] * bool(args.skip_device_checks) + \
             [f"benchmark replaced by {args.benchmark_script} (--benchmark-script)"] * bool(args.benchmark_script)
         dropped = [k for k in inherited() if k in RUNNER_VARIABLES or is_zl_variable(k) or k in ALL_VISIBILITY_KEYS]
@@ -160,8 +165,13 @@ class Campaign:
         if not Path(probe["flag_gems_file"]).resolve().is_relative_to(Path(self.tree).resolve()):
             problems.append(Problem("import_path_mismatch", "$.source.flaggems_commit",
                                     f"flag_gems imports from {probe['flag_gems_file']}, outside {self.tree}"))
-        dev = self.doc["device"]
+        dev, last = self.doc["device"], self.dir / CAMPAIGN_RECEIPT
         problems += self.busy(probe, dev["visible_device_count"], dev["model"])
+        ran_on = (read_json(last, "receipt_unbound", "campaign receipt")[0].get("observed", {}).get("probe", {})
+                  .get("device_uuid", "<not recorded>") if last.exists() else "<not recorded>")
+        if self.receipts and not self.args.skip_device_checks and ran_on != probe.get("device_uuid"):
+            problems.append(Problem("device_changed", "--device", f"the sealed tasks ran on {ran_on}, this is "
+                                    f"{probe.get('device_uuid')}: one campaign runs on one physical device"))
         seen["devices"] = {"skipped": self.args.skip_device_checks} if self.args.skip_device_checks else \
             {"device_count": probe["device_count"], "device_name": probe.get("device_name"), "device": self.args.device}
         if problems:
@@ -191,8 +201,7 @@ class Campaign:
                 rc, timed_out = 124, True
             self.child = None
         return {"argv": argv, "cwd": cwd, "rc": rc, "timed_out": timed_out, "timeout_s": timeout, "log": str(log),
-                "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(start)),
-                "seconds": round(time.time() - start, 3)}
+                "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(start)), "seconds": round(time.time() - start, 3)}
 
     def stop_child(self) -> None:
         child, self.child = self.child, None
@@ -303,12 +312,6 @@ class Campaign:
         return rec
 
     # ------------------------------------------------------------------ the campaign
-    def workloads(self) -> Dict[str, List[Dict[str, Any]]]:
-        groups: Dict[str, List[Dict[str, Any]]] = {}
-        for t in self.matrix["tasks"]:
-            groups.setdefault(t["workload"], []).append(t)
-        return groups
-
     def seal_workload(self, wid: str, tasks: List[Dict[str, Any]]) -> Dict[str, Any]:
         meta = next(w for w in self.doc["workloads"] if w["id"] == wid)
         doc = {"schema_version": 1, "kind": WORKLOAD_KIND, "campaign_id": self.doc["campaign_id"],
@@ -324,8 +327,7 @@ class Campaign:
 
     def campaign_receipt(self, status: str, seen: Mapping[str, Any], sealed: Mapping[str, Dict[str, Any]],
                          started: float, **extra: Any) -> Dict[str, Any]:
-        counts = {k: 0 for k in CLASSES}
-        rows = []
+        counts, rows = {k: 0 for k in CLASSES}, []
         for wid, w in sealed.items():
             for cell, k in w["classes"].items():
                 counts[k["class"]] += 1
@@ -352,7 +354,7 @@ class Campaign:
 
     def run(self) -> int:
         started = time.monotonic()
-        seen, sealed, groups = self.preflight(), {}, self.workloads()
+        seen, sealed, groups = self.preflight(), {}, _workloads(self.matrix)
         self.campaign_receipt("running", seen, sealed, started)   # a killed runner leaves this
         for t in self.matrix["tasks"]:
             rec = self.receipts.get(t["id"])
@@ -412,11 +414,8 @@ def reaccount(frozen: Path, out: Path, overrides: Dict[str, Any]) -> int:
         raise CampaignError([Problem("reaccount_inside_sealed", str(out), f"inside the sealed campaign {frozen}")])
     rule = rule_of(doc, **overrides)
     receipts = {t["id"]: read_json(Path(t["receipt"]), "campaign_not_sealed", "task receipt")[0] for t in matrix["tasks"]}
-    groups: Dict[str, List[Dict[str, Any]]] = {}
-    for t in matrix["tasks"]:
-        groups.setdefault(t["workload"], []).append(t)
     rows, counts = [], {"sealed": {k: 0 for k in CLASSES}, "reaccounted": {k: 0 for k in CLASSES}}
-    for wid, tasks in groups.items():
+    for wid, tasks in _workloads(matrix).items():
         old = read_json(frozen / "tasks" / wid / WORKLOAD_RECEIPT, "campaign_not_sealed", "workload receipt")[0]["classes"]
         for cell, k in classify_workload(rule, tasks, receipts).items():
             counts["sealed"][old[cell]["class"]] += 1
@@ -460,9 +459,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                  "response": args.response}
     if args.reaccount is None and any(v is not None for v in overrides.values()):
         p.error("--launch-floor, --gain-pct, --loss-pct and --response change the rule of --reaccount only")
-    for name, bad in (("--launch-floor", (args.launch_floor or 0) < 0), ("--gain-pct", (args.gain_pct or 1) <= 0),
-                      ("--loss-pct", (args.loss_pct or -1) >= 0), ("--budget-s", (args.budget_s or 0) < 0)):
-        if bad:
+    for name, value, ok in (("--launch-floor", args.launch_floor, lambda v: v >= 0), ("--gain-pct", args.gain_pct,
+                            lambda v: v > 0), ("--loss-pct", args.loss_pct, lambda v: v < 0),
+                            ("--budget-s", args.budget_s, lambda v: v >= 0)):
+        if value is not None and not ok(value):
             p.error(f"{name}: out of range (a launch floor >= 0, a gain > 0, a loss < 0, a budget >= 0)")
     if args.reaccount is None and not args.device:
         p.error("--device is required: every task runs on that one device")
