@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import math
 import re
+from collections import Counter
 from pathlib import Path
 from statistics import median
 from typing import Dict, List, Mapping, Optional, Tuple
@@ -353,10 +354,7 @@ def _screen_reason(o: Dict) -> Optional[str]:
 
 
 def _counts(values) -> Dict[str, int]:
-    out: Dict[str, int] = {}
-    for v in values:
-        out[v] = out.get(v, 0) + 1
-    return dict(sorted(out.items()))
+    return dict(sorted(Counter(values).items()))
 
 
 def _group(items: List[Dict]) -> List[Dict]:
