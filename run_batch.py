@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Run many FlagGems benchmark nodes through run_pytest.sh (see zl/batch/cli.py or --help)."""
+"""Run many FlagGems benchmark nodes through run_pytest.sh (see zl/batch/options.py or --help)."""
 
 import sys
 

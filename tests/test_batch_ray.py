@@ -1,4 +1,5 @@
-"""run_batch.py --executor ray (zl/batch/ray_executor.py) on a real local Ray cluster.
+"""run_batch.py --executor ray (zl/batch/ray_executor.py, its node check zl/batch/ray_nodes.py) on a
+real local Ray cluster.
 
 One cluster per module: a head without GPUs and two worker nodes with one fake GPU each
 (ray.cluster_utils.Cluster, loopback), which state no FlagGems path of their own (so they use
@@ -340,7 +341,7 @@ def test_a_crashing_worker_is_retried_within_the_budget(cluster, tmp_path):
 # ---------------------------------------------------------------- the node check (no cluster)
 
 def test_tree_differences_name_the_commit_or_the_working_state():
-    from zl.batch.ray_executor import CLEAN_WORKTREE, batch_device, judge_node, tree_difference
+    from zl.batch.ray_nodes import CLEAN_WORKTREE, batch_device, judge_node, tree_difference
     drv = {"path": "/d/FlagGems", "commit": "a" * 40, "worktree": CLEAN_WORKTREE}
     assert tree_difference("FLAGGEMS_DIR", dict(drv, path="/n/FlagGems"), drv) == ""
     assert tree_difference("FLAGGEMS_DIR", dict(drv, path="/n", commit="b" * 40), drv) == (

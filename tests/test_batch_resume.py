@@ -273,12 +273,12 @@ def test_switch_resume_reuses_only_pairs_finished_on_both_sides_with_their_verdi
 
 
 def test_help_shows_the_whole_description():
-    from zl.batch import cli
+    from zl.batch import options
     r = subprocess.run([sys.executable, str(REPO_ROOT / "run_batch.py"), "--help"], capture_output=True,
                        text=True, env=base_env(Path("/nonexistent-home")))
     assert r.returncode == 0
     shown = " ".join(r.stdout.split())
-    for line in cli.__doc__.splitlines():
+    for line in options.__doc__.splitlines():
         assert " ".join(line.split()) in shown, line
 
 

@@ -1,62 +1,6 @@
-"""run_batch.py: run many FlagGems benchmark nodes through run_pytest.sh, one case directory
-each, sharded over devices, one case at a time per device (--share-device N > 1: up to N at a
-time, a functional sweep whose timings are invalid and marked so everywhere).
-
---resume --batch-dir B continues batch B: its cases, and the conditions batch.json recorded at
-its start (backend, --dtypes, --shape-file and a digest of its content, --replay-root,
---switch, --use-flagtune, the environment variables that change a measurement, each FlagGems
-tree's path and git commit + uncommitted changes, or a stat digest of a tree outside git).
-Options left out are the batch's; a given option, the environment or a tree that differs exits
-2 naming every difference, and so does another selection of cases. Reused untouched: cases
-PASS/SKIP with .complete on every side (in a screen, with their screen.tsv row too); every
-other case reruns, both sides.
-One run_batch.py per batch directory (<batch>/.batch.lock, released when its holder dies,
-however): a second exits 2 naming the holder's pid. A directory that already holds a batch
-takes only --resume (exit 2 otherwise).
---share-device N (default 1): N cases at once per device. Screen verdicts (IR, results) stay
-valid; every latency is measured under contention: each case gets ZL_DEVICE_SHARE=N (identity
-device_share, refused by every comparison), ops_status notes shared_device=N. --resume keeps
-a batch's caliber: 1 and > 1 never mix in one batch (exit 2).
---use-flagtune: USE_FLAGTUNE=1 for every case (the variable, inherited, works too).
---switch NAME --retune: also side C (NAME=1 tuned live, <batch>/retuned) after B where A passed.
---executor ray [--ray-address HOST:PORT]: every case (both sides of a screen) is one Ray task
-holding one GPU of its node (1/N with --share-device N), returned compressed into this host's
-batch directory; same tables, each row noting host=, node= and device_name=
-(zl/batch/ray_executor.py; pip install -e '.[ray]'). Before the first case every GPU node is
-checked: its FlagGems trees (each host's FLAGGEMS_DIR / FLAGGEMS_VLLM_DIR from its `ray start`
-environment, else the driver's path) at the driver's commit and working state, its interpreter
-(kit.sh, triton and flag_gems imports), its zl_bench checkout, its device; a timing batch runs
-only on the batch's device (--ray-device-name, else the device of most GPUs) unless
---allow-mixed-hardware (the batch is then MIXED HARDWARE, everywhere it reports);
---ray-exclude-failing-nodes leaves refused nodes out (batch.json names each, with its reason).
-
-Examples:
-  python run_batch.py --all --devices 0,1,2,3 --dtypes float16 --op-timeout 1800
-  python run_batch.py --ops softmax vllm:fused_marlin_moe nextafter_@nextafter_
-  python run_batch.py --ops-file my_ops.txt --replay-root runs/batch_X
-  python run_batch.py --resume --batch-dir runs/batch_X        # rerun only the unfinished
-  python run_batch.py --ops-file list.txt --switch NAME --share-device 3   # functional screen
-  python run_batch.py --all --executor ray --ray-address head:6379            # on a Ray cluster
-
-Outputs:
-  <batch>/<repo>/<run_name>/ (a single run's layout), <batch>/ops_status.csv (one row per case,
-  rewritten atomically after every change), <batch>/summary.csv (batch_summary.py),
-  <batch>/console/<repo>/<run_name>.log (run_pytest.sh's console, all attempts),
-  <batch>/batch.json (the start's conditions and cases, one entry per call),
-  <batch>/costs.tsv (per case: the graph timer's, the results check's and the IR plugin's
-  seconds). Statuses: PASS, SKIP (runtime skip/xfail, no rows), NO_ROWS (exit 0, nothing
-  measured), FAIL, TIMEOUT; PENDING/RUNNING/INTERRUPTED for cases not finished.
-
-Exit codes:
-  0    every case has a final status (the statuses carry the results)
-  2    bad input, a batch directory in use or already holding a batch (without --resume),
-       a --resume under other conditions; --executor ray without Ray importable (the message
-       gives the install command), its cluster unreachable or without GPUs, a GPU node whose
-       FlagGems tree is not the driver's commit and working state, no node of the batch's device
-  3    cases left unstarted (--budget-s reached; rerun with --resume)
-  4    the interpreter cannot import triton or flag_gems (checked once, before the first case;
-       with --executor ray on every GPU node, with its kit.sh and zl_bench checkout)
-  130  interrupted (Ctrl-C, SIGTERM): running cases killed, their rows INTERRUPTED
+"""run_batch.py's run: the plan (options settled, a --resume's conditions checked, cases
+selected and placed), the interpreter check, the batch directory's lock, then the cases
+(zl/batch/execute.py). The command line and its --help text: zl/batch/options.py.
 """
 
 from __future__ import annotations
@@ -73,7 +17,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from zl import cli_help
 from zl.backends import UnknownBackendError, get_backend, parse_device_list
 from zl.batch import inventory as inv
 from zl.batch import conditions as conds
@@ -81,9 +24,11 @@ from zl.batch.batchdir import (BatchDirError, DirLock, load_started, open_tables
                                write_batch_record)
 from zl.batch import judge_first, shard
 from zl.batch.execute import conclude, execute, warn_shared
+from zl.batch.options import OPS_DIR, build_parser
 from zl.batch.partition import PartitionError
 from zl.batch.select import SelectionError, Selector, read_dismiss, read_names_file
-from zl.batch.ray_executor import Cluster, NodePreflightError, RayError, check_backend, require_ray
+from zl.batch.ray_executor import Cluster, check_backend, require_ray
+from zl.batch.ray_nodes import NodePreflightError, RayError
 from zl.batch.screen import screen_sides
 from zl.childenv import batch_case_base, inherited
 from zl.config import environ
@@ -91,7 +36,6 @@ from zl.flaggems import checkout_commit
 from zl.switches import SwitchError, env_switch
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-OPS_DIR = REPO_ROOT / "ops"
 EXIT_OK, EXIT_USAGE, EXIT_INTERPRETER = 0, 2, 4
 LOG = "[batch]"
 RAY_DEVICE = "ray"   # the device column of a case Ray has not placed yet
@@ -99,102 +43,6 @@ RAY_DEVICE = "ray"   # the device column of a case Ray has not placed yet
 
 class UsageError(ValueError):
     """Bad arguments or input (exit 2)."""
-
-
-def _positive(kind):
-    def parse(text: str):
-        try:
-            v = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if not v > 0:
-            raise argparse.ArgumentTypeError(f"must be > 0 (got {text})")
-        return v
-    return parse
-
-
-def _share_count(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1 (got {text}); 1 = one case at a time per device")
-    return v
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = cli_help.parser(__doc__, prog="run_batch.py")
-    s = p.add_argument_group("selection")
-    s.add_argument("--all", action="store_true", help="every inventory case but marked-skip and dismissed")
-    s.add_argument("--ops", nargs="+", default=[], metavar="NAME", help="[repo:]run_name or [repo:]op")
-    s.add_argument("--ops-file", type=Path, help="names, one per line, # comments")
-    s.add_argument("--repo", action="append", choices=sorted(inv.REPO_ENV), help="with --all: only this repo")
-    s.add_argument("--include-skipped", action="store_true", help="with --all: keep marked-skip cases")
-    s.add_argument("--dismiss", type=Path, default=OPS_DIR / "dismiss.txt", help="left out of --all")
-    s.add_argument("--list", action="store_true", help="print the cases and their devices, run nothing")
-    d = p.add_argument_group("devices")
-    d.add_argument("--backend", default=None, help="cuda/musa/rocm/ascend (default $ZL_BACKEND or cuda)")
-    d.add_argument("--devices", default=None, help="comma separated ids (default: the backend's visible ones)")
-    d.add_argument("--gpus", default=None, help="alias of --devices (giving both is an error)")
-    d.add_argument("--balance", type=Path, help="screen.tsv or ops_status.csv: shard by measured time")
-    d.add_argument("--share-device", type=_share_count, default=None, metavar="N",
-                   help="run up to N cases at once per device (default 1, the only timing-valid "
-                        "setting; N > 1 is a functional sweep: its timings are marked invalid; "
-                        "with --resume: the batch's)")
-    d.add_argument("--overlap", type=_share_count, default=None, metavar="N",
-                   help="run up to N cases at once per device with exclusive timing: each do_bench "
-                        "call holds the device's lock, start-up and compilation overlap (timings "
-                        "valid; identity device_overlap=N, compared only with runs overlapped alike; "
-                        "default 1; with --resume: the batch's)")
-    r = p.add_argument_group("running")
-    r.add_argument("--batch-dir", type=Path, help="output directory (default <runs>/batch_<timestamp>)")
-    r.add_argument("--resume", action="store_true", help="with --batch-dir: continue that batch, under its conditions")
-    r.add_argument("--op-timeout", type=_positive(float), default=1800.0, help="seconds per attempt")
-    r.add_argument("--kill-grace", type=_positive(float), default=10.0, help="seconds from TERM to KILL")
-    r.add_argument("--retries", type=int, default=2, choices=range(0, 10), metavar="N",
-                   help="retries after pytest rc 1 / a signal death (default 2)")
-    r.add_argument("--dtypes", default=None, help="space or comma separated dtypes (with fallbacks)")
-    r.add_argument("--replay-root", type=Path, help="replay <root>/<repo>/<run_name> per case")
-    r.add_argument("--shape-file", default=None, help="SHAPE_FILE for every case (default: upstream shapes)")
-    r.add_argument("--use-flagtune", action="store_true", default=None,
-                   help="USE_FLAGTUNE=1 for every case (FlagGems' widened tuning space)")
-    r.add_argument("--judge", action="store_true", default=None,
-                   help="time nothing: every side runs with ZL_JUDGE_ONLY=1 (code and results judged, "
-                        "latencies nan, identity timer=none); with --resume: the batch's")
-    r.add_argument("--judge-first", action="store_true",
-                   help="with --switch: judge every node untimed into <batch>/judge, then time only the "
-                        "changed ones and --controls A/A controls into <batch>/timed (zl/batch/judge_first.py)")
-    r.add_argument("--judge-share", type=_share_count, default=None, metavar="N",
-                   help="with --judge-first: cases at once per device in the untimed stage (default 1)")
-    r.add_argument("--controls", type=int, default=10, metavar="N",
-                   help="with --judge-first: NO_IR_DIFF nodes timed as A/A controls (default 10)")
-    r.add_argument("--switch", metavar="NAME",
-                   help="screen NAME: per case NAME=0 records into <batch>/before, then NAME=1 "
-                        "replays it into <batch>/after; verdicts in <batch>/screen.tsv")
-    r.add_argument("--retune", action=argparse.BooleanOptionalAction, default=None, help="with --switch: "
-                   "side C, NAME=1 tuned live into <batch>/retuned (with --resume: the batch's)")
-    x = p.add_argument_group("cluster")
-    x.add_argument("--executor", choices=("local", "ray"), default="local",
-                   help="local (default): this host's devices; ray: one Ray task per case, one GPU "
-                        "each, on the cluster's nodes (pip install -e '.[ray]')")
-    x.add_argument("--ray-address", default=None, metavar="ADDRESS",
-                   help="with --executor ray: the cluster's head (HOST:6379; default $RAY_ADDRESS, else "
-                        "the cluster running on this host, else a new one-host cluster; local: a new one)")
-    x.add_argument("--ray-retries", type=int, default=3, choices=range(0, 10), metavar="N",
-                   help="with --executor ray: reruns of a case whose node or worker died (default 3)")
-    x.add_argument("--ray-exclude-failing-nodes", action="store_true",
-                   help="with --executor ray: leave out the GPU nodes its check refuses (another "
-                        "FlagGems tree, a failing interpreter) instead of refusing the batch")
-    x.add_argument("--ray-device-name", default=None, metavar="NAME",
-                   help="with --executor ray: the device a timing batch runs on, as torch names it "
-                        "(default: the device of most GPUs; --resume: the batch's)")
-    x.add_argument("--allow-mixed-hardware", action="store_true",
-                   help="with --executor ray: also run on nodes of other devices; the batch and its "
-                        "reports say MIXED HARDWARE and each row names its device")
-    r.add_argument("--budget-s", type=_positive(float), default=None,
-                   help="start no case that could end after this many seconds (then exit 3)")
-    return p
 
 
 def _fail(msg: str) -> int:
