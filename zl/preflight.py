@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import configparser
 import importlib.util
 import json
 import os
@@ -140,16 +141,12 @@ def prepare_campaign(env: Mapping[str, str], driver: str) -> List[Tuple[str, Any
             ("M_SWITCH_NO_IR_DIFF", markers.SWITCH_NO_IR_DIFF)]
 
 
-# Run by the campaign's interpreter in the FlagGems tree with the campaign's environment. The
-# tree's pytest.ini `pythonpath` goes first, as pytest puts it, so triton and flag_gems are the
-# ones its benchmark and correctness runs import.
+# Run by the campaign's interpreter in the FlagGems tree with the campaign's environment, the
+# tree's pytest.ini `pythonpath` first on PYTHONPATH (`tree_pythonpath`), as pytest puts it, so
+# triton and flag_gems are the ones its benchmark and correctness runs import.
 INTERPRETER_PROBE = r"""
-import configparser, json, os, sys
+import json, sys
 tree, backend = sys.argv[1], sys.argv[2]
-ini = configparser.ConfigParser(interpolation=None)
-ini.read(os.path.join(tree, "pytest.ini"))
-for entry in reversed(ini.get("pytest", "pythonpath", fallback="").split()):
-    sys.path.insert(0, os.path.join(tree, entry))
 import triton, flag_gems, torch
 from importlib import metadata
 from zl.backends import get_backend
@@ -171,13 +168,23 @@ print("ZL_PROBE " + json.dumps({"triton_file": triton.__file__, "triton_version"
 """
 
 
+def tree_pythonpath(tree: str, env: Mapping[str, str]) -> Dict[str, str]:
+    """`env` with the tree's pytest.ini `pythonpath` entries ahead of its PYTHONPATH."""
+    ini = configparser.ConfigParser(interpolation=None)
+    ini.read(os.path.join(tree, "pytest.ini"))
+    entries = [os.path.join(tree, e) for e in ini.get("pytest", "pythonpath", fallback="").split()]
+    out = dict(env)
+    out["PYTHONPATH"] = os.pathsep.join(entries + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return out
+
+
 def probe_interpreter(python: str, tree: str, backend: str, env: Mapping[str, str]) -> Dict[str, Any]:
     """The interpreter's module files and versions, pip's commit record of triton, its device
     count, identity and UUID (where the runtime reports one: a resumed campaign must be on the
     same physical device); PreflightFailed("interpreter") naming why when it cannot import them."""
     try:
-        proc = subprocess.run([python, "-c", INTERPRETER_PROBE, tree, backend], cwd=tree, env=dict(env),
-                              capture_output=True, text=True, timeout=600)
+        proc = subprocess.run([python, "-c", INTERPRETER_PROBE, tree, backend], cwd=tree,
+                              env=tree_pythonpath(tree, env), capture_output=True, text=True, timeout=600)
         line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("ZL_PROBE ")), "")
         if line:
             return json.loads(line[len("ZL_PROBE "):])

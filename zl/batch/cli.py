@@ -101,9 +101,8 @@ def preflight_interpreter(backend_name: str) -> None:
     otherwise fails once per case and burns the whole batch."""
     base = inherited()
     py = base.get("ZL_PYTHON") or shutil.which("python") or shutil.which("python3") or sys.executable
-    path = base.get("PYTHONPATH", "")
-    env = dict(base, ZL_BACKEND=backend_name,
-               PYTHONPATH=f"{REPO_ROOT}{os.pathsep + path if path else ''}")
+    # the installed kit, as each case's run_pytest.sh finds it (zl/sh/kit.sh)
+    env = dict(base, ZL_BACKEND=backend_name)
     proc = subprocess.run([py, "-m", "zl.prepare", "campaign", "--driver", "run_batch"], env=env,
                           capture_output=True, text=True)
     if proc.returncode != 0:

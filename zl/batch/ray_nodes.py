@@ -88,14 +88,15 @@ def node_check_task(base_env: Dict[str, str], backend_name: str, driver_roots: D
     import zl
     from zl.backends import get_backend
     from zl.batch.conditions import tree_identity
-    from zl.childenv import batch_case_environ
+    from zl.childenv import batch_case_environ, inherited
 
     node_id = ray.get_runtime_context().get_node_id()
     gpus = ray.get_gpu_ids()
     gpu = str(gpus[0]) if gpus else "0"
     facts: Dict = {"host": socket.gethostname(), "node_id": node_id, "gpu": gpu, "roots": {},
                    "stated": {}, "trees": {}, "missing": [], "problems": [], "zl_bench": None}
-    for repo, (root, stated) in stated_roots(os.environ, driver_roots).items():
+    # the worker's environment is its `ray start` environment: where this host keeps its trees
+    for repo, (root, stated) in stated_roots(inherited(), driver_roots).items():
         facts["roots"][repo], facts["stated"][repo] = root, stated
         if os.path.isdir(root):
             facts["trees"][repo] = tree_identity(root)
@@ -121,10 +122,9 @@ def node_check_task(base_env: Dict[str, str], backend_name: str, driver_roots: D
         if kit_run.returncode != 0:
             facts["problems"].append(_last_line(kit_run.stderr) or f"kit.sh exited {kit_run.returncode}")
             return facts
-        path = env.get("PYTHONPATH", "")
+        # kit.sh passed: the interpreter imports this checkout's zl as installed
         probe = subprocess.run(
-            [py, "-m", "zl.batch.ray_nodes", "--probe", backend_name],
-            env=dict(env, PYTHONPATH=checkout + (os.pathsep + path if path else "")), cwd="/",
+            [py, "-m", "zl.batch.ray_nodes", "--probe", backend_name], env=env, cwd="/",
             capture_output=True, text=True, timeout=NODE_CHECK_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError) as exc:
         facts["problems"].append(f"cannot run the cases' interpreter {py}: {exc}")
