@@ -54,21 +54,30 @@ class Tables:
 
 
 class Progress:
-    """The `(done/total) ... ETA` count, shared by the workers."""
+    """The `(done/total) ... rate ETA` count, shared by the workers. Rate and ETA come from the
+    wall clock since the first case started, so cases that overlap (--overlap, --share-device,
+    several devices) and cases that wait for a lock count as the batch actually moves."""
 
-    def __init__(self, total: int, slots: int):
-        self.total, self.slots = total, max(1, slots)
-        self.done, self.spent = 0, 0.0
+    def __init__(self, total: int, clock: Callable[[], float] = time.monotonic):
+        self.total, self.done = total, 0
+        self.clock = clock
+        self.t0 = clock()
         self.lock = threading.Lock()
 
     def one_done(self, elapsed_s: float, line: Callable[[int, float], str]) -> None:
-        """Count a finished case and print `line(cases done, minutes left at the mean pace)`,
+        """Count a finished case and print `line(cases done, minutes left at the pace so far)`,
         under the lock, so the console's counts come in order."""
         with self.lock:
             self.done += 1
-            self.spent += elapsed_s
-            print(line(self.done, self.spent / self.done * (self.total - self.done) / self.slots / 60),
-                  flush=True)
+            print(line(self.done, self.eta_min()), flush=True)
+
+    def rate_per_hour(self) -> float:
+        wall = self.clock() - self.t0
+        return self.done / wall * 3600 if wall > 0 else 0.0
+
+    def eta_min(self) -> float:
+        rate = self.rate_per_hour()
+        return (self.total - self.done) / rate * 60 if rate > 0 else 0.0
 
 
 class BatchRun:
@@ -83,7 +92,7 @@ class BatchRun:
         self.runners = {name: CaseRunner(self._config(name, extra, batch_id), self.guard, self.stop)
                         for name, extra in plan.sides}
         n_todo = sum(len(v) for v in todo.values())
-        self.progress = Progress(n_todo, len([d for d in todo if todo[d]]) * slots_per_device(plan.args))
+        self.progress = Progress(n_todo)
         self.t0 = time.monotonic()
         # a case that starts now may end this late: both sides timed out, then the kill grace
         self.worst_case = plan.args.op_timeout * len(plan.sides) + plan.args.kill_grace + 5
@@ -137,7 +146,8 @@ class BatchRun:
         self.progress.one_done(elapsed, lambda done, eta_min: (
             f"{LOG} ({done:>{len(str(total))}}/{total}) {shown:<11}{verdict} "
             f"{elapsed:7.1f}s rows={row['rows_success']}/{row['rows_total']} {c.repo}:{c.run_name} "
-            f"device={device} ETA {eta_min:.1f}min" + (f"  {row['notes']}" if row.get("notes") else "")))
+            f"device={device} rate {self.progress.rate_per_hour():.0f}/h ETA {eta_min:.1f}min"
+            + (f"  {row['notes']}" if row.get("notes") else "")))
 
 
 def run_sides(runners: Dict[str, CaseRunner], names: List[str], c: inv.Entry, device: str, dtypes: str,
