@@ -1,0 +1,346 @@
+#!/usr/bin/env python3
+"""Evidence for the per-shape verdict rule (zl/report/verdicts.py) on one set of nodes: its
+false-alarm rate on a held-out A/A screen, its SLOWER set under a real switch, and the
+codegen-vs-retune split.
+
+Three run_batch.py screens of the same nodes, each a batch directory under --out:
+
+    aa1     run_batch.py --ops <nodes> --switch ZL_AA_NOOP --dtypes D --overlap K   (calibration)
+    aa2     the same again, independent (held out: judged, never a control of its own shapes)
+    switch  run_batch.py --ops <nodes> --switch NAME --retune --dtypes D --overlap K
+
+ZL_AA_NOOP changes nothing: side A records the autotune picks, side B replays them. --aa1 DIR
+reuses an existing A/A screen batch (e.g. overlap_throughput.py's overlap-K folder, measured
+at the same --overlap: controls count only with the judged pair's caliber) instead of aa1.
+
+The report (stdout markdown, OUT/verdict_evidence.json; batch_summary.py's own JSON and text
+per stage under OUT/report/) reads `batch_summary.py --screen <stage> --controls <aa1>
+--false-alarm F --json`, and for the noise figure `batch_summary.py --screen <aa1>`:
+
+(a) false alarms: aa2's shapes read FASTER or SLOWER, as a share of its decided shapes
+    (FASTER/SLOWER/SAME) against F, beside the expected count (the sum of the bounds each shape
+    was judged with) and the binomial tail P(X >= observed | decided, F) (shapes of one node
+    share a process: read it as indicative); per latency class from the per-shape rows. The
+    controls are aa1's A/A cells and aa2's other A/A cells (batch_summary.py always adds a
+    screen's own A/A cells, the judged cell left out).
+(b) the switch: verdict counts; the nodes with a SLOWER shape against the nodes whose median
+    slowdown exceeds the noise. Slowdown of a shape: -speedup_pct (speedup_pct = A/B - 1, %),
+    in the unit the rule thresholds. Noise of a shape: aa1's threshold for its latency class
+    (aa1's own rule: the k-th smallest |A/A delta| of the class, k = ceil((n+1)(1-F))). A node
+    exceeds when the median of its shapes' slowdowns > the median of their noises; a node with
+    a shape whose class has no aa1 threshold is listed as undetermined. Both sets, their
+    symmetric difference, and whether they agree.
+(c) codegen vs retune, per node of the switch: A vs B median (code change at equal configs),
+    A vs C median (after re-tuning), their difference, each one's verdict counts, C's picks
+    against A's and what became of A's picks under the switch (zl/report/retune.py).
+
+    python benchmarks/verdict_evidence.py --sample 32 --seed 1 --overlap 4 --out runs/ve
+    python benchmarks/verdict_evidence.py --ops relu softmax --aa1 runs/ovl/overlap-4 --overlap 4 --out runs/ve
+    python benchmarks/verdict_evidence.py --report-only --out <unpacked bundle>/ve
+
+Nodes: --ops, or --sample N drawn with --seed from the inventory (as overlap_throughput.py
+draws). OUT/verdict_evidence.args.json records the nodes and options at the first call; a batch
+directory that exists is resumed (run_batch.py --resume), so the tool can be called again after
+a time limit. Exit status: 0 report written; 2 bad arguments (no nodes, --false-alarm outside
+(0, 0.5], an --overlap < 1, --aa1 not an A/A screen batch, another node set or switch than the
+output folder's, --report-only on a folder without the three screens); 3 a batch left cases
+unrun (the report covers what ran; call again to resume); 4 a stage's run_batch.py refused
+(exit 2: e.g. a resume whose conditions differ) or batch_summary.py could not read a stage
+(the stage and its log named).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from statistics import median
+from typing import Dict, List, Optional
+
+from overlap_throughput import draw  # the same inventory draw (this script's folder is on sys.path)
+
+ROOT = Path(__file__).resolve().parents[1]
+AA_SWITCH = "ZL_AA_NOOP"
+ARGS_FILE = "verdict_evidence.args.json"
+VERDICTS = ("FASTER", "SLOWER", "SAME", "UNCLEAR")
+
+
+class Failed(Exception):
+    """A stage that could not run or be read: exit 4 with this message."""
+
+
+def write_json(path: Path, doc) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1))
+    tmp.replace(path)
+
+
+def run_stage(stage: str, switch: str, nodes: List[str], args, out: Path) -> int:
+    """One run_batch.py call for a stage (a new batch, or --resume); its wall appended to
+    walls-<stage>.json, its console to console-<stage>.log. -> its exit status."""
+    bd = out / stage
+    cmd = [sys.executable, str(ROOT / "run_batch.py"), "--switch", switch, "--overlap", str(args.overlap),
+           "--dtypes", args.dtypes, "--op-timeout", str(args.op_timeout), "--batch-dir", str(bd)]
+    cmd += ["--resume"] if (bd / "batch.json").is_file() else ["--ops", *nodes] + (
+        ["--retune"] if stage == "switch" else [])
+    if args.devices:
+        cmd += ["--devices", args.devices]
+    if args.budget_s:
+        cmd += ["--budget-s", str(args.budget_s)]
+    t0 = time.monotonic()
+    with open(out / f"console-{stage}.log", "a") as log:
+        # its own process group, killed with this tool
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            rc = proc.wait()
+        except BaseException:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait()
+            raise
+    walls_file = out / f"walls-{stage}.json"
+    walls = json.loads(walls_file.read_text()) if walls_file.is_file() else []
+    write_json(walls_file, walls + [round(time.monotonic() - t0, 3)])
+    if rc == 2:
+        raise Failed(f"stage {stage}: run_batch.py refused (exit 2); see {out / f'console-{stage}.log'}")
+    return rc
+
+
+def summary_json(stage: str, screen: Path, controls: Optional[Path], false_alarm: float, out: Path) -> Optional[Dict]:
+    """batch_summary.py --screen's JSON of one stage (OUT/report/<stage>.json, its text beside);
+    None when the screen judged no cell (its exit 5)."""
+    rep = out / "report"
+    rep.mkdir(exist_ok=True)
+    cmd = [sys.executable, str(ROOT / "batch_summary.py"), "--screen", str(screen), "--false-alarm",
+           str(false_alarm), "--json", str(rep / f"{stage}.json")]
+    cmd += ["--controls", str(controls)] if controls else []
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    (rep / f"{stage}.txt").write_text(r.stdout + r.stderr)
+    if r.returncode == 5:
+        return None
+    if r.returncode != 0:
+        raise Failed(f"stage {stage}: batch_summary.py --screen {screen} exited {r.returncode}: "
+                     f"{(r.stderr or r.stdout).strip()[-400:]}")
+    return json.loads((rep / f"{stage}.json").read_text())
+
+
+def node_of(o: Dict) -> str:
+    return Path(o["dirs"]["before"]).name   # the case's run name
+
+
+def false_alarms(doc: Optional[Dict], f: float) -> Dict:
+    """(a): FASTER/SLOWER among aa2's decided shapes, overall and per latency class (from the
+    per-shape rows: the JSON's summary has no per-class counts)."""
+    if doc is None:
+        return {"note": "aa2 judged no cell"}
+    from scipy.stats import binom
+
+    def part(shapes: List[Dict]) -> Dict:
+        counts = {v: sum(s["aa_verdict"] == v for s in shapes) for v in VERDICTS}
+        decided = len(shapes) - counts["UNCLEAR"]
+        alarms = counts["FASTER"] + counts["SLOWER"]
+        return {"shapes": len(shapes), "counts": counts, "decided": decided, "false_alarms": alarms,
+                "share": alarms / decided if decided else None,
+                "expected": sum(s["false_alarm_bound"] for s in shapes if s["aa_verdict"] != "UNCLEAR"),
+                "within_bound": (alarms / decided <= f) if decided else None,
+                "binom_tail_p": float(binom.sf(alarms - 1, decided, f)) if decided else None}
+
+    shapes = [s for o in doc["ops"] for s in o.get("shapes") or []]
+    classes = sorted({s["latency_class"] for s in shapes})
+    return {"bound": f, **part(shapes), "aa_cells_only": part(
+                [s for o in doc["ops"] if o["code"].get("aa") for s in o.get("shapes") or []]),
+            "per_class": {c: part([s for s in shapes if s["latency_class"] == c]) for c in classes},
+            "controls": doc["verdicts"]["rule"]["controls"],
+            "rejected_controls": doc["verdicts"]["rejected_controls"]}
+
+
+def switch_part(doc: Optional[Dict], aa1: Optional[Dict]) -> Dict:
+    """(b): verdict counts; nodes with a SLOWER shape vs nodes whose median slowdown exceeds
+    the median of their shapes' aa1 class thresholds."""
+    if doc is None:
+        return {"note": "the switch screen judged no cell"}
+    noise = {c["class"]: c["threshold_pct"] for c in aa1["verdicts"]["rule"]["classes"]} if aa1 else {}
+    nodes, slower, exceeds, undetermined = {}, set(), set(), []
+    for o in doc["ops"]:
+        shapes = o.get("shapes") or []
+        if not shapes:
+            continue
+        n = node_of(o)
+        thr = [noise.get(s["latency_class"]) for s in shapes]
+        slow = median(-s["speedup_pct"] for s in shapes)
+        nz = median(thr) if None not in thr else None
+        counts = {v: sum(s["aa_verdict"] == v for s in shapes) for v in VERDICTS}
+        nodes[n] = {"code": o["verdict"], "shapes": len(shapes), "counts": counts,
+                    "median_slowdown_pct": slow, "noise_pct": nz,
+                    "exceeds_noise": None if nz is None else slow > nz}
+        if counts["SLOWER"]:
+            slower.add(n)
+        if nz is None:
+            undetermined.append(n)
+        elif slow > nz:
+            exceeds.add(n)
+    return {"counts": doc["verdicts"]["summary"]["counts"],
+            "expected_false_verdicts": doc["verdicts"]["summary"]["expected_false_verdicts"],
+            "slower_nodes": sorted(slower), "exceeds_noise_nodes": sorted(exceeds),
+            "symmetric_difference": sorted(slower ^ exceeds), "undetermined": sorted(undetermined),
+            "agree": slower == exceeds and not undetermined, "nodes": nodes}
+
+
+def retune_part(doc: Optional[Dict]) -> Dict:
+    """(c): per node of the switch, A vs B and A vs C side by side with the picks."""
+    if doc is None or "retune" not in doc:
+        return {"note": "no side C (the switch screen ran without --retune or judged no cell)"}
+    nodes = {}
+    for o in doc["ops"]:
+        r = o.get("retune")
+        if not r:
+            continue
+        ab, ac, p = r["a_vs_b"], r.get("a_vs_c") or {}, r.get("picks") or {}
+        b, c = ab.get("median_pct"), ac.get("median_pct")
+        nodes[node_of(o)] = {"side_c": r["side_c"]["status"], "a_vs_b_median_pct": b, "a_vs_c_median_pct": c,
+                             "retune_minus_codegen_pct": None if b is None or c is None else c - b,
+                             "a_vs_b_verdicts": ab.get("aa_verdict_counts"),
+                             "a_vs_c_verdicts": ac.get("aa_verdict_counts"),
+                             "c_picks": p.get("counts"), "a_under_switch": p.get("under_switch")}
+    block = doc["retune"]
+    split = sorted(n for n, v in nodes.items() if (v["c_picks"] or {}).get("other")
+                   or v["a_vs_b_verdicts"] != v["a_vs_c_verdicts"])
+    return {"a_vs_c_counts": block["summary"]["counts"], "picks": block["picks"],
+            "under_switch": block["under_switch"], "side_c_not_run": block["side_c_not_run"],
+            "split_nodes": split, "nodes": nodes}
+
+
+def pct(v: Optional[float]) -> str:
+    return "n/a" if v is None else f"{v:+.2f}%"
+
+
+def nz(counts: Optional[Dict[str, int]]) -> str:
+    return " ".join(f"{k}={n}" for k, n in (counts or {}).items() if n) or "-"
+
+
+def markdown(rep: Dict) -> str:
+    a, b, c = rep["false_alarm"], rep["switch"], rep["retune"]
+    out = [f"# verdict evidence: {len(rep['nodes'])} node(s), switch {rep['switch_name']}, "
+           f"false-alarm target {rep['false_alarm_target']:g}", "",
+           "## (a) false alarms on aa2 (held out; controls: aa1 and aa2's other A/A cells)", ""]
+    if "note" in a:
+        out.append(a["note"])
+    else:
+        out += ["| part | shapes | decided | FASTER/SLOWER | share | bound | expected | within | P(X>=obs) |",
+                "|---|---|---|---|---|---|---|---|---|"]
+        for name, p in [("all", a), ("A/A cells only", a["aa_cells_only"])] + list(a["per_class"].items()):
+            share = "n/a" if p["share"] is None else f"{p['share']:.2%}"
+            tail = "n/a" if p["binom_tail_p"] is None else f"{p['binom_tail_p']:.3f}"
+            out.append(f"| {name} | {p['shapes']} | {p['decided']} | {p['false_alarms']} | {share} | "
+                       f"{a['bound']:.0%} | {p['expected']:.2f} | {p['within_bound']} | {tail} |")
+    out += ["", "## (b) the switch: SLOWER nodes vs median slowdown over aa1's noise", ""]
+    if "note" in b:
+        out.append(b["note"])
+    else:
+        out += [f"verdicts: {nz(b['counts'])} (expected false <= {b['expected_false_verdicts']:.2f})",
+                f"nodes with a SLOWER shape: {' '.join(b['slower_nodes']) or '-'}",
+                f"nodes whose median slowdown exceeds the noise: {' '.join(b['exceeds_noise_nodes']) or '-'}",
+                f"symmetric difference: {' '.join(b['symmetric_difference']) or '-'}; undetermined: "
+                f"{' '.join(b['undetermined']) or '-'}; agree: {b['agree']}", "",
+                "| node | code | shapes | verdicts | median slowdown | noise (aa1) |", "|---|---|---|---|---|---|"]
+        for n, v in b["nodes"].items():
+            out.append(f"| {n} | {v['code']} | {v['shapes']} | {nz(v['counts'])} | "
+                       f"{pct(v['median_slowdown_pct'])} | {pct(v['noise_pct'])} |")
+    out += ["", "## (c) codegen (A vs B) vs after re-tuning (A vs C)", ""]
+    if "note" in c:
+        out.append(c["note"])
+    else:
+        out += [f"A vs C verdicts: {nz(c['a_vs_c_counts'])}; C's picks vs A's: {nz(c['picks'])}; "
+                f"A's picks under the switch: {nz(c['under_switch'])}; split nodes: {' '.join(c['split_nodes']) or '-'}",
+                "", "| node | side C | A vs B | A vs C | C - B | A vs B verdicts | A vs C verdicts | C's picks | "
+                "A's under switch |", "|---|---|---|---|---|---|---|---|---|"]
+        for n, v in c["nodes"].items():
+            out.append(f"| {n} | {v['side_c']} | {pct(v['a_vs_b_median_pct'])} | {pct(v['a_vs_c_median_pct'])} | "
+                       f"{pct(v['retune_minus_codegen_pct'])} | {nz(v['a_vs_b_verdicts'])} | "
+                       f"{nz(v['a_vs_c_verdicts'])} | {nz(v['c_picks'])} | {nz(v['a_under_switch'])} |")
+    walls = ", ".join(f"{k} {v} s" for k, v in rep["walls_s"].items())
+    out += ["", f"walls: {walls or '-'}; run_batch.py exit: {rep['rc'] or '-'}"]
+    return "\n".join(out)
+
+
+def is_aa_screen(d: Path) -> bool:
+    try:
+        return json.loads((d / "batch.json").read_text()).get("switch") == AA_SWITCH and (d / "screen.tsv").is_file()
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="verdict_evidence.py", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ops", nargs="+", default=[], help="inventory run names")
+    ap.add_argument("--sample", type=int, default=0, help="draw this many nodes from the inventory")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--switch", default="DISABLE_LLVM_OPT", help="the real switch of stage `switch`")
+    ap.add_argument("--false-alarm", type=float, default=0.05, metavar="F", help="the rule's target, (0, 0.5]")
+    ap.add_argument("--aa1", type=Path, default=None, metavar="DIR",
+                    help="an existing A/A screen batch (--switch ZL_AA_NOOP) used as aa1 instead of running it")
+    ap.add_argument("--overlap", type=int, default=1, help="run_batch.py --overlap of every stage")
+    ap.add_argument("--dtypes", default="float16")
+    ap.add_argument("--devices", default="", help="run_batch.py --devices (default: its own)")
+    ap.add_argument("--op-timeout", type=float, default=300)
+    ap.add_argument("--budget-s", type=float, default=None, help="run_batch.py --budget-s per stage")
+    ap.add_argument("--out", type=Path, required=True, help="folder: one batch per stage, the report")
+    ap.add_argument("--report-only", action="store_true",
+                    help="run nothing: the report of the stages already in --out (e.g. a returned bundle)")
+    args = ap.parse_args(argv)
+    if not 0 < args.false_alarm <= 0.5:
+        ap.error(f"--false-alarm must be in (0, 0.5], got {args.false_alarm}")
+    if args.overlap < 1:
+        ap.error("--overlap must be >= 1")
+    out = args.out.resolve()
+    if args.aa1 is not None and not is_aa_screen(args.aa1):
+        ap.error(f"--aa1 {args.aa1}: not an A/A screen batch (batch.json with switch {AA_SWITCH}, screen.tsv)")
+    saved = json.loads((out / ARGS_FILE).read_text()) if (out / ARGS_FILE).is_file() else None
+    rc: Dict[str, int] = {}
+    try:
+        if args.report_only:
+            if saved is None or not all((out / s / "screen.tsv").is_file() for s in ("aa2", "switch")):
+                ap.error(f"--report-only: {out} holds no aa2 and switch screens ({ARGS_FILE})")
+            nodes, switch = saved["nodes"], saved["switch"]
+            aa1 = args.aa1.resolve() if args.aa1 else out / "aa1" if is_aa_screen(out / "aa1") else Path(saved["aa1"])
+            if not is_aa_screen(aa1):
+                ap.error(f"--report-only: no aa1 screen in {out} nor at {aa1}: give --aa1 DIR")
+        else:
+            nodes = list(args.ops) or (draw(args.sample, args.seed) if args.sample > 0 else [])
+            if not nodes:
+                ap.error("no nodes: give --ops or --sample N")
+            switch = args.switch
+            if saved is not None and (saved["nodes"] != nodes or saved["switch"] != switch):
+                ap.error(f"{out} holds another node set or switch ({ARGS_FILE}); give another --out")
+            aa1 = args.aa1.resolve() if args.aa1 else out / "aa1"
+            out.mkdir(parents=True, exist_ok=True)
+            write_json(out / ARGS_FILE, {"nodes": nodes, "switch": switch, "aa1": str(aa1), "dtypes": args.dtypes,
+                                         "overlap": args.overlap, "false_alarm": args.false_alarm})
+            stages = ([] if args.aa1 else [("aa1", AA_SWITCH)]) + [("aa2", AA_SWITCH), ("switch", switch)]
+            for stage, sw in stages:
+                rc[stage] = run_stage(stage, sw, nodes, args, out)
+        aa1_doc = summary_json("aa1", aa1, None, args.false_alarm, out)
+        rep = {"nodes": nodes, "switch_name": switch, "aa1": str(aa1), "false_alarm_target": args.false_alarm,
+               "rc": rc, "walls_s": {s: round(sum(json.loads((out / f"walls-{s}.json").read_text())), 3)
+                                     for s in ("aa1", "aa2", "switch") if (out / f"walls-{s}.json").is_file()},
+               "false_alarm": false_alarms(summary_json("aa2", out / "aa2", aa1, args.false_alarm, out),
+                                           args.false_alarm)}
+        sw_doc = summary_json("switch", out / "switch", aa1, args.false_alarm, out)
+        rep["switch"], rep["retune"] = switch_part(sw_doc, aa1_doc), retune_part(sw_doc)
+    except Failed as exc:
+        print(f"!!! verdict_evidence.py: {exc}", file=sys.stderr)
+        return 4
+    text = markdown(rep)
+    print(text)
+    write_json(out / "verdict_evidence.json", rep)
+    (out / "verdict_evidence.md").write_text(text + "\n")
+    return 3 if 3 in rc.values() else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

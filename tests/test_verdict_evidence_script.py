@@ -1,0 +1,125 @@
+"""benchmarks/verdict_evidence.py on the batch stub: two A/A screens and a switch screen of the
+same nodes, a known slowdown planted on two nodes under the switch only, a deterministic
+per-side jitter as A/A noise; the report's figures checked against the rule recomputed here
+from the run.logs the batches wrote."""
+
+import json
+import subprocess
+import sys
+from statistics import median
+
+import pytest
+
+from harness.runner import REPO_ROOT, base_env
+from test_batch import STUB
+from zl.report import verdicts as vd
+from zl.runlog.parse import read_run_log
+
+TOOL = REPO_ROOT / "benchmarks" / "verdict_evidence.py"
+NODES = ["abs", "amax", "exp", "pad", "relu", "softmax"]
+PLANTED = {"relu", "softmax"}   # B 30 % slower under the switch; softmax's re-tune wins it back
+F = 0.2
+
+
+def run(tmp_path, *args):
+    e = base_env(tmp_path, ZL_RUN_PYTEST=str(STUB), ZL_STUB_STATE=str(tmp_path), ZL_RUNS_ROOT=str(tmp_path / "runs"),
+                 ZL_STUB_SWITCH="DISABLE_LLVM_OPT", ZL_STUB_BINARY="1", ZL_STUB_JITTER="0.01",
+                 ZL_STUB_IR_MAP="abs=same,amax=same,exp=same,pad=same", ZL_STUB_B_SCALE="relu=1.3,softmax=1.3",
+                 ZL_STUB_C_SCALE="softmax=1.02", ZL_STUB_PICKS="softmax=other")
+    return subprocess.run([sys.executable, str(TOOL), *map(str, args)], env=e, capture_output=True, text=True,
+                          timeout=300)
+
+
+def deltas(bd):
+    """{node: [(side A latency ms, speedup %)]} of a screen batch, from its run.logs."""
+    out = {}
+    for n in NODES:
+        a, b = (read_run_log(bd / side / "main" / n) for side in ("before", "after"))
+        la = {r.size_detail: r.gems_lat for r in a.success_rows()}
+        out[n] = [(la[r.size_detail], (la[r.size_detail] / r.gems_lat - 1) * 100) for r in b.success_rows()]
+    return out
+
+
+def judged(pool, node, lat, pct):
+    """|pct| over the threshold of lat's class among the A/A deltas of `pool` but `node`'s own."""
+    cls = vd.latency_class(lat)
+    vals = [p for (src, n), shapes in pool.items() if (src, n) != node for l, p in shapes
+            if vd.latency_class(l) == cls]
+    return abs(pct) > vd.threshold(vals, F)[0]
+
+
+def test_the_report_matches_the_rule_recomputed_from_the_batches(tmp_path):
+    out = tmp_path / "ve"
+    r = run(tmp_path, "--ops", *NODES, "--devices", "0", "--false-alarm", F, "--out", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rep = json.loads((out / "verdict_evidence.json").read_text())
+    aa1, aa2, sw = (deltas(out / s) for s in ("aa1", "aa2", "switch"))
+    assert any(p != 0 for shapes in aa2.values() for _, p in shapes)   # the jitter is A/A noise
+    # (a) aa2 judged by aa1 and aa2's other cells (each of them an every-level A/A)
+    pool = {**{("aa1", n): v for n, v in aa1.items()}, **{("aa2", n): v for n, v in aa2.items()}}
+    alarms = sum(judged(pool, ("aa2", n), lat, p) for n, v in aa2.items() for lat, p in v)
+    fa = rep["false_alarm"]
+    assert (fa["shapes"], fa["decided"], fa["false_alarms"]) == (12, 12, alarms)
+    assert fa["share"] == alarms / 12 and fa["within_bound"] == (alarms / 12 <= F) and fa["bound"] == F
+    assert fa["aa_cells_only"]["false_alarms"] == alarms
+    assert sum(c["false_alarms"] for c in fa["per_class"].values()) == alarms and len(fa["per_class"]) == 2
+    # (b) SLOWER nodes: the planted ones, plus any unplanted node the rule reads SLOWER by chance
+    pool = {**{("aa1", n): v for n, v in aa1.items()},
+            **{("switch", n): v for n, v in sw.items() if n not in PLANTED}}
+    chance = {n for n, v in sw.items() if n not in PLANTED
+              for lat, p in v if p < 0 and judged(pool, ("switch", n), lat, p)}
+    b = rep["switch"]
+    assert set(b["slower_nodes"]) == PLANTED | chance and b["exceeds_noise_nodes"] == sorted(PLANTED)
+    assert b["symmetric_difference"] == sorted(chance) and b["agree"] == (not chance)
+    thr = {}
+    for cls in (0, 1):
+        thr[cls] = vd.threshold([p for v in aa1.values() for l, p in v if vd.latency_class(l) == cls], F)[0]
+    for n, v in sw.items():
+        node = b["nodes"][n]
+        assert node["noise_pct"] == pytest.approx(median(thr[vd.latency_class(l)] for l, _ in v))
+        assert node["median_slowdown_pct"] == pytest.approx(median(-p for _, p in v))
+    assert b["counts"]["SLOWER"] >= 4
+    # (c) relu stays slow after re-tuning; softmax's re-tune (another pick) wins the slowdown back
+    c = rep["retune"]
+    assert "softmax" in c["split_nodes"] and c["picks"]["other"] == 1
+    relu, soft = c["nodes"]["relu"], c["nodes"]["softmax"]
+    assert soft["c_picks"] == {"same": 1, "other": 1, "only_a": 0, "only_c": 0, "neither": 0}
+    assert soft["a_vs_b_median_pct"] == pytest.approx(-100 * 0.3 / 1.3, abs=2.5)
+    assert soft["a_vs_c_median_pct"] == pytest.approx(-100 * 0.02 / 1.02, abs=2.5)
+    assert relu["a_vs_c_median_pct"] == pytest.approx(relu["a_vs_b_median_pct"], abs=2.5)
+    assert soft["retune_minus_codegen_pct"] == pytest.approx(soft["a_vs_c_median_pct"] - soft["a_vs_b_median_pct"])
+    assert "## (a) false alarms on aa2" in r.stdout and "| softmax | PASS |" in r.stdout
+    # called again: every stage resumes, nothing reruns; the walls add up
+    r = run(tmp_path, "--ops", *NODES, "--devices", "0", "--false-alarm", F, "--out", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "6 reused, 0 to run" in (out / "console-switch.log").read_text().split("[batch] backend=")[-1]
+    assert len(json.loads((out / "walls-aa2.json").read_text())) == 2
+    again = json.loads((out / "verdict_evidence.json").read_text())
+    assert again["false_alarm"] == rep["false_alarm"] and again["switch"] == rep["switch"]
+    # the report of a moved bundle, running nothing: the same figures
+    moved = tmp_path / "bundle"
+    out.rename(moved)
+    r = run(tmp_path, "--report-only", "--false-alarm", F, "--out", moved)
+    assert r.returncode == 0, r.stdout + r.stderr
+    redo = json.loads((moved / "verdict_evidence.json").read_text())
+    assert redo["nodes"] == NODES and redo["aa1"] == str(moved / "aa1") and redo["rc"] == {}
+    assert redo["false_alarm"] == rep["false_alarm"] and redo["switch"] == rep["switch"]
+    assert redo["retune"] == again["retune"] and redo["walls_s"] == again["walls_s"]
+    # another node set on the same folder; --aa1 that is not an A/A screen (the switch stage)
+    r = run(tmp_path, "--ops", "relu", "--out", moved)
+    assert r.returncode == 2 and "holds another node set or switch" in r.stderr
+    r = run(tmp_path, "--ops", "relu", "--aa1", moved / "switch", "--out", tmp_path / "x")
+    assert r.returncode == 2 and "not an A/A screen batch" in r.stderr
+
+
+def test_bad_arguments_exit_2(tmp_path):
+    r = run(tmp_path, "--ops", "relu", "--false-alarm", "0.7", "--out", tmp_path / "o")
+    assert r.returncode == 2 and "--false-alarm must be in (0, 0.5]" in r.stderr
+    r = run(tmp_path, "--ops", "relu", "--overlap", "0", "--out", tmp_path / "o")
+    assert r.returncode == 2 and "--overlap must be >= 1" in r.stderr
+    r = run(tmp_path, "--out", tmp_path / "o")
+    assert r.returncode == 2 and "no nodes" in r.stderr
+    r = run(tmp_path, "--report-only", "--out", tmp_path / "o")
+    assert r.returncode == 2 and "holds no aa2 and switch screens" in r.stderr
+    assert not (tmp_path / "o").exists()
+    assert "--aa1" in run(tmp_path, "--help").stdout
