@@ -62,6 +62,7 @@ def test_the_report_matches_the_rule_recomputed_from_the_batches(tmp_path):
     assert (fa["shapes"], fa["decided"], fa["false_alarms"]) == (12, 12, alarms)
     assert fa["share"] == alarms / 12 and fa["within_bound"] == (alarms / 12 <= F) and fa["bound"] == F
     assert fa["aa_cells_only"]["false_alarms"] == alarms
+    assert fa["controls"] == 24 and not fa["rejected_controls"]   # aa1's 12 shapes and aa2's 12
     assert sum(c["false_alarms"] for c in fa["per_class"].values()) == alarms and len(fa["per_class"]) == 2
     # (b) SLOWER nodes: the planted ones, plus any unplanted node the rule reads SLOWER by chance
     pool = {**{("aa1", n): v for n, v in aa1.items()},
