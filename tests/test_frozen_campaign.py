@@ -111,6 +111,13 @@ def _prepare(world, manifest, out=None, selection="canary", canary=None, dry_run
                       out, canary, dry_run)
 
 
+def _refused(world, tmp_path, doc):
+    """The (code, JSON path) pairs a dry run of `doc` is refused with."""
+    with pytest.raises(CampaignError) as exc:
+        _prepare(world, _write(tmp_path, doc), dry_run=True)
+    return _codes(exc)
+
+
 def _codes(excinfo):
     return [(p.code, p.path) for p in excinfo.value.problems]
 
@@ -277,17 +284,13 @@ def test_a_target_the_inventory_lacks_needs_a_reason(world, tmp_path):
 def test_a_reason_for_a_target_the_inventory_has_is_refused(world, tmp_path):
     doc = _manifest(world)
     doc["workloads"][0]["inventory_missing_reason"] = "stale"
-    with pytest.raises(CampaignError) as exc:
-        _prepare(world, _write(tmp_path, doc), dry_run=True)
-    assert _codes(exc) == [("reason_not_needed", "$.workloads[0].inventory_missing_reason")]
+    assert _refused(world, tmp_path, doc) == [("reason_not_needed", "$.workloads[0].inventory_missing_reason")]
 
 
 def test_a_benchmark_the_inventory_marks_skipped_is_refused(world, tmp_path):
     doc = _manifest(world)
     doc["workloads"][2]["target"] = {"test_file": "test_zl_batch.py", "op": "zl_skipped"}
-    with pytest.raises(CampaignError) as exc:
-        _prepare(world, _write(tmp_path, doc), dry_run=True)
-    assert _codes(exc) == [("inventory_marks_skip", "$.workloads[2].target")]
+    assert _refused(world, tmp_path, doc) == [("inventory_marks_skip", "$.workloads[2].target")]
 
 
 def test_targets_missing_from_the_tree_are_named(world, tmp_path):
@@ -317,9 +320,7 @@ def test_the_bundled_fake_tree_has_no_correctness_files_and_is_no_checkout(world
 def test_the_tree_must_be_the_pinned_commit_without_edits(world, tmp_path):
     doc = _manifest(world)
     doc["source"]["flaggems_commit"] = "a" * 40
-    with pytest.raises(CampaignError) as exc:
-        _prepare(world, _write(tmp_path, doc), dry_run=True)
-    assert _codes(exc) == [("source_commit_mismatch", "$.source.flaggems_commit")]
+    assert _refused(world, tmp_path, doc) == [("source_commit_mismatch", "$.source.flaggems_commit")]
     with pytest.raises(CampaignError) as exc:
         _prepare(world, _write(tmp_path, _manifest(world)), dry_run=True, tree=tmp_path / "nowhere")
     assert ("source_tree_missing", "$.source.flaggems_commit") in _codes(exc)
@@ -346,14 +347,10 @@ def test_inventory_and_shape_file_problems_are_named(world, tmp_path):
     assert [c for c, _ in _codes(exc)] == ["inventory_unreadable"]
     doc = _manifest(world)
     doc["protocol"]["shape_file"] = str(tmp_path / "none.yaml")
-    with pytest.raises(CampaignError) as exc:
-        _prepare(world, _write(tmp_path, doc), dry_run=True)
-    assert _codes(exc) == [("shape_file_invalid", "$.protocol.shape_file")]
+    assert _refused(world, tmp_path, doc) == [("shape_file_invalid", "$.protocol.shape_file")]
     doc = _manifest(world)
     doc["workloads"][1]["shape_key"] = "abs_inplace"
-    with pytest.raises(CampaignError) as exc:
-        _prepare(world, _write(tmp_path, doc), dry_run=True)
-    assert _codes(exc) == [("shape_key_missing", "$.workloads[1].shape_key")]
+    assert _refused(world, tmp_path, doc) == [("shape_key_missing", "$.workloads[1].shape_key")]
 
 
 # ------------------------------------------------------------------ the frozen task matrix
