@@ -216,16 +216,21 @@ def report(results: List[Dict]) -> str:
     return "\n".join(out)
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="overlap_throughput.py", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_node_options(ap: argparse.ArgumentParser) -> None:
+    """The nodes and the batch settings every stage of this tool (and verdict_evidence.py) runs."""
     ap.add_argument("--ops", nargs="+", default=[], help="inventory run names")
     ap.add_argument("--sample", type=int, default=0, help="draw this many nodes from the inventory")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--overlap", type=int, nargs="+", default=[1, 4], help="values to compare, first = reference")
     ap.add_argument("--dtypes", default="float16")
     ap.add_argument("--devices", default="", help="run_batch.py --devices (default: its own)")
     ap.add_argument("--op-timeout", type=float, default=300)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="overlap_throughput.py", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_node_options(ap)
+    ap.add_argument("--overlap", type=int, nargs="+", default=[1, 4], help="values to compare, first = reference")
     ap.add_argument("--budget-s", type=float, default=None, help="run_batch.py --budget-s per batch")
     ap.add_argument("--out", type=Path, required=True, help="folder: one batch per overlap value, the report")
     ap.add_argument("--report-only", action="store_true",

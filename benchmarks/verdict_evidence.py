@@ -62,7 +62,7 @@ from pathlib import Path
 from statistics import median
 from typing import Dict, List, Optional
 
-from overlap_throughput import draw  # the same inventory draw (this script's folder is on sys.path)
+from overlap_throughput import add_node_options, draw  # the same inventory draw (this script's folder is on sys.path)
 
 ROOT = Path(__file__).resolve().parents[1]
 AA_SWITCH = "ZL_AA_NOOP"
@@ -277,17 +277,12 @@ def is_aa_screen(d: Path) -> bool:
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="verdict_evidence.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ops", nargs="+", default=[], help="inventory run names")
-    ap.add_argument("--sample", type=int, default=0, help="draw this many nodes from the inventory")
-    ap.add_argument("--seed", type=int, default=1)
+    add_node_options(ap)
     ap.add_argument("--switch", default="DISABLE_LLVM_OPT", help="the real switch of stage `switch`")
     ap.add_argument("--false-alarm", type=float, default=0.05, metavar="F", help="the rule's target, (0, 0.5]")
     ap.add_argument("--aa1", type=Path, default=None, metavar="DIR",
                     help="an existing A/A screen batch (--switch ZL_AA_NOOP) used as aa1 instead of running it")
     ap.add_argument("--overlap", type=int, default=1, help="run_batch.py --overlap of every stage")
-    ap.add_argument("--dtypes", default="float16")
-    ap.add_argument("--devices", default="", help="run_batch.py --devices (default: its own)")
-    ap.add_argument("--op-timeout", type=float, default=300)
     ap.add_argument("--budget-s", type=float, default=None, help="this call's budget: each stage gets run_batch.py --budget-s of what is left")
     ap.add_argument("--out", type=Path, required=True, help="folder: one batch per stage, the report")
     ap.add_argument("--report-only", action="store_true",
