@@ -49,6 +49,8 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from zl import atomic
+
 ROOT = Path(__file__).resolve().parents[1]
 SWITCH = "ZL_AA_NOOP"
 
@@ -147,9 +149,23 @@ def run_one(k: int, nodes: List[str], args, bd: Path) -> int:
     if args.budget_s:
         cmd += ["--budget-s", str(args.budget_s)]
     sampler = Sampler(bd.parent / f"util-overlap-{k}.txt")
+    try:
+        return run_batch_call(cmd, bd.parent / f"console-overlap-{k}.log", bd.parent / f"walls-overlap-{k}.json")
+    finally:
+        sampler.stop()
+
+
+def read_walls(path: Path) -> List[float]:
+    """The walls of every run_batch.py call `run_batch_call` recorded in `path` ([] before any)."""
+    return json.loads(path.read_text()) if path.is_file() else []
+
+
+def run_batch_call(cmd: List[str], console: Path, walls_file: Path) -> int:
+    """Run `cmd` (a run_batch.py call) in its own process group, killed with this tool, its
+    output appended to `console`; append its wall to `walls_file` (a resumed batch's rate
+    covers all the calls that made it). -> its exit status."""
     t0 = time.monotonic()
-    with open(bd.parent / f"console-overlap-{k}.log", "a") as log:
-        # its own process group, killed with this tool
+    with open(console, "a") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             rc = proc.wait()
@@ -157,20 +173,13 @@ def run_one(k: int, nodes: List[str], args, bd: Path) -> int:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait()
             raise
-        finally:
-            sampler.stop()
-    # every call's wall, summed: a resumed batch's rate covers all the calls that made it
-    walls_file = bd.parent / f"walls-overlap-{k}.json"
-    walls = json.loads(walls_file.read_text()) if walls_file.is_file() else []
-    walls.append(round(time.monotonic() - t0, 3))
-    walls_file.write_text(json.dumps(walls))
+    atomic.write_json(walls_file, read_walls(walls_file) + [round(time.monotonic() - t0, 3)])
     return rc
 
 
 def summarize(k: int, bd: Path, rc: Optional[int]) -> Dict:
     """The figures of overlap k from what its calls left in the output folder."""
-    walls_file = bd.parent / f"walls-overlap-{k}.json"
-    walls = json.loads(walls_file.read_text()) if walls_file.is_file() else []
+    walls = read_walls(bd.parent / f"walls-overlap-{k}.json")
     wall = round(sum(walls), 3)   # the figures below are computed from this value
     per_node = read_batch(bd)
     ran = sum(1 for v in per_node.values() for s in v["status"].split("/") if s not in ("-", "PENDING", "NOT_RUN"))
@@ -256,9 +265,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             results.append(summarize(k, bd, run_one(k, nodes, args, bd)))
     text = report(results)
     print(text)
-    tmp = args.out / "overlap_throughput.json.tmp"
-    tmp.write_text(json.dumps({"nodes": nodes, "switch": SWITCH, "dtypes": args.dtypes, "results": results}, indent=1))
-    tmp.replace(args.out / "overlap_throughput.json")
+    atomic.write_json(args.out / "overlap_throughput.json",
+                      {"nodes": nodes, "switch": SWITCH, "dtypes": args.dtypes, "results": results}, indent=1, sort_keys=False)
     (args.out / "overlap_throughput.md").write_text(text + "\n")
     return 3 if any(r["rc"] == 3 for r in results) else 0
 

@@ -53,8 +53,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -62,7 +60,9 @@ from pathlib import Path
 from statistics import median
 from typing import Dict, List, Optional
 
-from overlap_throughput import add_node_options, draw  # the same inventory draw (this script's folder is on sys.path)
+# the same inventory draw, options and run_batch.py call (this script's folder is on sys.path)
+from overlap_throughput import add_node_options, draw, read_walls, run_batch_call
+from zl import atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 AA_SWITCH = "ZL_AA_NOOP"
@@ -72,12 +72,6 @@ VERDICTS = ("FASTER", "SLOWER", "SAME", "UNCLEAR")
 
 class Failed(Exception):
     """A stage that could not run or be read: exit 4 with this message."""
-
-
-def write_json(path: Path, doc) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1))
-    tmp.replace(path)
 
 
 def run_stage(stage: str, switch: str, nodes: List[str], args, out: Path) -> int:
@@ -92,19 +86,7 @@ def run_stage(stage: str, switch: str, nodes: List[str], args, out: Path) -> int
         cmd += ["--devices", args.devices]
     if args.budget_s:   # what is left of this call's budget (the stages before used the rest)
         cmd += ["--budget-s", str(max(1.0, round(args.deadline - time.monotonic(), 1)))]
-    t0 = time.monotonic()
-    with open(out / f"console-{stage}.log", "a") as log:
-        # its own process group, killed with this tool
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            rc = proc.wait()
-        except BaseException:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait()
-            raise
-    walls_file = out / f"walls-{stage}.json"
-    walls = json.loads(walls_file.read_text()) if walls_file.is_file() else []
-    write_json(walls_file, walls + [round(time.monotonic() - t0, 3)])
+    rc = run_batch_call(cmd, out / f"console-{stage}.log", out / f"walls-{stage}.json")
     if rc == 2:
         raise Failed(f"stage {stage}: run_batch.py refused (exit 2); see {out / f'console-{stage}.log'}")
     return rc
@@ -314,7 +296,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 ap.error(f"{out} holds another node set or switch ({ARGS_FILE}); give another --out")
             aa1 = args.aa1.resolve() if args.aa1 else out / "aa1"
             out.mkdir(parents=True, exist_ok=True)
-            write_json(out / ARGS_FILE, {"nodes": nodes, "switch": switch, "aa1": str(aa1), "dtypes": args.dtypes,
+            atomic.write_json(out / ARGS_FILE, {"nodes": nodes, "switch": switch, "aa1": str(aa1), "dtypes": args.dtypes,
                                          "overlap": args.overlap, "false_alarm": args.false_alarm})
             args.deadline = time.monotonic() + (args.budget_s or 0)
             stages = ([] if args.aa1 else [("aa1", AA_SWITCH)]) + [("aa2", AA_SWITCH), ("switch", switch)]
@@ -328,7 +310,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 3
         aa1_doc = summary_json("aa1", aa1, None, args.false_alarm, out)
         rep = {"nodes": nodes, "switch_name": switch, "aa1": str(aa1), "false_alarm_target": args.false_alarm,
-               "rc": rc, "walls_s": {s: round(sum(json.loads((out / f"walls-{s}.json").read_text())), 3)
+               "rc": rc, "walls_s": {s: round(sum(read_walls(out / f"walls-{s}.json")), 3)
                                      for s in ("aa1", "aa2", "switch") if (out / f"walls-{s}.json").is_file()},
                "false_alarm": false_alarms(summary_json("aa2", out / "aa2", aa1, args.false_alarm, out),
                                            args.false_alarm)}
@@ -339,7 +321,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 4
     text = markdown(rep)
     print(text)
-    write_json(out / "verdict_evidence.json", rep)
+    atomic.write_json(out / "verdict_evidence.json", rep, indent=1, sort_keys=False)
     (out / "verdict_evidence.md").write_text(text + "\n")
     return 0
 
