@@ -256,9 +256,9 @@ def test_progress_rate_and_eta_follow_the_wall_clock_not_the_cases_own_seconds(c
     from zl.batch.execute import Progress
     now = {"t": 100.0}
     p = Progress(10, clock=lambda: now["t"])
-    now["t"] += 360                       # 4 cases done in 6 minutes, overlapped: each took 5 min itself
+    now["t"] += 360                       # 4 cases done in 6 minutes of wall clock, overlapped
     for _ in range(4):
-        p.one_done(300.0, lambda done, eta: f"{done} {eta:.1f}")
+        p.one_done(lambda done, eta: f"{done} {eta:.1f}")
     assert capsys.readouterr().out.split("\n")[-2] == "4 9.0"    # 6 left at 40/h
     assert p.rate_per_hour() == 40.0
     assert Progress(3, clock=lambda: 5.0).eta_min() == 0.0          # nothing done yet: no guess

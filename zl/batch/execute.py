@@ -37,7 +37,7 @@ SHARED_WARNING = ("TIMINGS OF THIS BATCH ARE FUNCTIONAL ONLY: {n} cases shared e
 
 def slots_per_device(args) -> int:
     """Cases at once per device: --share-device N (functional) or --overlap N (exclusive timing)."""
-    return max(args.share_device, getattr(args, "overlap", 1) or 1)
+    return max(args.share_device, args.overlap)
 
 
 def warn_shared(share: int) -> None:
@@ -64,7 +64,7 @@ class Progress:
         self.t0 = clock()
         self.lock = threading.Lock()
 
-    def one_done(self, elapsed_s: float, line: Callable[[int, float], str]) -> None:
+    def one_done(self, line: Callable[[int, float], str]) -> None:
         """Count a finished case and print `line(cases done, minutes left at the pace so far)`,
         under the lock, so the console's counts come in order."""
         with self.lock:
@@ -143,7 +143,7 @@ class BatchRun:
             row = dict(row, elapsed_ms=str(sum(int(r.get("elapsed_ms") or 0) for r in rows.values())))
         elapsed = int(row.get("elapsed_ms") or 0) / 1000
         total = self.progress.total
-        self.progress.one_done(elapsed, lambda done, eta_min: (
+        self.progress.one_done(lambda done, eta_min: (
             f"{LOG} ({done:>{len(str(total))}}/{total}) {shown:<11}{verdict} "
             f"{elapsed:7.1f}s rows={row['rows_success']}/{row['rows_total']} {c.repo}:{c.run_name} "
             f"device={device} rate {self.progress.rate_per_hour():.0f}/h ETA {eta_min:.1f}min"

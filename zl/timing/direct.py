@@ -46,7 +46,6 @@ def make_judge_do_bench(original: Callable, synchronize: Callable[[], object]) -
             return [nan] * len(quantiles)
         return [nan] if return_mode == "all" else nan
 
-    judge_do_bench.zl_judge_only = True
     return judge_do_bench
 
 
