@@ -17,18 +17,19 @@ unfinished one under its recorded conditions.
 from __future__ import annotations
 
 import copy
-import csv
 import hashlib
 import json
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, Dict
 
 from zl import atomic
 from zl.batch.batchdir import BatchDirError, DirLock
 from zl.batch.partition import REPEAT_VERDICTS, verdict_selected
+from zl.batch.screen import read_screen_rows
+from zl.batch.status import read_rows
 from zl.ir.fingerprint import NO_IR_DIFF, VARIANTS_DIFFER
 from zl.screen_verdict import WRONG_RESULTS
 
@@ -50,17 +51,10 @@ def _rank(name: str) -> str:
     return hashlib.sha256(name.encode()).hexdigest()
 
 
-def read_rows(path: Path, delimiter: str) -> List[Dict[str, str]]:
-    if not path.is_file():
-        return []
-    with open(path, newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh, delimiter=delimiter))
-
-
 def select(judge_dir: Path, controls: int) -> Dict:
     """Stage 1's outcome: {counts, changed, controls, unjudged: {node: reason}}."""
-    screen = {f"{r['repo']}:{r['run_name']}": r for r in read_rows(judge_dir / "screen.tsv", "\t")}
-    status = {f"{r['repo']}:{r['run_name']}": r for r in read_rows(judge_dir / "before" / "ops_status.csv", ",")}
+    screen = {f"{repo}:{name}": r for (repo, name), r in read_screen_rows(judge_dir / "screen.tsv").items()}
+    status = {f"{repo}:{name}": r for (repo, name), r in read_rows(judge_dir / "before" / "ops_status.csv").items()}
     counts = Counter(r["verdict"] for r in screen.values())
     changed = sorted(n for n, r in screen.items() if _changed(r["verdict"]))
     same = sorted((n for n, r in screen.items() if r["verdict"] == SAME), key=_rank)
