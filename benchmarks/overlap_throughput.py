@@ -34,7 +34,6 @@ report covers what ran; call again to resume).
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import random
@@ -50,6 +49,8 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from zl import atomic
+from zl.batch.screen import read_screen_rows
+from zl.batch.status import read_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 SWITCH = "ZL_AA_NOOP"
@@ -115,14 +116,9 @@ def gems_rows(run_dir: Path) -> Dict[str, float]:
 
 
 def read_batch(bd: Path) -> Dict:
-    def table(p: Path, delim: str) -> List[Dict[str, str]]:
-        if not p.is_file():
-            return []
-        with open(p, newline="") as fh:
-            return list(csv.DictReader(fh, delimiter=delim))
-    a = {r["run_name"]: r for r in table(bd / "before" / "ops_status.csv", ",")}
-    b = {r["run_name"]: r for r in table(bd / "after" / "ops_status.csv", ",")}
-    verdicts = {r["run_name"]: r.get("verdict", "") for r in table(bd / "screen.tsv", "\t")}
+    a = {r["run_name"]: r for r in read_rows(bd / "before" / "ops_status.csv").values()}
+    b = {r["run_name"]: r for r in read_rows(bd / "after" / "ops_status.csv").values()}
+    verdicts = {r["run_name"]: r.get("verdict", "") for r in read_screen_rows(bd / "screen.tsv").values()}
     nodes = {}
     for name, row in a.items():
         # the case directories under this batch directory (it may have moved since it ran)
