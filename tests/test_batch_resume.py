@@ -131,6 +131,40 @@ def test_flaggems_identity_of_a_git_checkout_and_of_a_plain_tree(tmp_path, fg_co
         f"flaggems.main.commit: batch {clean['commit']!r}, this call {moved['commit']!r}"]
 
 
+def test_toolchain_identity_names_triton_by_its_files_without_importing_it(tmp_path):
+    """A triton rebuilt under the same version string (a FlagTree build) changes `files`; the
+    probe finds the package where the cases' interpreter would import it from."""
+    site = tmp_path / "site"
+    pkg = site / "triton"
+    pkg.mkdir(parents=True)
+    # importing this package would fail: the probe must only locate it
+    (pkg / "__init__.py").write_text("raise ImportError('imported')\n")
+    env = dict(os.environ, PYTHONPATH=str(site))
+    first = conds.toolchain_identity(sys.executable, env)
+    assert first["triton"]["path"] == str(pkg) and first["triton"]["files"].startswith("stat-sha256:")
+    assert first["python"] == sys.version.split()[0] and "version" in first["torch"]
+    assert conds.toolchain_identity(sys.executable, env) == first
+    (pkg / "libtriton.so").write_bytes(b"rebuilt")
+    second = conds.toolchain_identity(sys.executable, env)
+    assert second["triton"]["files"] != first["triton"]["files"]
+    assert conds.toolchain_identity(str(tmp_path / "no-python"), env) == {
+        "probe_error": f"{tmp_path / 'no-python'} could not report its triton and torch"}
+
+
+def test_resume_refuses_another_triton_build(tmp_path):
+    bd = tmp_path / "b"
+    r = batch(tmp_path, "--ops", "softmax", "--devices", "0", "--batch-dir", bd)
+    assert r.returncode == 0, r.stdout + r.stderr
+    record = json.loads((bd / "batch.json").read_text())
+    tool = record["conditions"]["toolchain"]
+    assert tool["triton"]["files"].startswith("stat-sha256:") and tool["triton"]["version"]
+    # the batch started under another build of the same triton version
+    tool["triton"]["files"] = "stat-sha256:" + "0" * 64
+    (bd / "batch.json").write_text(json.dumps(record))
+    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0")
+    assert r.returncode == 2 and f"toolchain.triton.files: batch 'stat-sha256:{'0' * 64}'" in r.stderr
+
+
 def test_resume_refuses_a_batch_without_recorded_conditions_and_another_selection(tmp_path):
     bd = tmp_path / "b"
     r = batch(tmp_path, "--ops", "softmax", "relu", "--devices", "0", "--batch-dir", bd)

@@ -95,12 +95,17 @@ class InterpreterError(RuntimeError):
     """The interpreter the cases will use cannot import triton or flag_gems."""
 
 
+def case_python(base: Dict[str, str]) -> str:
+    """The interpreter run_pytest.sh gives the cases."""
+    return base.get("ZL_PYTHON") or shutil.which("python") or shutil.which("python3") or sys.executable
+
+
 def preflight_interpreter(backend_name: str) -> None:
     """Import triton and flag_gems once, for real, in the cases' interpreter, before the first
     case (the A/B drivers' preflight, `python -m zl.prepare campaign`): a broken install
     otherwise fails once per case and burns the whole batch."""
     base = inherited()
-    py = base.get("ZL_PYTHON") or shutil.which("python") or shutil.which("python3") or sys.executable
+    py = case_python(base)
     # the installed kit, as each case's run_pytest.sh finds it (zl/sh/kit.sh)
     env = dict(base, ZL_BACKEND=backend_name)
     proc = subprocess.run([py, "-m", "zl.prepare", "campaign", "--driver", "run_batch"], env=env,
@@ -289,7 +294,8 @@ def settle_measurement(args, started: Dict) -> Dict:
         backend=backend.name, dtypes=dtypes, shape=shape,
         replay_root=str(args.replay_root.resolve()) if args.replay_root else "",
         switch=args.switch or "", use_flagtune=args.use_flagtune,
-        case_env=batch_case_base(common_env), roots=roots, retune=args.retune)
+        case_env=batch_case_base(common_env), roots=roots, retune=args.retune,
+        toolchain=conds.toolchain_identity(case_python(inherited()), inherited()))
     if args.resume:
         check_conditions(started, conditions)
     return dict(backend=backend, run_script=run_script, dtypes=dtypes, shape_file=shape["shape_file"],

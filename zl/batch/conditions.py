@@ -10,6 +10,9 @@ recomputes them and refuses (exit 2) naming every field that differs:
   only when given: a batch without side C reads as every batch before it did);
 - the environment variables of README's table that change what a case measures
   (MEASURED_ENV), as the cases will see them;
+- the toolchain in the cases' interpreter (`toolchain`): Python's version, torch's version, and
+  Triton's version and package directory with a stat digest of its files (a FlagTree rebuilt
+  or reinstalled under the same version string changes the digest; no import, milliseconds);
 - each FlagGems tree (FLAGGEMS_DIR, FLAGGEMS_VLLM_DIR): its resolved path and
   * in a git checkout (the directory is the repository's top): HEAD's commit and a sha256 of
     `git status --porcelain` plus `git diff HEAD` (uncommitted edits and new files count);
@@ -22,6 +25,7 @@ recomputes them and refuses (exit 2) naming every field that differs:
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -100,19 +104,61 @@ def shape_file_identity(value: str, cwd: Optional[Path] = None) -> Dict[str, str
     return {"shape_file": str(path), "shape_file_sha256": _sha256(data)}
 
 
+# Run in the cases' interpreter: where triton and torch would be imported from and the
+# versions their distributions declare, without importing either (torch alone costs seconds).
+_TOOLCHAIN_PROBE = r"""
+import importlib.metadata as md, importlib.util as iu, json, sys
+owners = md.packages_distributions()
+out = {"python": sys.version.split()[0]}
+for mod in ("triton", "torch"):
+    spec = iu.find_spec(mod)
+    if spec is None or not spec.submodule_search_locations:
+        out[mod] = {"path": "", "version": ""}
+        continue
+    version = ""
+    for dist in owners.get(mod, []):
+        try:
+            version = md.version(dist)
+            break
+        except md.PackageNotFoundError:
+            pass
+    out[mod] = {"path": list(spec.submodule_search_locations)[0], "version": version}
+print(json.dumps(out))
+"""
+
+
+def toolchain_identity(python: str, env: Mapping[str, str]) -> Dict[str, Any]:
+    """{"python", "torch": {path, version}, "triton": {path, version, files}} as the cases'
+    interpreter sees them; `files` is triton's package stat digest. A probe that fails is
+    recorded as such (`probe_error`): the interpreter check that follows names the problem."""
+    try:
+        proc = subprocess.run([python, "-c", _TOOLCHAIN_PROBE], env=dict(env), capture_output=True,
+                              text=True, timeout=120)
+        found = json.loads(proc.stdout) if proc.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError, ValueError):
+        found = None
+    if not isinstance(found, dict):
+        return {"probe_error": f"{python} could not report its triton and torch"}
+    triton = found.get("triton") or {}
+    if triton.get("path"):
+        triton["files"] = f"stat-sha256:{stat_digest(Path(triton['path']))}"
+    return found
+
+
 def measured_env(environ: Mapping[str, str]) -> Dict[str, str]:
     return {k: environ[k].strip() for k in MEASURED_ENV if k in environ}
 
 
 def collect(*, backend: str, dtypes: str, shape: Dict[str, str], replay_root: str, switch: str,
             use_flagtune: bool, case_env: Mapping[str, str], roots: Mapping[str, str],
-            retune: bool = False) -> Dict[str, Any]:
+            toolchain: Mapping[str, Any], retune: bool = False) -> Dict[str, Any]:
     """The conditions record of batch.json; `case_env` is the environment cases inherit."""
     return {
         "backend": backend, "dtypes": dtypes, **shape, "replay_root": replay_root,
         "switch": switch, "use_flagtune": bool(use_flagtune),
         **({"retune": True} if retune else {}),
         "environment": measured_env(case_env),
+        "toolchain": dict(toolchain),
         "flaggems": {repo: tree_identity(root) for repo, root in sorted(roots.items())},
     }
 
