@@ -22,7 +22,8 @@ Modes:
       a screen root (ab_rlc_test.sh's screen.tsv + cell run dirs) or a run_batch.py
       batch (ops_status.csv) as one row per operator, failures grouped by reason. A
       run_batch.py --switch --retune screen also gets A vs C (side C re-tuned live) beside
-      A vs B, and per autotune key C's pick against A's and what B's replay made of A's.
+      A vs B, and per autotune key C's pick against A's and what B's replay made of A's;
+      a --rounds screen, each node's --ab-rounds (controls: its A/A nodes' rounds).
   --caliber RUN_DIR | --caliber-header
       the run's caliber fields as one TSV row (for screen.tsv and other tools).
   --cell-stats RUN_DIR
@@ -120,7 +121,7 @@ from zl.report.guard import (EXIT_CALIBER, EXIT_NO_REPORT, EXIT_OK, EXIT_USAGE, 
                              NoReport, Refused, check_dir_target, check_json_target,
                              check_outputs_apart)
 from zl.report.rounds import report_ab_rounds
-from zl.report import changes, retune, verdicts, views
+from zl.report import changes, retune, rounds, verdicts, views
 from zl.report.run import LoadedRun, Runs
 from zl.runlog import caliber as cal
 from zl.runlog.parse import RunLogError, read_run_log
@@ -328,6 +329,7 @@ def _run_mode(args) -> Dict:
             for sh in o.get("shapes") or []:
                 print(f"  {sh['aa_verdict']:<8} {o['cell']:<24} {sh['speedup_pct']:+8.2f}%  "
                       f"{sh['size_detail']}  ({sh['aa_reason']})")
+        rounds.add_to_screen(result, runs, args.false_alarm, args.controls, args.allow_caliber_mismatch)
         return result
     if args.batch is not None:
         result = views.batch_result(args.batch)

@@ -118,3 +118,33 @@ def test_side_c_of_retune_runs_in_the_timed_stage_only(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert not (tmp_path / "jf/judge/retuned").exists()
     assert sorted(status(tmp_path / "jf/timed/retuned")) == ["relu", "softmax"]
+
+
+# ---------------------------------------------------------------- --rounds
+
+def test_rounds_apply_to_the_timed_stage_only_and_a_resume_keeps_them(tmp_path):
+    import shutil
+    r = judge_first(tmp_path, "--ops", "softmax", "relu", "--controls", "1", "--rounds", "2",
+                    ZL_STUB_PICKS="relu=same")
+    assert r.returncode == 0, r.stdout + r.stderr
+    root = tmp_path / "jf"
+    assert not list((root / "judge").glob("r2_*"))
+    assert "rounds" not in json.loads((root / "judge/batch.json").read_text())["conditions"]
+    assert json.loads((root / "timed/batch.json").read_text())["conditions"]["rounds"] == 2
+    assert sorted(status(root / "timed/r2_B")) == sorted(status(root / "timed/r2_A")) == ["relu", "softmax"]
+    assert json.loads((root / "judge_first.json").read_text())["rounds"] == 2
+    # the report of the timed stage carries each node's rounds
+    rep = json.loads((root / "report.json").read_text())
+    assert rep["rounds"]["nodes"] == ["softmax", "relu"] and rep["rounds"]["not_analysed"] == {}
+    assert {o["op"]: o["rounds"]["rounds"] for o in rep["ops"]} == {"softmax": 2, "relu": 2}
+    calls = len(trace(tmp_path))
+    r = judge_first(tmp_path, "--resume", "--controls", "1", "--rounds", "3", ZL_STUB_PICKS="relu=same")
+    assert r.returncode == 2 and "the batch times --rounds 2; this call gives --rounds 3" in r.stderr
+    r = judge_first(tmp_path, "--resume", "--controls", "1", ZL_STUB_PICKS="relu=same")
+    assert r.returncode == 0 and len(trace(tmp_path)) == calls, r.stdout + r.stderr
+    # a stage 2 not started yet (here: removed) gets the recorded rounds from judge_first.json
+    shutil.rmtree(root / "timed")
+    r = judge_first(tmp_path, "--resume", "--controls", "1", ZL_STUB_PICKS="relu=same")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads((root / "timed/batch.json").read_text())["conditions"]["rounds"] == 2
+    assert sorted(status(root / "timed/r2_A")) == ["relu", "softmax"]

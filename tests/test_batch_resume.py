@@ -416,3 +416,201 @@ def test_retune_without_a_switch_or_with_a_shared_tuner_store_exits_2_before_any
     r = batch(tmp_path, "--ops", "softmax", "--devices", "0", *args, **env)
     assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stdout + r.stderr
     assert trace(tmp_path) == [] and not (tmp_path / "runs").exists()
+
+
+# ---------------------------------------------------------------- rounds: --rounds R
+
+ROUNDS_ENV = dict(ZL_STUB_SWITCH="ZL_TEST_SWITCH", ZL_STUB_PICKS="relu=same", ZL_STUB_BINARY="1",
+                  ZL_STUB_IR_MAP="relu=same,abs=same", ZL_STUB_B_SCALE="softmax=0.8", ZL_STUB_JITTER="0.01")
+
+
+def rounds_env(tmp_path):
+    return dict(ROUNDS_ENV, ZL_STUB_SIDES=str(tmp_path / "sides"))
+
+
+def sides_run(tmp_path, op):
+    """(side directory, switch value, replay source) of each run of `op`, in the order it ran
+    (the stub's ZL_STUB_SIDES lines)."""
+    path = tmp_path / "sides"
+    lines = [ln.split() for ln in path.read_text().splitlines()] if path.exists() else []
+    return [tuple(t[1:]) for t in lines if t[0] == op]
+
+
+def test_screen_sides_of_rounds_alternate_like_ab_repeat_and_replay_side_before():
+    from zl.batch.screen import cell_of, replays_before, round_sides, screen_sides
+    assert round_sides(1) == [] and round_sides(4) == ["r2_B", "r2_A", "r3_A", "r3_B", "r4_B", "r4_A"]
+    assert screen_sides("X", retune=True, rounds=3) == [
+        ("before", {"X": "0"}), ("after", {"X": "1"}), ("retuned", {"X": "1"}), ("r2_B", {"X": "1"}),
+        ("r2_A", {"X": "0"}), ("r3_A", {"X": "0"}), ("r3_B", {"X": "1"})]
+    assert screen_sides("X") == [("before", {"X": "0"}), ("after", {"X": "1"})] and screen_sides("", rounds=3) == [("", {})]
+    assert [cell_of(s) for s in ("before", "after", "r2_B", "r12_A", "retuned", "r1_A", "r0_B", "r2_C")] == [
+        (1, "A"), (1, "B"), (2, "B"), (12, "A"), None, None, None, None]
+    assert [s for s in ("before", "after", "retuned", "r2_A", "r2_B", "") if replays_before(s)] == ["after", "r2_A", "r2_B"]
+
+
+def test_round_sides_run_only_after_both_sides_of_round_one_passed():
+    """run_sides with stand-in runners: side C still runs after a failed side B (its pair is
+    with A), the rounds do not; an interrupted round ends the case there."""
+    from zl.batch.execute import run_sides
+    from zl.batch.inventory import Entry
+    from zl.batch.status import blank_row
+    case = Entry("main", "relu", "relu", "test_relu.py", "relu", "1", "0", "", "")
+
+    class Runner:
+        def __init__(self, name, outcome, ran):
+            self.name, self.outcome, self.ran = name, outcome, ran
+
+        def run(self, c, device, dtypes=None):
+            self.ran.append(self.name)
+            return blank_row(c.repo, c.op, c.op_file, c.run_name, "cuda", device, "x", status=self.outcome), None
+
+    def run(outcomes):
+        ran = []
+        runners = {n: Runner(n, o, ran) for n, o in outcomes.items()}
+        rows, _ = run_sides(runners, list(outcomes), case, "0", "", "cuda", lambda n: Path("/nowhere") / n)
+        return ran, {n: (r["status"], r["notes"]) for n, r in rows.items()}
+
+    ran, rows = run(dict(before="PASS", after="FAIL", retuned="PASS", r2_B="PASS", r2_A="PASS"))
+    assert ran == ["before", "after", "retuned"]
+    assert rows["r2_B"] == rows["r2_A"] == ("NOT_RUN", "side after ended FAIL")
+    ran, rows = run(dict(before="FAIL", after="PASS", r2_B="PASS", r2_A="PASS"))
+    assert ran == ["before"] and rows["r2_A"] == ("NOT_RUN", "side before ended FAIL")
+    ran, rows = run(dict(before="PASS", after="PASS", r2_B="INTERRUPTED", r2_A="PASS", r3_A="PASS"))
+    assert ran == ["before", "after", "r2_B"] and "r2_A" not in rows
+
+
+def test_rounds_run_in_alternating_order_replaying_side_before_and_the_screen_reports_each_node(tmp_path, capsys):
+    import batch_summary as bs
+    bd = tmp_path / "b"
+    r = batch(tmp_path, "--ops", "softmax", "relu", "abs", "amax", "--switch", "ZL_TEST_SWITCH", "--rounds", "4",
+              "--retune", "--devices", "0", "--batch-dir", bd, "--retries", "0", ZL_STUB_PLAN="amax=fail",
+              **rounds_env(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "rounds 2..4: r2_B r2_A r3_A r3_B r4_B r4_A (replay before)" in r.stdout
+    assert json.loads((bd / "batch.json").read_text())["conditions"]["rounds"] == 4
+    rec = f"{bd.resolve()}/before/main/softmax"
+    # ab_repeat.sh's order and caliber: round 1, side C, then even rounds B A, odd rounds A B,
+    # every side but before replaying before's record; side C tunes live
+    assert sides_run(tmp_path, "softmax") == [
+        ("before", "0", "-"), ("after", "1", rec), ("retuned", "1", "-"), ("r2_B", "1", rec), ("r2_A", "0", rec),
+        ("r3_A", "0", rec), ("r3_B", "1", rec), ("r4_B", "1", rec), ("r4_A", "0", rec)]
+    assert len({t[1] for t in trace(tmp_path) if t[0] == "softmax"}) == 1
+    for side in ("r2_B", "r4_A"):   # an ordinary side: its own table, its own case directories
+        assert status(bd / side)["softmax"]["status"] == "PASS" and (bd / side / "main/softmax/.complete").is_file()
+        assert status(bd / side)["amax"]["notes"] == "side before ended FAIL"
+    js = tmp_path / "screen.json"
+    html = tmp_path / "screen.html"
+    assert bs.main(["--screen", str(bd), "--json", str(js), "--html", str(html), "--false-alarm", "0.5"]) == 0
+    d = json.loads(js.read_text())
+    block, by = d["rounds"], {o["op"]: o.get("rounds") for o in d["ops"]}
+    assert block["nodes"] == ["softmax", "relu", "abs"] and list(block["not_analysed"]) == ["amax"]
+    soft = by["softmax"]
+    assert soft["cells_used"] == ["r1_A", "r1_B", "r2_A", "r2_B", "r3_A", "r3_B", "r4_A", "r4_B"]
+    assert soft["cell_dirs"]["r1_B"] == str(bd / "after/main/softmax") and soft["rounds"] == 4
+    # controls: every round's pair of the A/A nodes (relu, abs: 4 rounds x 2 shapes each); a
+    # node never calibrated by its own rounds
+    assert block["controls"] == 16 and soft["verdicts"]["rule"]["controls"] == 16
+    assert by["relu"]["verdicts"]["rule"]["controls"] == by["abs"]["verdicts"]["rule"]["controls"] == 8
+    # side B planted 25 % faster (latencies x 0.8, jitter 1 %): FASTER on every shape, the rank
+    # test agreeing at 4 rounds
+    assert [s["aa_verdict"] for s in soft["shapes"]] == ["FASTER", "FASTER"]
+    assert all(23 < s["speedup_pct"] < 27 and s["p_value"] < 0.05 for s in soft["shapes"])
+    out = capsys.readouterr().out
+    assert "[screen rounds] softmax: 4 rounds x 2 shapes" in out and "[screen rounds] amax: no rounds report" in out
+    page = html.read_text()
+    assert '<div id="rounds">' in page and "r&lt;k&gt;_&lt;A|B&gt;" in page and 'class="wrong"' not in page
+    # outputs of a later round that differ from r1_A's open the page in red, above any speedup
+    from zl.report import html as pages, rounds
+    soft["results"].update(status="mismatch", value="r3_B: MISMATCH (1/2 shapes, worst |err| 0.5 > bound 0.01)")
+    block["wrong_results"] = [c for c in block["nodes"] if rounds.result_mismatch(d, c)]
+    page = pages.page_screen(d).render()
+    assert block["wrong_results"] == ["softmax"]
+    assert page.index("WRONG RESULTS") < page.index('<div id="rounds">')
+    assert "softmax: rounds: r3_B: MISMATCH (1/2 shapes" in page
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--switch", "ZL_TEST_SWITCH", "--rounds", "0"), "--rounds must be an integer >= 1 (got '0')"),
+    (("--switch", "ZL_TEST_SWITCH", "--rounds", "2.5"), "--rounds must be an integer >= 1 (got '2.5')"),
+    (("--rounds", "3"), "--rounds 3 repeats a --switch pair; give --switch NAME"),
+    (("--switch", "ZL_TEST_SWITCH", "--judge", "--rounds", "2"), "--rounds 2 with --judge: nothing is timed"),
+    (("--switch", "ZL_TEST_SWITCH", "--share-device", "2", "--rounds", "2"),
+     "--rounds 2 with --share-device 2: shared-device timings are refused"),
+    # with --judge-first before stage 1 runs: the rounds are stage 2's
+    (("--switch", "ZL_TEST_SWITCH", "--judge-first", "--share-device", "2", "--rounds", "2"),
+     "--rounds 2 with --share-device 2"),
+])
+def test_rounds_refused_before_any_case(tmp_path, args, needle):
+    r = batch(tmp_path, "--ops", "softmax", "--devices", "0", "--batch-dir", tmp_path / "b", *args)
+    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stdout + r.stderr
+    assert trace(tmp_path) == [] and not (tmp_path / "b").exists()
+
+
+def test_a_resume_keeps_the_batch_rounds_and_refuses_another_count(tmp_path):
+    import batch_summary as bs
+    bd = tmp_path / "b"
+    assert batch(tmp_path, "--ops", "softmax", "relu", "--switch", "ZL_TEST_SWITCH", "--rounds", "3",
+                 "--devices", "0", "--batch-dir", bd, **rounds_env(tmp_path)).returncode == 0
+    rows = status(bd / "r3_A")
+    rows["relu"].update(status="INTERRUPTED", notes="interrupted")
+    write_csv(bd / "r3_A" / "ops_status.csv", rows.values())
+    (bd / "r3_A" / "main" / "relu" / ".complete").unlink()
+    before, calls = snapshot(bd), len(trace(tmp_path))
+    for other in ("2", "1"):
+        r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0", "--rounds", other, **rounds_env(tmp_path))
+        assert r.returncode == 2 and f"started with --rounds 3, this call gives --rounds {other}" in r.stderr
+        assert snapshot(bd) == before and len(trace(tmp_path)) == calls
+    # left out, --rounds is the batch's: the unfinished case reruns whole, every round
+    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0", **rounds_env(tmp_path))
+    assert r.returncode == 0 and "1 reused, 1 to run" in r.stdout, r.stdout + r.stderr
+    assert [s for s, _, _ in sides_run(tmp_path, "relu")[6:]] == ["before", "after", "r2_B", "r2_A", "r3_A", "r3_B"]
+    assert status(bd / "r3_A")["relu"]["status"] == "PASS"
+    # a batch without rounds records none (older batches resume as they did) and keeps none
+    plain = tmp_path / "plain"
+    assert batch(tmp_path, "--ops", "softmax", "--switch", "ZL_TEST_SWITCH", "--devices", "0",
+                 "--batch-dir", plain, **rounds_env(tmp_path)).returncode == 0
+    assert "rounds" not in json.loads((plain / "batch.json").read_text())["conditions"]
+    r = batch(tmp_path, "--resume", "--batch-dir", plain, "--devices", "0", "--rounds", "2", **rounds_env(tmp_path))
+    assert r.returncode == 2 and "started with --rounds 1, this call gives --rounds 2" in r.stderr
+    assert not (plain / "r2_B").exists()
+    js = tmp_path / "plain.json"
+    assert bs.main(["--screen", str(plain), "--json", str(js)]) == 0 and "rounds" not in json.loads(js.read_text())
+
+
+def test_real_rounds_on_the_fake_tree_report_medians_of_the_cells(tmp_path):
+    """Real run_pytest.sh runs (fake FlagGems tree, interpreter): 2 nodes x 3 rounds. The sides
+    ran in ab_repeat.sh's order, every one but before replayed before's record (its identity
+    says so), and the screen's per-node rounds figures are the medians of the cells' rows."""
+    import batch_summary as bs
+    from statistics import median
+    from zl.runlog.parse import read_run_log
+    bd = tmp_path / "b"
+    r = batch(tmp_path, "--ops", "relu", "abs", "--switch", "ZL_X", "--rounds", "3", "--devices", "0",
+              "--dtypes", "float32", "--batch-dir", bd, "--op-timeout", "200", stub=False, timeout=500)
+    assert r.returncode == 0, r.stdout + r.stderr
+    order = ["before", "after", "r2_B", "r2_A", "r3_A", "r3_B"]
+    for op in ("relu", "abs"):
+        dirs = {s: bd / s / "main" / op for s in order}
+        done = sorted(order, key=lambda s: (dirs[s] / ".complete").stat().st_mtime_ns)
+        assert done == order, op
+        idents = {s: json.loads((d / "run_identity.json").read_text()) for s, d in dirs.items()}
+        assert idents["before"]["autotune_mode"] == "record"
+        assert {s: i["replay_source_dir"] for s, i in idents.items() if s != "before"} == {
+            s: str(dirs["before"]) for s in order[1:]}
+    js = tmp_path / "screen.json"
+    assert bs.main(["--screen", str(bd), "--json", str(js)]) == 0
+    d = json.loads(js.read_text())
+    assert d["rounds"]["nodes"] == ["relu@float32", "abs@float32"]
+    for o in d["ops"]:
+        node = o["rounds"]
+        assert node["rounds"] == 3 and len(node["shapes"]) == 2
+        cells = {c: read_run_log(Path(p)) for c, p in node["cell_dirs"].items()}
+        for s in node["shapes"]:
+            lat = {c: next(x.gems_lat for x in log.rows if x.size_detail == s["size_detail"])
+                   for c, log in cells.items()}
+            a, b = [lat[f"r{k}_A"] for k in (1, 2, 3)], [lat[f"r{k}_B"] for k in (1, 2, 3)]
+            assert s["a"] == a and s["b"] == b
+            assert s["a_median"] == median(a) and s["b_median"] == median(b)
+            assert s["speedup_pct"] == pytest.approx((median(a) / median(b) - 1) * 100)
+            assert s["deltas"] == pytest.approx([(x / y - 1) * 100 for x, y in zip(a, b)])
+            assert s["verdict"] == "underpowered" and s["aa_verdict"] == "UNCLEAR"

@@ -29,7 +29,7 @@ from zl.batch.partition import PartitionError
 from zl.batch.select import SelectionError, Selector, read_dismiss, read_names_file
 from zl.batch.ray_executor import Cluster, check_backend, require_ray
 from zl.batch.ray_nodes import NodePreflightError, RayError
-from zl.batch.screen import screen_sides
+from zl.batch.screen import round_sides, screen_sides
 from zl.childenv import batch_case_base, inherited
 from zl.config import environ
 from zl.flaggems import checkout_commit
@@ -123,7 +123,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"!!! {LOG} {exc}", file=sys.stderr)
         return EXIT_INTERPRETER
     except (UsageError, BatchDirError, SelectionError, inv.InventoryError, PartitionError,
-            UnknownBackendError, conds.ShapeFileError, conds.RetuneError, RayError) as exc:
+            UnknownBackendError, conds.ShapeFileError, conds.RetuneError, conds.RoundsError,
+            RayError) as exc:
         return _fail(str(exc))
 
 
@@ -137,6 +138,9 @@ def check_args(args) -> None:
         raise UsageError("--resume needs --batch-dir")
     if args.switch is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", args.switch):
         raise UsageError(f"--switch is not a variable name: {args.switch!r}")
+    if args.rounds is not None:   # what the command line says; settle_rounds the rest
+        args.rounds = conds.parse_rounds(args.rounds)
+        conds.refuse_rounds(args.rounds, args.switch, args.judge, args.share_device)
     if args.judge_first and (not args.switch or args.judge or args.list):
         raise UsageError("--judge-first needs --switch NAME (and no --judge or --list: it runs the "
                          "untimed stage itself)")
@@ -192,6 +196,7 @@ def settle_options(args, started: Dict) -> None:
     if args.overlap > 1 and args.share_device > 1:
         raise UsageError(f"--overlap {args.overlap} with --share-device {args.share_device}: a batch is "
                          "either shared (functional only) or overlapped with exclusive timing; give one")
+    conds.settle_rounds(args, started)
     if args.switch and args.replay_root:
         raise UsageError("--switch replays its own side A; it cannot take --replay-root")
     if args.replay_root is not None and not args.replay_root.is_dir():
@@ -257,7 +262,7 @@ class Plan:
     common_env: Dict[str, str]           # set for every case on every side
     roots: Dict[str, str]                # repo -> resolved FlagGems tree
     conditions: Dict
-    sides: List[Tuple[str, Dict[str, str]]]   # ("", {}) or before/after[/retuned] with the switch's value
+    sides: List[Tuple[str, Dict[str, str]]]   # ("", {}) or a screen's (screen.screen_sides) with the switch's value
     cases: List[inv.Entry]
     devices: List[str]
     shards: Dict[str, List[inv.Entry]]
@@ -294,7 +299,7 @@ def settle_measurement(args, started: Dict) -> Dict:
         backend=backend.name, dtypes=dtypes, shape=shape,
         replay_root=str(args.replay_root.resolve()) if args.replay_root else "",
         switch=args.switch or "", use_flagtune=args.use_flagtune,
-        case_env=batch_case_base(common_env), roots=roots, retune=args.retune,
+        case_env=batch_case_base(common_env), roots=roots, retune=args.retune, rounds=args.rounds,
         toolchain=conds.toolchain_identity(case_python(inherited()), inherited()))
     if args.resume:
         check_conditions(started, conditions)
@@ -331,7 +336,7 @@ def plan_batch(args, batch_dir: Path) -> Plan:
     if missing_repo:
         raise UsageError(f"no checkout for repo(s) {missing_repo}")
     devices, shards = place(args, measured["backend"], cases)
-    sides = screen_sides(args.switch, args.retune)   # plain, or before/after[/retuned] of a screen
+    sides = screen_sides(args.switch, args.retune, args.rounds)   # plain, or a screen's (screen.py)
     return Plan(args=args, batch_dir=batch_dir, started=started, sides=sides, cases=cases,
                 devices=devices, shards=shards, **measured)
 
@@ -389,7 +394,9 @@ def run(args) -> int:
         print(f"{LOG} backend={plan.backend.name} {len(plan.cases)} case(s), {len(tables.reused)} reused, "
               f"{n_todo} to run on {len([d for d in todo if todo[d]])} device(s) {plan.devices}  out={batch_dir}"
               + (f"  screen of {args.switch}: before=0 (record), after=1 (replay)"
-                 + (", retuned=1 (tuned live)" if args.retune else "") if args.switch else "")
+                 + (", retuned=1 (tuned live)" if args.retune else "")
+                 + (f", rounds 2..{args.rounds}: {' '.join(round_sides(args.rounds))} (replay before)"
+                    if args.rounds > 1 else "") if args.switch else "")
               + (f"  {args.share_device} case(s) at a time per device" if args.share_device > 1 else "")
               + (f"  {args.overlap} case(s) at a time per device, timing exclusive" if args.overlap > 1 else ""))
         warn_shared(args.share_device)

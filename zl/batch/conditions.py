@@ -7,7 +7,8 @@ recomputes them and refuses (exit 2) naming every field that differs:
 
 - the options that change what a case measures: backend, --dtypes, --shape-file (its path
   and a sha256 of its content), --replay-root, --switch, --use-flagtune, --retune (recorded
-  only when given: a batch without side C reads as every batch before it did);
+  only when given: a batch without side C reads as every batch before it did), --rounds
+  (recorded only when > 1, for the same reason);
 - the environment variables of README's table that change what a case measures
   (MEASURED_ENV), as the cases will see them;
 - the toolchain in the cases' interpreter (`toolchain`): Python's version, torch's version, and
@@ -151,12 +152,13 @@ def measured_env(environ: Mapping[str, str]) -> Dict[str, str]:
 
 def collect(*, backend: str, dtypes: str, shape: Dict[str, str], replay_root: str, switch: str,
             use_flagtune: bool, case_env: Mapping[str, str], roots: Mapping[str, str],
-            toolchain: Mapping[str, Any], retune: bool = False) -> Dict[str, Any]:
+            toolchain: Mapping[str, Any], retune: bool = False, rounds: int = 1) -> Dict[str, Any]:
     """The conditions record of batch.json; `case_env` is the environment cases inherit."""
     return {
         "backend": backend, "dtypes": dtypes, **shape, "replay_root": replay_root,
         "switch": switch, "use_flagtune": bool(use_flagtune),
         **({"retune": True} if retune else {}),
+        **({"rounds": rounds} if rounds > 1 else {}),
         "environment": measured_env(case_env),
         "toolchain": dict(toolchain),
         "flaggems": {repo: tree_identity(root) for repo, root in sorted(roots.items())},
@@ -194,6 +196,54 @@ def settle_retune(args, started: Mapping[str, Any]) -> None:
                           + " --retune, this call " + ("drops it (--no-retune)" if before else "adds it")
                           + "; side C runs for every case of a batch or for none: resume as it "
                           "started, or start a new --batch-dir")
+
+
+class RoundsError(ValueError):
+    """--rounds not an integer >= 1, R > 1 outside a timed --switch screen, or a --resume that
+    changes R (exit 2)."""
+
+
+def parse_rounds(text) -> int:
+    """--rounds as given on the command line: an integer >= 1, else RoundsError."""
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise RoundsError(f"--rounds must be an integer >= 1 (got {text!r})") from None
+    if value < 1:
+        raise RoundsError(f"--rounds must be an integer >= 1 (got {text!r}); 1 = the pair alone")
+    return value
+
+
+def refuse_rounds(rounds: Optional[int], switch: Optional[str], judge: Optional[bool],
+                  share_device: Optional[int]) -> None:
+    """RoundsError where R > 1 cannot measure (a value still None is not checked): rounds are
+    timed repeats of a --switch pair, so they need --switch, and a --judge batch (nothing
+    timed) or --share-device N > 1 (timings refused by every comparison) would spend R - 1
+    more runs per case on numbers no report may read."""
+    if rounds is None or rounds == 1:
+        return
+    if switch is not None and not switch:
+        raise RoundsError(f"--rounds {rounds} repeats a --switch pair; give --switch NAME, or drop --rounds")
+    if judge:
+        raise RoundsError(f"--rounds {rounds} with --judge: nothing is timed, so later rounds measure "
+                          "nothing; drop one of them (with --judge-first, rounds apply to the timed stage)")
+    if share_device is not None and share_device > 1:
+        raise RoundsError(f"--rounds {rounds} with --share-device {share_device}: shared-device timings "
+                          "are refused by every comparison; drop one of them")
+
+
+def settle_rounds(args, started: Mapping[str, Any]) -> None:
+    """`args.rounds` settled: left out, the batch's (a fresh batch: 1), then refuse_rounds on
+    the settled options. A --resume that changes R is refused (RoundsError): every case of a
+    batch has the same rounds, or its report would mix R-round and shorter nodes."""
+    before = int(started.get("conditions", {}).get("rounds", 1))
+    if args.rounds is None:
+        args.rounds = before
+    refuse_rounds(args.rounds, args.switch or "", bool(args.judge), args.share_device)
+    if args.resume and args.rounds != before:
+        raise RoundsError(f"--resume: the batch was started with --rounds {before}, this call gives "
+                          f"--rounds {args.rounds}; every case of a batch has the same rounds: resume "
+                          "with its own, or start a new --batch-dir")
 
 
 def _flat(obj: Any, prefix: str = "") -> Dict[str, Any]:

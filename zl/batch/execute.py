@@ -21,7 +21,7 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 from zl.batch import inventory as inv
 from zl.batch.case import TIMING_LOCKS, CaseConfig, CaseRunner, case_dir
 from zl.batch.executor import GroupGuard, LocalExecutor
-from zl.batch.screen import SIDES, ScreenTable, screen_row
+from zl.batch.screen import ROUND_SIDE_RE, SIDES, ScreenTable, replays_before, screen_row
 from zl.batch.status import UNFINISHED, StatusTable, blank_row
 from zl.childenv import batch_case_base
 from zl.runlog.costs import write_batch_costs
@@ -100,7 +100,7 @@ class BatchRun:
     def _config(self, name: str, extra: Dict[str, str], batch_id: str) -> CaseConfig:
         p, a = self.plan, self.plan.args
         replay = (a.replay_root.resolve() if a.replay_root else
-                  p.side_dir(SIDES[0]) if name == SIDES[1] else None)
+                  p.side_dir(SIDES[0]) if replays_before(name) else None)
         return CaseConfig(
             batch_dir=p.side_dir(name), run_script=p.run_script, roots=p.roots, backend=p.backend,
             op_timeout=a.op_timeout, kill_grace=a.kill_grace, retries=a.retries, dtypes=p.dtypes,
@@ -159,8 +159,10 @@ def run_sides(runners: Dict[str, CaseRunner], names: List[str], c: inv.Entry, de
     dtypes side B measured). The executors' one case function: the local one calls it in a
     worker thread, the Ray one in a task on the case's node. In a screen, side B, then side C
     of --retune, runs after a PASS of side A (else its row is NOT_RUN) and measures what A
-    measured: after a dtype fallback, without the restriction too. An interrupted side ends
-    the case (the sides after it stay PENDING, rerun by --resume)."""
+    measured: after a dtype fallback, without the restriction too; the sides of rounds 2..R
+    run only after a PASS of both sides of round 1 (a failing pair would fail R - 1 more
+    times). An interrupted side ends the case (the sides after it stay PENDING, rerun by
+    --resume)."""
     def side(name: str, dt: Optional[str]) -> Dict[str, str]:
         started(name)
         try:
@@ -178,14 +180,17 @@ def run_sides(runners: Dict[str, CaseRunner], names: List[str], c: inv.Entry, de
         return rows, dtypes
     dt = "" if "dtype_" in row_a["notes"] else dtypes
     for name in names[1:]:
-        if row_a["status"] == "PASS":
+        # a round side (2..R) needs round 1 whole: both before and after passed
+        needs = [names[0]] + ([SIDES[1]] if ROUND_SIDE_RE.match(name) else [])
+        failed = next((n for n in needs if rows[n]["status"] != "PASS"), None)
+        if failed is None:
             rows[name] = side(name, dt)
             if rows[name]["status"] == "INTERRUPTED":
                 break
         else:
             rows[name] = blank_row(c.repo, c.op, c.op_file, c.run_name, backend, device,
                                    str(case_dir(side_dir(name), c)), status="NOT_RUN",
-                                   notes=f"side before ended {row_a['status']}")
+                                   notes=f"side {failed} ended {rows[failed]['status']}")
             ended(name, rows[name])
     return rows, dt
 

@@ -2,11 +2,11 @@
 
 Stage 1, `<batch>/judge`: the screen with ZL_JUDGE_ONLY=1 on both sides (code at every level
 and results; nothing timed, so `--judge-share N` cases per device cost no validity).
-Stage 2, `<batch>/timed`: the timed screen (record/replay, under the --overlap/--share-device
-given) of the nodes stage 1 found changed (`CHANGED`), plus up to `--controls N` NO_IR_DIFF
-nodes as A/A controls: the verdict rule calibrates its noise on them, so the report can call
-a changed node FASTER or SLOWER. Controls are the N nodes with the smallest hash of their
-name, so a resume draws the same ones.
+Stage 2, `<batch>/timed`: the timed screen (record/replay, --rounds R of it, under the
+--overlap/--share-device given) of the nodes stage 1 found changed (`CHANGED`), plus up to
+`--controls N` NO_IR_DIFF nodes as A/A controls: the verdict rule calibrates its noise on
+them, so the report can call a changed node FASTER or SLOWER. Controls are the N nodes with
+the smallest hash of their name, so a resume draws the same ones.
 `<batch>/judge_first.json` (rewritten after each stage): the verdict counts of stage 1, the
 changed nodes, the controls, and every node stage 1 could not judge with its reason.
 
@@ -109,11 +109,18 @@ def run(args, run_stage: Callable[[object], int], log: Callable[[str], None]) ->
             raise BatchDirError(f"--resume --judge-first: the batch screens {record.get('switch')} with "
                                 f"--controls {record.get('controls_asked')}; this call gives {args.switch} "
                                 f"with --controls {args.controls}")
+        # --rounds belongs to stage 2; recorded when > 1 (a resume keeps it, as batch.json does)
+        rounds = int(record.get("rounds", 1)) if args.resume else args.rounds or 1
+        if args.rounds not in (None, rounds):
+            raise BatchDirError(f"--resume --judge-first: the batch times --rounds {rounds}; this call "
+                                f"gives --rounds {args.rounds}")
+        args.rounds = rounds
+        record.update({"rounds": rounds} if rounds > 1 else {})
         atomic.write_json(summary_path, record)
         log(f"judge-first stage 1: every node of {args.switch} judged untimed -> {root / JUDGE}")
-        # side C (--retune) belongs to the timed stage: an untimed re-tune judges nothing more
+        # side C (--retune) and rounds belong to the timed stage: untimed, they judge nothing more
         code = run_stage(_stage_args(args, root / JUDGE, judge=True, overlap=1, retune=False,
-                                     share_device=args.judge_share or 1))
+                                     share_device=args.judge_share or 1, rounds=1))
         if code != 0:
             log(f"judge-first: stage 1 ended with exit {code}; nothing is timed until every node is judged")
             return code

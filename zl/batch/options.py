@@ -19,6 +19,10 @@ device_share, refused by every comparison), ops_status notes shared_device=N. --
 a batch's caliber: 1 and > 1 never mix in one batch (exit 2).
 --use-flagtune: USE_FLAGTUNE=1 for every case (the variable, inherited, works too).
 --switch NAME --retune: also side C (NAME=1 tuned live, <batch>/retuned) after B where A passed.
+--switch NAME --rounds R: rounds 2..R of each pair after round 1 (before, after, then side C of
+--retune): <batch>/r2_B, r2_A, r3_A, r3_B, ... (ab_repeat.sh's cells and order), every one
+replaying side before's record, run where both sides of round 1 passed; batch_summary.py
+--screen reports each node's rounds (medians, interval, Mann-Whitney, A/A-calibrated verdicts).
 --executor ray [--ray-address HOST:PORT]: every case (both sides of a screen) is one Ray task
 holding one GPU of its node (1/N with --share-device N), returned compressed into this host's
 batch directory; same tables, each row noting host=, node= and device_name=
@@ -36,6 +40,7 @@ Examples:
   python run_batch.py --ops-file my_ops.txt --replay-root runs/batch_X
   python run_batch.py --resume --batch-dir runs/batch_X        # rerun only the unfinished
   python run_batch.py --ops-file list.txt --switch NAME --share-device 3   # functional screen
+  python run_batch.py --ops softmax mm --switch NAME --rounds 6              # 6 timed rounds per pair
   python run_batch.py --all --executor ray --ray-address head:6379            # on a Ray cluster
 
 Outputs:
@@ -49,10 +54,12 @@ Outputs:
 
 Exit codes:
   0    every case has a final status (the statuses carry the results)
-  2    bad input, a batch directory in use or already holding a batch (without --resume),
-       a --resume under other conditions; --executor ray without Ray importable (the message
-       gives the install command), its cluster unreachable or without GPUs, a GPU node whose
-       FlagGems tree is not the driver's commit and working state, no node of the batch's device
+  2    bad input (--rounds not an integer >= 1, or > 1 without --switch, with --judge or with
+       --share-device N > 1), a batch directory in use or already holding a batch (without
+       --resume), a --resume under other conditions (another --rounds included); --executor
+       ray without Ray importable (the message gives the install command), its cluster
+       unreachable or without GPUs, a GPU node whose FlagGems tree is not the driver's commit
+       and working state, no node of the batch's device
   3    cases left unstarted (--budget-s reached; rerun with --resume)
   4    the interpreter cannot import triton or flag_gems (checked once, before the first case;
        with --executor ray on every GPU node, with its kit.sh and zl_bench checkout)
@@ -143,6 +150,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "replays it into <batch>/after; verdicts in <batch>/screen.tsv")
     r.add_argument("--retune", action=argparse.BooleanOptionalAction, default=None, help="with --switch: "
                    "side C, NAME=1 tuned live into <batch>/retuned (with --resume: the batch's)")
+    r.add_argument("--rounds", default=None, metavar="R",
+                   help="with --switch: R rounds per case (default 1; with --judge-first: of the timed "
+                        "stage): after before/after, sides <batch>/r<k>_<A|B> of rounds 2..R, even "
+                        "rounds B then A, odd A then B, each replaying side before's record "
+                        "(with --resume: the batch's)")
     x = p.add_argument_group("cluster")
     x.add_argument("--executor", choices=("local", "ray"), default="local",
                    help="local (default): this host's devices; ray: one Ray task per case, one GPU "

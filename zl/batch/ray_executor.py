@@ -49,7 +49,7 @@ from zl.batch.executor import Executor, GroupGuard
 from zl.batch.inventory import REPO_ENV
 from zl.batch.ray_nodes import (NODE_CHECK_TIMEOUT_S, RayError, choose_nodes, device_of, label,
                                  node_check_task, recorded_device, shown)
-from zl.batch.screen import SIDES
+from zl.batch.screen import SIDES, replays_before
 from zl.batch.status import join_notes
 from zl.runlog.caliber import caliber_of
 
@@ -102,7 +102,7 @@ def run_case_task(configs: Dict, names: List[str], case, dtypes: str, backend: s
         runners = {}
         for n in names:
             cfg = replace(configs[n], batch_dir=dirs[n], roots=dict(roots),
-                          replay_root=dirs[SIDES[0]] if n == SIDES[1] else configs[n].replay_root)
+                          replay_root=dirs[SIDES[0]] if replays_before(n) else configs[n].replay_root)
             dirs[n].mkdir(parents=True)
             runners[n] = CaseRunner(cfg, guard, threading.Event())
         rows, dt = run_sides(runners, names, case, device, dtypes, backend, dirs.__getitem__)

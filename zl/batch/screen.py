@@ -3,6 +3,8 @@
 the pair with ab_rlc_test.sh's rule, the one implementation in zl/screen_verdict.py:
 NO_ROWS, WRONG_RESULTS, NO_TRITON, IR_CHANGED@<level> / BINARY_CHANGED (campaign.sh repeats
 these), VARIANTS_DIFFER (the common code identical, the variant sets differ), NO_IR_DIFF.
+With --rounds R the pair is round 1 of an ab_repeat.sh-style A/B: rounds 2..R follow on the
+same device, every side replaying A's record; the verdict stays round 1's.
 
 screen.tsv has ab_rlc_test.sh's columns (so partition.py and campaign.sh read either; the
 caliber's `device` column says where the pair ran), then repo and run_name.
@@ -12,9 +14,10 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import threading
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from zl import atomic
 from zl.ir.fingerprint import NoIRError, RunDirError, convert_count
@@ -29,16 +32,44 @@ SIDES = ("before", "after")
 # side C of `--retune`: the switch on, tuning live and recorded (no REPLAY_FROM), run after B on
 # the same device; its pair with side A is read by the report (zl/report/retune.py), not here.
 RETUNED = "retuned"
+# --rounds R: rounds 2..R of the pair, each side a directory named as ab_repeat.sh's cell
+# (before = r1_A, after = r1_B); batch_summary.py --screen reads them as one --ab-rounds per node.
+ROUND_SIDE_RE = re.compile(r"^r([2-9]|[1-9][0-9]+)_([AB])$")
 
 
-def screen_sides(switch: str, retune: bool = False) -> List[Tuple[str, Dict[str, str]]]:
-    """A batch's sides, (directory name, the variables it sets): one plain side without a
-    switch; before (switch 0) and after (1) in a screen; then retuned (1) with --retune. Which
-    side replays whose record is execute.BatchRun._config's: only after replays before."""
+def round_sides(rounds: int) -> List[str]:
+    """The side directories of rounds 2..R in run order, ab_repeat.sh's: an even round runs B
+    then A, an odd one A then B (round 1 is before, after), so a drift in one direction over
+    the case (clock ramp, heating) does not land on one side."""
+    return [f"r{k}_{s}" for k in range(2, rounds + 1) for s in ("BA" if k % 2 == 0 else "AB")]
+
+
+def cell_of(side: str) -> Optional[Tuple[int, str]]:
+    """The ab_repeat.sh cell (round, A|B) a screen side stands for; None for side C."""
+    if side in SIDES:
+        return 1, "AB"[SIDES.index(side)]
+    m = ROUND_SIDE_RE.match(side)
+    return (int(m.group(1)), m.group(2)) if m else None
+
+
+def replays_before(side: str) -> bool:
+    """Sides that replay side before's autotune record: after and every side of rounds 2..R
+    (ab_repeat.sh's caliber: configs pinned across rounds and sides). Side C tunes live."""
+    cell = cell_of(side)
+    return cell is not None and cell != (1, "A")
+
+
+def screen_sides(switch: str, retune: bool = False, rounds: int = 1) -> List[Tuple[str, Dict[str, str]]]:
+    """A batch's sides in run order, (directory name, the variables it sets): one plain side
+    without a switch; before (switch 0) and after (1) in a screen; then retuned (1) with
+    --retune, right after round 1 so that A vs C, a single pair, stays as close in time as
+    A vs B; then rounds 2..R (round_sides; A sides 0, B sides 1). Which side replays whose
+    record is execute.BatchRun._config's (replays_before)."""
     if not switch:
         return [("", {})]
     return ([(s, {switch: str(i)}) for i, s in enumerate(SIDES)]
-            + ([(RETUNED, {switch: "1"})] if retune else []))
+            + ([(RETUNED, {switch: "1"})] if retune else [])
+            + [(s, {switch: "0" if s.endswith("A") else "1"}) for s in round_sides(rounds)])
 
 
 def _ir_counts(run_dir: Path) -> Tuple[int, int]:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from zl import atomic
-from zl.report import changes, charts, retune
+from zl.report import changes, charts, retune, rounds
 from zl.report.page import DEMO_TEXT, Page, _cls, _numcell, esc, pct, table
 from zl.report.run import code_text
 from zl.report.views import IDENTITY_SHOWN, shape_label
@@ -299,7 +299,7 @@ def page_screen(result: Dict) -> Page:
     _wrong_results(page, [f"{c}: {by_cell[c]['verdict']}: {by_cell[c]['results']}"
                           for c in result.get("wrong_results") or []]
                    + [f"{c} vs torch: {by_cell[c]['results_torch']}"
-                      for c in result.get("torch_mismatches") or []])
+                      for c in result.get("torch_mismatches") or []] + rounds.wrong_results_lines(result))
     _top(page, result)
     if result.get("calibers_differ"):
         page.add('<div class="warn">[caliber] the operators were not all measured under one caliber '
@@ -346,6 +346,7 @@ def page_screen(result: Dict) -> Page:
         page.add("<h2>What changed, per changed cell</h2>"
                  + "".join(_changes_block(o["cell"], o["changes"]) for o in changed))
     page.add(retune.html_section(result, table, esc))   # A vs C beside A vs B: run_batch.py --retune
+    page.add(rounds.html_section(result, table, esc))   # each node's rounds: run_batch.py --rounds
     if band:
         page.add(f'<div class="sub">noise band {pct(band[0])} ~ {pct(band[1])}: {esc(result["noise_source"])}</div>')
     _failures(page, result)

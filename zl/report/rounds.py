@@ -12,8 +12,9 @@ the same bytes of its files.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from zl.batch.screen import ROUND_SIDE_RE, SIDES, cell_of
 from zl.report.guard import (MARKER_LABELS, BadInput, NoReport, Refused, check_caliber,
                              fmt_pct, print_replay_fallbacks, replay_fallback_facts,
                              require_stats_libraries)
@@ -105,8 +106,8 @@ def _as_json(name: str, root: Path, res: Dict, data: RoundsData, choice: Campaig
     return out
 
 
-def _print_shapes(name: str, res: Dict, judged: List[Dict]) -> None:
-    print(f"[ab-rounds] {name}: per shape: A/A-calibrated verdict, median speedup [per-round "
+def _print_shapes(name: str, res: Dict, judged: List[Dict], tag: str = "ab-rounds") -> None:
+    print(f"[{tag}] {name}: per shape: A/A-calibrated verdict, median speedup [per-round "
           "min~max] A median -> B median (ms), side spreads A/B, rank-test verdict (p)")
     for s, j in zip(res["shapes"], judged):
         _, dtype, detail, occ = s["key"]
@@ -120,16 +121,16 @@ def _print_shapes(name: str, res: Dict, judged: List[Dict]) -> None:
         print(f"  UNPAIRED {key_text(u['key'])}: {u['reason']}")
 
 
-def _print_operator(name: str, res: Dict) -> None:
+def _print_operator(name: str, res: Dict, tag: str = "ab-rounds") -> None:
     n, pr, ci = res["rounds"], res["per_round_median_pct"], res["geomean_ci95_pct"]
-    print(f"[ab-rounds] {name}: {n} rounds x {len(res['shapes'])} shapes, median speedup "
+    print(f"[{tag}] {name}: {n} rounds x {len(res['shapes'])} shapes, median speedup "
           f"{fmt_pct(res['median_speedup_pct'])}, per-round medians "
           f"{' '.join(f'{x:+.2f}%' for x in pr)} (range {min(pr):+.2f}% ~ {max(pr):+.2f}%), "
           f"median side noise {res['median_side_noise_pct']:.2f}%")
-    print(f"[ab-rounds] {name}: geomean speedup {fmt_pct(res['geomean_speedup_pct'])}"
+    print(f"[{tag}] {name}: geomean speedup {fmt_pct(res['geomean_speedup_pct'])}"
           + (f", 95% bootstrap CI over rounds [{ci[0]:+.2f}%, {ci[1]:+.2f}%]" if ci else ""))
     counts = ", ".join(f"{k}={v}" for k, v in sorted(res["verdict_counts"].items()))
-    print(f"[ab-rounds] {name}: verdicts: {counts}")
+    print(f"[{tag}] {name}: verdicts: {counts}")
 
 
 def _print_caveats(name: str, res: Dict, markers: Dict[str, Dict[str, int]]) -> None:
@@ -160,14 +161,18 @@ def _verdicts(name: str, used: Dict[Cell, LoadedRun], out: Dict, res: Dict,
         f" and --controls {' '.join(map(str, controls))}" if controls else "")
     first = used.get((1, "A")) or next(iter(used.values()))
     cal = verdicts.Calibration(own + more, verdicts.caliber_key(first.identity), source, false_alarm)
-    weak = "" if res["verdicts_possible"] else (
-        f"{res['rounds']} rounds cannot reach alpha {ALPHA} (smallest attainable Mann-Whitney p "
-        f"{res['min_attainable_p']:.3f}): underpowered")
-    block = verdicts.apply(out["shapes"], cal, "speedup_pct", "a_median", "p_value", ALPHA, weak,
-                           rejected + why)
+    block = verdicts.apply(out["shapes"], cal, "speedup_pct", "a_median", "p_value", ALPHA,
+                           _underpowered(res), rejected + why)
     for line in verdicts.text_lines(f"[ab-rounds] {name}", block["rule"], block["summary"]):
         print(line)
     return block
+
+
+def _underpowered(res: Dict) -> str:
+    """Why no shape of these rounds can be FASTER/SLOWER whatever its delta, or ""."""
+    return "" if res["verdicts_possible"] else (
+        f"{res['rounds']} rounds cannot reach alpha {ALPHA} (smallest attainable Mann-Whitney p "
+        f"{res['min_attainable_p']:.3f}): underpowered")
 
 
 def report_ab_rounds(root: Path, label: str, allow: bool,
@@ -219,3 +224,193 @@ def report_ab_rounds(root: Path, label: str, allow: bool,
     _print_caveats(name, res, out["markers"])
     out["status"] = "ok"
     return views.augment(out, runs)
+
+
+# ---------------------------------------------------------------- a run_batch.py --rounds screen
+
+SCREEN_TAG = "screen rounds"
+
+
+def screen_cells(root: Path, before_dir: Path, runs: Runs) -> Dict[Cell, LoadedRun]:
+    """One node of a run_batch.py --switch screen as --ab-rounds cells: every side directory of
+    the root that zl.batch.screen.cell_of names (before = r1_A, after = r1_B, r<k>_<A|B>) and
+    that holds the node's run.log. Nothing is written: the cells are the batch's own runs."""
+    repo, run_name = Path(before_dir).relative_to(root / SIDES[0]).parts
+    out = {}
+    for d in sorted(root.iterdir()):
+        cell = cell_of(d.name)
+        if cell is not None and (d / repo / run_name / "run.log").is_file():
+            out[cell] = runs.get(d / repo / run_name)
+    return out
+
+
+def _screen_node(root: Path, name: str, cells: Dict[Cell, LoadedRun], cal: verdicts.Calibration,
+                 rejected: List[str], allow: bool) -> Tuple[Dict, Optional[Dict]]:
+    """(the node's JSON, analyse_rounds' dict or None): one node's rounds, as report_ab_rounds
+    analyses them (caliber, complete rounds, zl.runlog.stats), judged by the screen's
+    calibration; `status` says whether it has shapes.
+    One case's sides all come from one run_batch.py call (a --resume reruns a case whole), so
+    they are one campaign."""
+    try:
+        caliber = check_caliber([(cell_name(c), r.identity) for c, r in sorted(cells.items())], name, allow)
+    except Refused as exc:
+        return {"status": "refused", "caliber_problems": exc.problems}, None
+    choice = CampaignChoice(None, {c: r.dir for c, r in cells.items()})
+    try:
+        data = _load(root, name, choice, cells)
+    except BadInput as exc:
+        return {"status": "unreadable", "message": str(exc)}, None
+    res = analyse_rounds(data)
+    out = _as_json(name, root, res, data, choice, caliber, cells)
+    out["cell_dirs"] = {cell_name(c): str(r.dir) for c, r in sorted(cells.items())}
+    out["results"] = {k: v for k, v in results_report.rounds_facts(cells).items() if k != "sides"}
+    if res["rounds"] < 2 or not res["shapes"]:
+        out["status"] = "too_few_rounds" if res["rounds"] < 2 else "no_shapes"
+        return out, None
+    out["verdicts"] = verdicts.apply(out["shapes"], cal, "speedup_pct", "a_median", "p_value", ALPHA,
+                                     _underpowered(res), rejected)
+    out["aa_verdict_counts"] = {v: sum(s["aa_verdict"] == v for s in out["shapes"]) for v in verdicts.VERDICTS}
+    out["status"] = "ok"
+    return out, res
+
+
+def _round_controls(ops: Sequence[Dict], cells: Dict[str, Dict[Cell, LoadedRun]]
+                    ) -> Tuple[List[verdicts.Control], List[str]]:
+    """Every round's A/B pair of the screen's every-level A/A nodes (NO_IR_DIFF, every level
+    identical, binary included; each round's pair checked again), named by the node's side A
+    so that a node is never calibrated by its own rounds."""
+    controls: List[verdicts.Control] = []
+    rejected: List[str] = []
+    for o in ops:
+        mine = cells.get(o["cell"]) or {}
+        if not o["code"].get("aa"):
+            continue
+        for k in sorted({k for k, s in mine if (k, "A") in mine and (k, "B") in mine}):
+            got, why = verdicts.pair_controls(verdicts.pair_name(o["dirs"]["before"]), mine[(k, "A")],
+                                              mine[(k, "B")])
+            controls += [dict(c, source=f"{c['source']} r{k}") for c in got]
+            rejected += [f"{why} (round {k})"] if why else []
+    return controls, rejected
+
+
+def add_to_screen(result: Dict, runs: Runs, false_alarm: float = verdicts.DEFAULT_FALSE_ALARM,
+                  more: Sequence[Path] = (), allow: bool = False) -> Optional[Dict]:
+    """Each node of a run_batch.py --rounds screen gets `rounds` (its --ab-rounds analysis:
+    per-shape medians over rounds, per-round range, bootstrap interval, Mann-Whitney, and the
+    verdict rule with the screen's every-level A/A nodes' rounds and --controls as controls,
+    the node's own left out); the result gets `rounds` (the rule, the counts over nodes). The
+    console gets report_ab_rounds's per-shape and per-node lines. Call after
+    verdicts.judge_screen. None, and nothing added, for a screen without rounds."""
+    root = Path(result["root"])
+    if not any(ROUND_SIDE_RE.match(d.name) for d in root.iterdir() if d.is_dir()):
+        return None
+    require_stats_libraries()
+    cells = {o["cell"]: screen_cells(root, Path(o["dirs"]["before"]), runs) for o in result["ops"]
+             if Path(o["dirs"]["before"]).parent.parent == root / SIDES[0]}
+    controls, rejected = _round_controls(result["ops"], cells)
+    if more:
+        extra, why = verdicts.dir_controls(more, runs)
+        controls, rejected = controls + extra, rejected + why
+    where = ("every round's pair of the screen's A/A nodes (NO_IR_DIFF, every level identical, binary "
+             "included)" + (f" and --controls {' '.join(map(str, more))}" if more else ""))
+    nodes, skipped, judged, rule, analysed = [], {}, [], None, {}
+    for o in result["ops"]:
+        mine = cells.get(o["cell"]) or {}
+        if (1, "A") not in mine or not any(k > 1 for k, _ in mine):
+            skipped[o["cell"]] = "no side of rounds 2..R has a run.log (round 1 did not pass both sides)"
+            continue
+        cal = verdicts.Calibration(controls, verdicts.caliber_key(mine[(1, "A")].identity),
+                                   f"{where}, this node left out", false_alarm,
+                                   exclude=[verdicts.pair_name(o["dirs"]["before"])])
+        node, analysed[o["cell"]] = _screen_node(root, o["cell"], mine, cal, rejected, allow)
+        o["rounds"] = node
+        if node["status"] != "ok":
+            skipped[o["cell"]] = "; ".join(x for x in [node["status"], node.get("message", "")]
+                                           + node.get("caliber_problems", []) + node.get("incomplete_rounds", []) if x)
+            continue
+        nodes.append(o["cell"])
+        rule = rule or node["verdicts"]["rule"]
+        judged += [{"verdict": s["aa_verdict"], "false_alarm_bound": s["false_alarm_bound"],
+                    "p": s["p_value"]} for s in node["shapes"]]
+    block = {"sides": "before = r1_A, after = r1_B, r<k>_<A|B> = rounds 2..R (zl/batch/screen.py)",
+             "nodes": nodes, "not_analysed": skipped, "rule": rule, "controls": len(controls),
+             "rejected_controls": rejected,
+             "summary": verdicts.summary(judged, [j["p"] for j in judged], ALPHA),
+             "wrong_results": [c for c in nodes if result_mismatch(result, c)]}
+    result["rounds"] = block
+    _print_screen(result, block, analysed)
+    return block
+
+
+def result_mismatch(result: Dict, cell: str) -> bool:
+    """A node whose outputs in some round differ from r1_A's beyond tolerance."""
+    node = next(o for o in result["ops"] if o["cell"] == cell).get("rounds") or {}
+    return (node.get("results") or {}).get("status") == "mismatch"
+
+
+def wrong_results_lines(result: Dict) -> List[str]:
+    """`<node>: rounds: <worst cell vs r1_A>` per node of block `wrong_results`: the page's red
+    box and the console's first rounds line (a speedup of a different answer is no gain)."""
+    cells = (result.get("rounds") or {}).get("wrong_results") or []
+    by = {o["cell"]: o for o in result["ops"]}
+    return [f"{c}: rounds: {by[c]['rounds']['results']['value']}" for c in cells]
+
+
+def _print_screen(result: Dict, block: Dict, analysed: Dict[str, Optional[Dict]]) -> None:
+    for line in wrong_results_lines(result):
+        print(f"!!! [{SCREEN_TAG}] WRONG RESULTS: {line}")
+    if block["rule"] is not None:
+        for line in verdicts.text_lines(f"[{SCREEN_TAG}]", block["rule"], block["summary"]):
+            print(line)
+    for o in result["ops"]:
+        node = o.get("rounds")
+        if o["cell"] in block["nodes"]:
+            _print_operator(o["cell"], node, SCREEN_TAG)
+            _print_shapes(o["cell"], analysed[o["cell"]], node["shapes"], SCREEN_TAG)
+    for cell, why in block["not_analysed"].items():
+        print(f"[{SCREEN_TAG}] {cell}: no rounds report: {why}")
+
+
+def html_section(result: Dict, table: Callable[..., str], esc: Callable[[object], str]) -> str:
+    """The page's section for a --rounds screen, drawn with the page's own `table` and `esc`
+    (zl/report/page.py): one row per node, then one per shape. "" without rounds."""
+    block = result.get("rounds")
+    if not block:
+        return ""
+
+    def num(v: Optional[float]):
+        return (fmt_pct(v), "" if v is None else f"{v:.6g}", "" if not v else ("up" if v > 0 else "down"))
+
+    def counts(c: Dict[str, int]) -> str:
+        return " ".join(f"{k}={n}" for k, n in c.items() if n) or "-"
+
+    nodes, shapes = [], []
+    for o in result["ops"]:
+        node = o.get("rounds")
+        if o["cell"] not in block["nodes"]:
+            continue
+        ci = node["geomean_ci95_pct"]
+        nodes.append([o["cell"], (str(node["rounds"]), node["rounds"]), num(node["median_speedup_pct"]),
+                      num(node["geomean_speedup_pct"]),
+                      f"[{ci[0]:+.2f}%, {ci[1]:+.2f}%]" if ci else "-", counts(node["aa_verdict_counts"]),
+                      node["results"]["value"], "; ".join(node["incomplete_rounds"])])
+        shapes += [[o["cell"], s["dtype"], s["size_detail"], (s["aa_verdict"], None,
+                    {verdicts.FASTER: "up", verdicts.SLOWER: "down"}.get(s["aa_verdict"], "")),
+                    num(s["speedup_pct"]), f"{s['delta_min']:+.2f}% ~ {s['delta_max']:+.2f}%",
+                    (f"{s['a_median']:.6f}", s["a_median"]), (f"{s['b_median']:.6f}", s["b_median"]),
+                    "-" if s["p_value"] is None else f"{s['p_value']:.3f}", s["aa_reason"]]
+                   for s in node["shapes"]]
+    rule = block["rule"] or {}
+    return ('<div id="rounds"><h2>Rounds (run_batch.py --rounds)</h2>'
+            f'<div class="sub">{esc(block["sides"])}; per shape the median over rounds of A/B - 1, '
+            f'judged by: {esc(rule.get("text", "no node analysed"))}; controls: '
+            f'{esc(rule.get("control_source", "-"))}</div><div>'
+            + "".join(f'<span class="kpi">{esc(k)} <b>{n}</b></span>'
+                      for k, n in block["summary"]["counts"].items())
+            + "</div>" + table(["node", "rounds", "median speedup", "geomean", "95% CI over rounds",
+                                "shape verdicts", "results over rounds", "incomplete"], nodes, sortable=True)
+            + table(["node", "dtype", "shape", "verdict", "median speedup", "per-round range",
+                     "A median (ms)", "B median (ms)", "Mann-Whitney p", "why"], shapes, sortable=True)
+            + "".join(f'<div class="sub">{esc(c)}: no rounds report: {esc(w)}</div>'
+                      for c, w in block["not_analysed"].items())
+            + "</div>")
