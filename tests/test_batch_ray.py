@@ -135,6 +135,21 @@ def test_screen_keeps_both_sides_of_a_case_on_one_gpu_and_rows_name_their_device
     assert "!!! [batch] MIXED HARDWARE: cases of this batch ran on NVIDIA H100, NVIDIA H200" in r.stdout
 
 
+def test_rounds_run_in_one_task_every_side_replaying_side_a_on_its_node(cluster, tmp_path):
+    bd = tmp_path / "rr"
+    r = ray_batch(cluster, tmp_path, "--ops", "relu", "--switch", "ZL_TEST_SWITCH", "--rounds", "2",
+                  "--batch-dir", bd, ZL_STUB_SWITCH="ZL_TEST_SWITCH", ZL_STUB_SIDES=str(tmp_path / "sides"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    runs = [ln.split() for ln in (tmp_path / "sides").read_text().splitlines()]
+    assert [(side, switch) for _, side, switch, _ in runs] == [
+        ("before", "0"), ("after", "1"), ("r2_B", "1"), ("r2_A", "0")]
+    # every later side replayed side A's directory on the node (a scratch path), not the driver's
+    assert all(rep.endswith("/before/main/relu") and str(bd) not in rep for *_, rep in runs[1:])
+    sides = ("before", "after", "r2_B", "r2_A")
+    assert len({notes(status(bd / s)["relu"])["node"] for s in sides}) == 1     # one task per case
+    assert all((bd / s / "main/relu/.complete").is_file() for s in sides)
+
+
 def test_driver_sigkill_leaves_no_case_running_then_resume(cluster, tmp_path):
     bd = tmp_path / "rb"
     env = dict(ZL_STUB_PLAN="relu=hang", ZL_RUN_PYTEST=str(STUB), ZL_STUB_STATE=str(tmp_path),
