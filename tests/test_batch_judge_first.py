@@ -3,8 +3,10 @@ node judged untimed, then only the changed nodes and the A/A controls timed, one
 resumable, and its refusals."""
 
 import json
+import os
 import re
 from collections import Counter
+from pathlib import Path
 
 from test_batch import batch, status, trace
 
@@ -51,6 +53,10 @@ def test_only_changed_nodes_and_controls_are_timed_after_an_untimed_judgement(tm
     assert all(runs[op] == 2 + 2 * (f"main:{op}" in to_time) for op in ("softmax", "relu", "abs", "amax"))
     assert runs["zl_skipped"] == 1 and runs["exp"] >= 1
     assert "not judged: main:exp: side A FAIL" in r.stdout
+    # each stage's wall time in this call, for the whole-inventory budget
+    assert [w["stage"] for w in summary["walls"]] == ["judge", "timed"]
+    assert all(0 < w["wall_s"] < 120 for w in summary["walls"])
+    assert "judge-first: stage judge took" in r.stdout
     # one report of the timed stage: every timed node, controls included
     rep = json.loads((root / "report.json").read_text())
     assert (root / "report.html").is_file() and "judge-first report:" in r.stdout
@@ -77,14 +83,14 @@ def test_refusals_exit_2(tmp_path):
     r = batch(tmp_path, "--judge-first", "--ops", "relu", "--devices", "0")
     assert r.returncode == 2 and "--judge-first needs --switch NAME" in r.stderr
     r = batch(tmp_path, "--controls", "3", "--ops", "relu", "--devices", "0")
-    assert r.returncode == 2 and "--judge-share and --controls belong to --judge-first" in r.stderr
+    assert r.returncode == 2 and "--judge-share, --controls and --baseline belong to --judge-first" in r.stderr
     r = judge_first(tmp_path, "--resume")
     assert r.returncode == 2 and "holds no judge-first batch" in r.stderr
     assert judge_first(tmp_path, "--ops", "relu", "softmax").returncode == 0
     r = judge_first(tmp_path, "--ops", "relu")
     assert r.returncode == 2 and "already holds a judge-first batch; continue it with --resume" in r.stderr
     r = judge_first(tmp_path, "--resume", "--controls", "4")
-    assert r.returncode == 2 and "with --controls 10; this call gives ZL_X with --controls 4" in r.stderr
+    assert r.returncode == 2 and "with --controls 10 and --baseline (none); this call gives ZL_X with --controls 4" in r.stderr
     assert "Traceback" not in r.stderr
 
 
@@ -118,6 +124,97 @@ def test_side_c_of_retune_runs_in_the_timed_stage_only(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert not (tmp_path / "jf/judge/retuned").exists()
     assert sorted(status(tmp_path / "jf/timed/retuned")) == ["relu", "softmax"]
+
+
+# ---------------------------------------------------------------- --baseline
+
+def plain_judge(tmp_path, out, *args, **env):
+    """A baseline: the same nodes judged untimed, no switch (side A as a plain batch)."""
+    return batch(tmp_path, "--judge", "--devices", "0", "--batch-dir", tmp_path / out, "--ops", *OPS, *args,
+                 ZL_STUB_TRACE=str(tmp_path / "trace"), **{**ENV, **env})
+
+
+def files(root):
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(Path(root).rglob("*"))
+            if p.is_file() and p.name != ".batch.lock"}
+
+
+def test_a_baseline_stands_for_side_a_of_the_untimed_stage(tmp_path):
+    assert plain_judge(tmp_path, "base").returncode == 0
+    base = tmp_path / "base"
+    before = files(base)
+    runs = Counter(t[0] for t in trace(tmp_path))
+    r = judge_first(tmp_path, "--ops", *OPS, "--controls", "2", "--baseline", base)
+    assert r.returncode == 0, r.stdout + r.stderr
+    root = tmp_path / "jf"
+    summary = json.loads((root / "judge_first.json").read_text())
+    # the same judgement as a fresh side A gives (first test above)
+    s1 = summary["stage1"]
+    assert s1["changed"] == ["main:gelu_backward", "main:softmax"]
+    assert s1["counts"] == {"IR_CHANGED@ttgir": 2, "NO_IR_DIFF": 3, "NO_ROWS": 2}
+    b = summary["baseline"]
+    assert b["linked"] == 5 and b["side_a"] == str(base)
+    assert b["fresh"] == {"main:exp": "baseline FAIL", "main:zl_skipped": "baseline SKIP"}
+    # side A of a linked node is the baseline's files (hard links), never rerun; side B replays it
+    linked = root / "judge/before/main/softmax"
+    assert os.stat(linked / "run.log").st_ino == os.stat(base / "main/softmax/run.log").st_ino
+    assert (linked / ".baseline").read_text().strip() == str(base / "main/softmax")
+    assert "baseline=" in status(root / "judge/before")["softmax"]["notes"]
+    replay = {t[0]: w[len("replay="):] for t in trace(tmp_path) for w in t if w.startswith("replay=")
+              and "/jf/judge/" in w}
+    assert replay == {op: f"{root}/judge/before/main/{op}" for op in ("abs", "amax", "gelu_backward", "relu", "softmax")}
+    again = Counter(t[0] for t in trace(tmp_path)) - runs
+    to_time = {n.split(":")[1] for n in s1["changed"] + s1["controls"]}
+    for op in ("softmax", "gelu_backward", "relu", "abs", "amax"):   # B judged; A and B timed
+        assert again[op] == 1 + 2 * (op in to_time), (op, again)
+    # every timed node checked the baseline against a fresh side A: the same code
+    assert sorted(summary["baseline"]["check"]["checked"]) == sorted(s1["changed"] + s1["controls"])
+    assert summary["baseline"]["check"]["drift"] == {}
+    assert "fresh side A compiled the baseline's code" in r.stdout
+    assert files(base) == before       # nothing written into the baseline
+    # a resume keeps the recorded baseline and redoes nothing that finished
+    r = judge_first(tmp_path, "--resume", "--controls", "2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = judge_first(tmp_path, "--resume", "--controls", "2", "--baseline", tmp_path / "other")
+    assert r.returncode == 2 and f"--baseline {base}; this call gives ZL_X with --controls 2 and --baseline" in r.stderr
+
+
+def test_a_baseline_that_does_not_reproduce_side_a_is_caught(tmp_path):
+    """A baseline run with the switch on (exported in the shell) reads NO_IR_DIFF against side B
+    everywhere; the timed stage's fresh side A shows it, and the batch exits 5. A pair whose
+    identities differ (another GPU model) is BASELINE_MISMATCH with the field named."""
+    assert plain_judge(tmp_path, "base", ZL_X="1").returncode == 0
+    ident = tmp_path / "base/main/relu/run_identity.json"
+    ident.write_text(json.dumps(dict(json.loads(ident.read_text()), device_name="NVIDIA H100")))
+    r = judge_first(tmp_path, "--ops", *OPS, "--baseline", tmp_path / "base")
+    assert r.returncode == 5, r.stdout + r.stderr
+    summary = json.loads((tmp_path / "jf/judge_first.json").read_text())
+    s1 = summary["stage1"]
+    assert s1["changed"] == [] and s1["counts"]["BASELINE_MISMATCH"] == 1
+    assert s1["unjudged"]["main:relu"] == ("screen verdict BASELINE_MISMATCH: device_name: baseline "
+                                           "'NVIDIA H100', side B '<absent>'")
+    check = summary["baseline"]["check"]
+    assert check["drift"] == {"main:gelu_backward": "IR_CHANGED@ttgir", "main:softmax": "IR_CHANGED@ttgir"}
+    assert "!!! baseline drift: main:softmax" in r.stdout and "stage 1's verdicts are void" in r.stdout
+
+
+def test_baseline_refusals_exit_2(tmp_path):
+    assert plain_judge(tmp_path, "f32", "--dtypes", "float32").returncode == 0
+    r = judge_first(tmp_path, "--ops", "relu", "--baseline", tmp_path / "f32", "--dtypes", "float16")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "cannot stand for side A" in r.stderr and "dtypes: baseline 'float32', this call 'float16'" in r.stderr
+    other = batch(tmp_path, "--switch", "ZL_Y", "--judge", "--devices", "0", "--ops", "relu",
+                  "--batch-dir", tmp_path / "y", **ENV)
+    assert other.returncode == 0, other.stdout + other.stderr
+    r = judge_first(tmp_path, "--ops", "relu", "--baseline", tmp_path / "y")
+    assert r.returncode == 2 and "screens ZL_Y: its side A ran with ZL_Y=0" in r.stderr
+    r = judge_first(tmp_path, "--ops", "relu", "--baseline", tmp_path / "nothing")
+    assert r.returncode == 2 and "no readable batch.json" in r.stderr
+    r = batch(tmp_path, "--switch", "ZL_X", "--ops", "relu", "--devices", "0", "--baseline", tmp_path / "f32")
+    assert r.returncode == 2 and "--baseline belong to --judge-first" in r.stderr
+    r = judge_first(tmp_path, "--ops", "relu", "--baseline", tmp_path / "f32", "--controls", "0")
+    assert r.returncode == 2 and "give --controls N >= 1" in r.stderr
+    assert "Traceback" not in r.stderr
 
 
 # ---------------------------------------------------------------- --rounds

@@ -124,7 +124,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return EXIT_INTERPRETER
     except (UsageError, BatchDirError, SelectionError, inv.InventoryError, PartitionError,
             UnknownBackendError, conds.ShapeFileError, conds.RetuneError, conds.RoundsError,
-            RayError) as exc:
+            judge_first.BaselineError, RayError) as exc:
         return _fail(str(exc))
 
 
@@ -144,8 +144,14 @@ def check_args(args) -> None:
     if args.judge_first and (not args.switch or args.judge or args.list):
         raise UsageError("--judge-first needs --switch NAME (and no --judge or --list: it runs the "
                          "untimed stage itself)")
-    if (args.judge_share is not None or args.controls != 10) and not args.judge_first:
-        raise UsageError("--judge-share and --controls belong to --judge-first")
+    if (args.judge_share is not None or args.controls != 10 or args.baseline) and not args.judge_first:
+        raise UsageError("--judge-share, --controls and --baseline belong to --judge-first")
+    if args.baseline and args.executor == "ray":
+        raise UsageError("--baseline links side A's case directories on this host, where Ray's side B "
+                         "cannot replay them; drop --baseline or --executor ray")
+    if args.baseline and args.controls == 0:
+        raise UsageError("--baseline with --controls 0: the controls are where the timed stage checks "
+                         "the baseline against a fresh side A; give --controls N >= 1")
     if args.controls < 0:
         raise UsageError(f"--controls must be >= 0 (got {args.controls})")
     explicit = args.devices if args.devices is not None else args.gpus
@@ -368,6 +374,8 @@ def run(args) -> int:
         plan = plan_batch(args, batch_dir)
         if args.list:
             return list_cases(plan)
+        if args.baseline_side is not None:      # stage 1 of --judge-first --baseline
+            judge_first.check_baseline(args.baseline_side, plan.conditions)
         if args.executor == "ray":
             check_backend(plan.backend.name)
         else:   # this host's interpreter; with Ray, each GPU node's (cluster.check_nodes)
@@ -382,6 +390,9 @@ def run(args) -> int:
             held.take()
             refuse_used(batch_dir)      # a batch that started here since the first look
         tables = open_tables(plan)
+        if args.baseline_side is not None:
+            tables.adopted = judge_first.adopt(args.baseline_side, plan.cases, plan.side_dir(plan.sides[0][0]),
+                                               tables.reused)
         batch_id = f"{batch_dir.name}-{os.getpid()}-{int(time.time())}"
         write_batch_record(plan, len(tables.reused), batch_id,
                            {"ray": cluster.record} if cluster is not None else None)

@@ -14,14 +14,15 @@ import sys
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from zl.batch import inventory as inv
 from zl.batch.case import TIMING_LOCKS, CaseConfig, CaseRunner, case_dir
 from zl.batch.executor import GroupGuard, LocalExecutor
-from zl.batch.screen import ROUND_SIDE_RE, SIDES, ScreenTable, replays_before, screen_row
+from zl.batch.screen import (BASELINE_MISMATCH, ROUND_SIDE_RE, SIDES, ScreenTable, baseline_differences,
+                             replays_before, screen_row)
 from zl.batch.status import UNFINISHED, StatusTable, blank_row
 from zl.childenv import batch_case_base
 from zl.runlog.costs import write_batch_costs
@@ -51,6 +52,8 @@ class Tables:
     status: Dict[str, StatusTable]
     screen: Optional[ScreenTable]
     reused: Set[Key]
+    # side A rows linked from a --baseline (zl/batch/judge_first.py): that side is not run
+    adopted: Dict[Key, Dict[str, str]] = field(default_factory=dict)
 
 
 class Progress:
@@ -123,8 +126,10 @@ class BatchRun:
         def ended(name: str, row: Dict[str, str]) -> None:
             self.tables.status[name].replace((c.repo, c.run_name), row)
 
-        rows, dt = run_sides(self.runners, [n for n, _ in self.plan.sides], c, device, self.plan.dtypes,
-                             self.plan.backend.name, self.plan.side_dir, started, ended)
+        names, key = [n for n, _ in self.plan.sides], (c.repo, c.run_name)
+        given = {names[0]: self.tables.adopted[key]} if key in self.tables.adopted else {}
+        rows, dt = run_sides(self.runners, names, c, device, self.plan.dtypes,
+                             self.plan.backend.name, self.plan.side_dir, started, ended, given)
         self.record(c, device, rows, dt)
 
     def record(self, c: inv.Entry, device: str, rows: Dict[str, Dict[str, str]], dt: str) -> None:
@@ -137,6 +142,9 @@ class BatchRun:
             row_b = rows[names[1]]
             if row_b["status"] != "INTERRUPTED":
                 srow = screen_row(row, row_b, dt)
+                if ((c.repo, c.run_name) in self.tables.adopted and row_b["status"] == "PASS"
+                        and baseline_differences(row["out_dir"], row_b["out_dir"])):
+                    srow["verdict"] = BASELINE_MISMATCH     # judge_first.select names the fields
                 self.tables.screen.set((c.repo, c.run_name), srow)
                 verdict = f" {srow['verdict']}"
             shown = "/".join(r["status"] for r in rows.values())   # A/B, and C of --retune
@@ -153,8 +161,8 @@ class BatchRun:
 def run_sides(runners: Dict[str, CaseRunner], names: List[str], c: inv.Entry, device: str, dtypes: str,
               backend: str, side_dir: Callable[[str], Path],
               started: Callable[[str], None] = lambda name: None,
-              ended: Callable[[str, Dict[str, str]], None] = lambda name, row: None
-              ) -> Tuple[Dict[str, Dict[str, str]], str]:
+              ended: Callable[[str, Dict[str, str]], None] = lambda name, row: None,
+              given: Optional[Dict[str, Dict[str, str]]] = None) -> Tuple[Dict[str, Dict[str, str]], str]:
     """One case on `device`, every side, in the runners' directories: (row per side run, the
     dtypes side B measured). The executors' one case function: the local one calls it in a
     worker thread, the Ray one in a task on the case's node. In a screen, side B, then side C
@@ -164,6 +172,9 @@ def run_sides(runners: Dict[str, CaseRunner], names: List[str], c: inv.Entry, de
     times). An interrupted side ends the case (the sides after it stay PENDING, rerun by
     --resume)."""
     def side(name: str, dt: Optional[str]) -> Dict[str, str]:
+        if given and name in given:       # a side already measured (a --baseline's side A)
+            ended(name, given[name])
+            return given[name]
         started(name)
         try:
             row, _ = runners[name].run(c, device, dtypes=dt)

@@ -12,6 +12,19 @@ changed nodes, the controls, and every node stage 1 could not judge with its rea
 
 Each stage is an ordinary batch directory; `--resume --batch-dir <batch>` continues the first
 unfinished one under its recorded conditions.
+
+`--baseline DIR` reuses side A of stage 1 from an earlier batch of the same FlagGems and
+toolchain: a plain batch (`run_batch.py --judge`, no switch: side A leaves the switch unset)
+or a screen/judge-first batch of the same switch (its side A set it to 0). The baseline is
+refused when its conditions (batch.json: options, measured environment, toolchain with
+Triton's package digest, FlagGems commit and working state) differ from stage 1's in anything
+but the switch. Each node whose baseline row PASSed is linked into `judge/before/` (hard links:
+no copy, never written) and only side B runs, replaying the baseline's picks; any other node
+runs side A fresh. A pair whose run identities differ on a field that changes what is judged
+(BASELINE_FIELDS: device model, versions, shapes, seed...) reads BASELINE_MISMATCH, not a
+verdict. Stage 2 times every chosen node with a fresh side A; each one whose stage-1 side A
+came from the baseline is a check of it: fresh A must compile the baseline's code at every
+level, else the baseline did not stand for side A, stage 1 is void, and the batch exits 5.
 """
 
 from __future__ import annotations
@@ -19,19 +32,25 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
+import shutil
 import subprocess
 import sys
+import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict
+from typing import Callable, Dict, List, Tuple
 
 from zl import atomic
+from zl.batch import conditions as conds
 from zl.batch.batchdir import BatchDirError, DirLock
+from zl.batch.case import COMPLETE_MARK, case_dir
 from zl.batch.partition import REPEAT_VERDICTS, verdict_selected
-from zl.batch.screen import read_screen_rows
+from zl.batch.screen import BASELINE_MISMATCH, baseline_differences, read_screen_rows
 from zl.batch.status import read_rows
 from zl.ir.fingerprint import NO_IR_DIFF, VARIANTS_DIFFER
-from zl.screen_verdict import WRONG_RESULTS
+from zl.screen_verdict import WRONG_RESULTS, code_verdict
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SUMMARY = "judge_first.json"
@@ -41,6 +60,134 @@ JUDGE, TIMED = "judge", "timed"
 # report puts those first; their timing is shown, never a win)
 TIMED_VERDICTS = f"{REPEAT_VERDICTS},{VARIANTS_DIFFER},{WRONG_RESULTS}"
 SAME = NO_IR_DIFF
+EXIT_BASELINE_DRIFT = 5
+BASELINE_MARK = ".baseline"          # in a linked case directory: the baseline case it came from
+# conditions a baseline may differ in: the switch is what the screen adds; --retune and
+# --rounds belong to the timed stage
+BASELINE_FREE = ("switch", "retune", "rounds")
+
+
+class BaselineError(ValueError):
+    """--baseline names no usable batch, or one measured under other conditions (exit 2)."""
+
+
+@dataclass
+class Baseline:
+    given: Path                          # what --baseline named
+    batch_dir: Path                      # the batch holding side A (its batch.json)
+    side_dir: Path                       # its side A's case directories and ops_status.csv
+    conditions: Dict
+    rows: Dict[Tuple[str, str], Dict[str, str]]
+
+
+def open_baseline(given: Path, switch: str) -> Baseline:
+    """The side A of `given`: a plain batch, or a screen (judge-first) batch of `switch`."""
+    root = Path(given).resolve()
+    batch_dir = root / JUDGE if (root / SUMMARY).is_file() else root
+    try:
+        started = json.loads((batch_dir / "batch.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BaselineError(f"--baseline {given}: no readable batch.json in {batch_dir} ({exc})") from None
+    cond = started.get("conditions") if isinstance(started, dict) else None
+    if not isinstance(cond, dict):
+        raise BaselineError(f"--baseline {given}: {batch_dir / 'batch.json'} records no conditions")
+    other = cond.get("switch") or ""
+    if other and other != switch:
+        raise BaselineError(f"--baseline {given} screens {other}: its side A ran with {other}=0, not as side A "
+                            f"of a screen of {switch}; give a plain batch (run_batch.py --judge, no --switch) "
+                            f"or a screen of {switch}")
+    side_dir = batch_dir / "before" if other else batch_dir
+    rows = read_rows(side_dir / "ops_status.csv")
+    if not rows:
+        raise BaselineError(f"--baseline {given}: {side_dir / 'ops_status.csv'} holds no case")
+    return Baseline(Path(given), batch_dir, side_dir, cond, rows)
+
+
+def _comparable(cond: Dict) -> Dict:
+    out = {k: v for k, v in cond.items() if k not in BASELINE_FREE}
+    # a git checkout is named by its commit and working state, wherever it sits
+    out["flaggems"] = {repo: {k: v for k, v in tree.items() if not (k == "path" and tree.get("commit"))}
+                       for repo, tree in (cond.get("flaggems") or {}).items()}
+    return out
+
+
+def check_baseline(base: Baseline, now: Dict) -> None:
+    """BaselineError naming every condition in which the baseline differs from stage 1."""
+    diffs = conds.differences(_comparable(base.conditions), _comparable(now))
+    if diffs:
+        raise BaselineError(f"--baseline {base.given} was measured under other conditions than this screen "
+                            "(its batch.json); it cannot stand for side A. Differences:\n  "
+                            + "\n  ".join(d.replace(": batch ", ": baseline ") for d in diffs))
+
+
+def _link_tree(src: Path, dst: Path) -> None:
+    def link(a, b):
+        try:
+            os.link(a, b)
+        except OSError:      # another filesystem: a copy
+            shutil.copy2(a, b)
+    shutil.copytree(src, dst, symlinks=True, copy_function=link)
+
+
+def _unusable(base: Baseline, key: Tuple[str, str], src: Path) -> str:
+    """Why a case's side A cannot come from the baseline ("" when it can)."""
+    row = base.rows.get(key)
+    if row is None:
+        return "not in the baseline"
+    if row.get("status") != "PASS":
+        return f"baseline {row.get('status')}"
+    return "" if (src / COMPLETE_MARK).is_file() else "baseline case incomplete"
+
+
+def adopt(base: Baseline, cases, side_dir: Path, skip) -> Dict[Tuple[str, str], Dict[str, str]]:
+    """Link each case's PASSed baseline directory into `side_dir`: {key: its side-A row}.
+    `skip`: keys a --resume reuses. The other cases run side A fresh."""
+    adopted = {}
+    for c in cases:
+        key = (c.repo, c.run_name)
+        row, src = base.rows.get(key), case_dir(base.side_dir, c)
+        if key in skip or _unusable(base, key, src):
+            continue
+        dst = case_dir(side_dir, c)
+        if (dst / BASELINE_MARK).is_file():
+            shutil.rmtree(dst)          # linked by an earlier call: nothing measured here
+        elif dst.exists():              # an interrupted fresh attempt: kept beside
+            dst.rename(dst.with_name(f"{dst.name}.prev-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"))
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        _link_tree(src, dst)
+        atomic.write_text(dst / BASELINE_MARK, f"{src}\n")
+        notes = ";".join(p for p in (row.get("notes", ""), f"baseline={src}") if p)
+        adopted[key] = dict(row, out_dir=str(dst), notes=notes)
+    return adopted
+
+
+def baseline_summary(base: Baseline, judge_dir: Path) -> Dict:
+    """What stage 1 took from the baseline: its directories, the number of nodes whose side A
+    was linked, and each node that ran side A fresh with the reason."""
+    rows = read_rows(judge_dir / "before" / "ops_status.csv")
+    linked = [k for k in rows if (Path(rows[k]["out_dir"]) / BASELINE_MARK).is_file()]
+    fresh = {f"{r}:{n}": _unusable(base, (r, n), base.side_dir / r / n) or "baseline not linked"
+             for (r, n) in rows if (r, n) not in set(linked)}
+    return {"dir": str(base.given), "side_a": str(base.side_dir), "linked": len(linked),
+            "fresh": dict(sorted(fresh.items()))}
+
+
+def drift(root: Path, nodes: List[str]) -> Dict:
+    """Stage 2's check of the baseline: for each timed node whose stage-1 side A was linked
+    from it, fresh side A (timed/before) against the baseline's code, every level."""
+    checked, drifted, unverifiable = [], {}, {}
+    for node in nodes:
+        repo, name = node.split(":", 1)
+        base_a = root / JUDGE / "before" / repo / name
+        fresh_a = root / TIMED / "before" / repo / name
+        if not (base_a / BASELINE_MARK).is_file():
+            continue
+        verdict = code_verdict(base_a, fresh_a)["verdict"]
+        checked.append(node)
+        if verdict in (NO_IR_DIFF, VARIANTS_DIFFER):
+            continue
+        (unverifiable if verdict.startswith("NO_") else drifted)[node] = verdict
+    return {"checked": checked, "drift": drifted, "unverifiable": unverifiable}
 
 
 def _changed(verdict: str) -> bool:
@@ -66,6 +213,10 @@ def select(judge_dir: Path, controls: int) -> Dict:
             why = f"side A {row['status']}" + (f" ({row['notes']})" if row.get("notes") else "")
         else:
             why = f"screen verdict {screen[node]['verdict']}"
+            if screen[node]["verdict"] == BASELINE_MISMATCH:
+                repo, name = node.split(":", 1)
+                why += ": " + "; ".join(baseline_differences(judge_dir / "before" / repo / name,
+                                                             judge_dir / "after" / repo / name))
         unjudged[node] = why
     return {"counts": dict(sorted(counts.items())), "changed": changed,
             "controls": sorted(same[:controls]), "unjudged": dict(sorted(unjudged.items()))}
@@ -85,10 +236,30 @@ def _stage_args(args, batch_dir: Path, **changes):
     out = copy.copy(args)
     out.batch_dir = batch_dir
     out.judge_first, out.judge_share, out.controls = False, None, 10
+    out.baseline, out.baseline_side = None, None
     out.resume = (batch_dir / "batch.json").is_file()
     for k, v in changes.items():
         setattr(out, k, v)
     return out
+
+
+def _wall(record: Dict, stage: str, started: float, log: Callable[[str], None]) -> None:
+    """One `walls` entry per stage per call: the seconds this call spent in the stage."""
+    wall = time.monotonic() - started
+    record["walls"] = list(record.get("walls") or []) + [{"stage": stage, "wall_s": round(wall, 1)}]
+    log(f"judge-first: stage {stage} took {wall / 60:.1f} min in this call")
+
+
+def _baseline_verdict(check: Dict, log: Callable[[str], None]) -> int:
+    if check["drift"]:
+        log(f"!!! judge-first: the baseline did not stand for side A: {len(check['drift'])} of "
+            f"{len(check['checked'])} checked node(s) compiled other code with a fresh side A; stage 1's "
+            "verdicts are void (the timed stage's report compares fresh sides and holds); exit 5")
+        return EXIT_BASELINE_DRIFT
+    log(f"judge-first: baseline checked on {len(check['checked'])} timed node(s): fresh side A compiled "
+        "the baseline's code" + (f" ({len(check['unverifiable'])} without IR to compare)"
+                                 if check["unverifiable"] else ""))
+    return 0
 
 
 def run(args, run_stage: Callable[[object], int], log: Callable[[str], None]) -> int:
@@ -104,11 +275,18 @@ def run(args, run_stage: Callable[[object], int], log: Callable[[str], None]) ->
     held.take()
     try:
         record = json.loads(summary_path.read_text()) if summary_path.is_file() else {
-            "switch": args.switch, "controls_asked": args.controls, "judge_share": args.judge_share}
-        if args.resume and (record.get("switch"), record.get("controls_asked")) != (args.switch, args.controls):
+            "switch": args.switch, "controls_asked": args.controls, "judge_share": args.judge_share,
+            "baseline_asked": str(Path(args.baseline).resolve()) if args.baseline else ""}
+        if args.resume and args.baseline is None:
+            args.baseline = record.get("baseline_asked") or None
+        asked = str(Path(args.baseline).resolve()) if args.baseline else ""
+        if args.resume and (record.get("switch"), record.get("controls_asked"), record.get("baseline_asked", "")) \
+                != (args.switch, args.controls, asked):
             raise BatchDirError(f"--resume --judge-first: the batch screens {record.get('switch')} with "
-                                f"--controls {record.get('controls_asked')}; this call gives {args.switch} "
-                                f"with --controls {args.controls}")
+                                f"--controls {record.get('controls_asked')} and --baseline "
+                                f"{record.get('baseline_asked') or '(none)'}; this call gives {args.switch} "
+                                f"with --controls {args.controls} and --baseline {asked or '(none)'}")
+        base = open_baseline(Path(args.baseline), args.switch) if args.baseline else None
         # --rounds belongs to stage 2; recorded when > 1 (a resume keeps it, as batch.json does)
         rounds = int(record.get("rounds", 1)) if args.resume else args.rounds or 1
         if args.rounds not in (None, rounds):
@@ -117,10 +295,24 @@ def run(args, run_stage: Callable[[object], int], log: Callable[[str], None]) ->
         args.rounds = rounds
         record.update({"rounds": rounds} if rounds > 1 else {})
         atomic.write_json(summary_path, record)
-        log(f"judge-first stage 1: every node of {args.switch} judged untimed -> {root / JUDGE}")
+        log(f"judge-first stage 1: every node of {args.switch} judged untimed -> {root / JUDGE}"
+            + (f"; side A from the baseline {base.side_dir} where it passed" if base else ""))
         # side C (--retune) and rounds belong to the timed stage: untimed, they judge nothing more
-        code = run_stage(_stage_args(args, root / JUDGE, judge=True, overlap=1, retune=False,
-                                     share_device=args.judge_share or 1, rounds=1))
+        started = time.monotonic()
+        try:
+            code = run_stage(_stage_args(args, root / JUDGE, judge=True, overlap=1, retune=False,
+                                         share_device=args.judge_share or 1, rounds=1, baseline_side=base))
+        except BaselineError:
+            if not args.resume:     # refused before stage 1 wrote anything: no batch to resume
+                summary_path.unlink()
+            raise
+        if base is not None and (root / JUDGE / "before" / "ops_status.csv").is_file():
+            record.update(baseline=baseline_summary(base, root / JUDGE))
+            atomic.write_json(summary_path, record)
+            log(f"judge-first: side A of {record['baseline']['linked']} node(s) linked from the baseline, "
+                f"{len(record['baseline']['fresh'])} run fresh")
+        _wall(record, JUDGE, started, log)
+        atomic.write_json(summary_path, record)
         if code != 0:
             log(f"judge-first: stage 1 ended with exit {code}; nothing is timed until every node is judged")
             return code
@@ -140,11 +332,19 @@ def run(args, run_stage: Callable[[object], int], log: Callable[[str], None]) ->
         timed = _stage_args(args, root / TIMED, judge=False, all=False, ops=to_time, ops_file=None)
         if timed.resume:
             timed.ops = []      # the batch's own case list, as recorded
+        started = time.monotonic()
         code = run_stage(timed)
+        _wall(record, TIMED, started, log)
         record.update(stage2={"nodes": to_time, "exit": code})
+        if base is not None and code == 0:
+            record["baseline"]["check"] = check = drift(root, to_time)
+            for node, verdict in check["drift"].items():
+                log(f"!!! baseline drift: {node}: fresh side A vs the baseline's: {verdict}")
         atomic.write_json(summary_path, record)
         if code == 0:
             report(root, log)
+        if base is not None and code == 0:
+            return _baseline_verdict(record["baseline"]["check"], log)
         return code
     finally:
         held.release()

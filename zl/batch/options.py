@@ -63,6 +63,8 @@ Exit codes:
   3    cases left unstarted (--budget-s reached; rerun with --resume)
   4    the interpreter cannot import triton or flag_gems (checked once, before the first case;
        with --executor ray on every GPU node, with its kit.sh and zl_bench checkout)
+  5    --judge-first --baseline: a timed node's fresh side A compiled other code than the
+       baseline's (judge_first.json baseline.check.drift; stage 1's verdicts void)
   130  interrupted (Ctrl-C, SIGTERM): running cases killed, their rows INTERRUPTED
 """
 
@@ -145,6 +147,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --judge-first: cases at once per device in the untimed stage (default 1)")
     r.add_argument("--controls", type=int, default=10, metavar="N",
                    help="with --judge-first: NO_IR_DIFF nodes timed as A/A controls (default 10)")
+    r.add_argument("--baseline", type=Path, default=None, metavar="DIR",
+                   help="with --judge-first: side A of the untimed stage from DIR, an earlier batch of the "
+                        "same FlagGems and toolchain (plain --judge, or a screen of the same switch): only "
+                        "side B runs where DIR's side A passed; refused when DIR's conditions differ; "
+                        "checked on every timed node, exit 5 when fresh side A compiles other code "
+                        "(with --resume: the batch's)")
+    # stage 1 of --judge-first gets the opened baseline here (zl/batch/judge_first.py)
+    p.set_defaults(baseline_side=None)
     r.add_argument("--switch", metavar="NAME",
                    help="screen NAME: per case NAME=0 records into <batch>/before, then NAME=1 "
                         "replays it into <batch>/after; verdicts in <batch>/screen.tsv")

@@ -21,7 +21,7 @@ from typing import Dict, List, Optional, Tuple
 
 from zl import atomic
 from zl.ir.fingerprint import NoIRError, RunDirError, convert_count
-from zl.runlog.caliber import CALIBER_FIELDS, caliber_of
+from zl.runlog.caliber import CALIBER_FIELDS, caliber_of, read_identity
 from zl.screen_verdict import COLUMNS, judge
 
 BASE_FIELDS = ["op", "op_file", "dtypes", "rows_before", "rows_after", "kernels_before",
@@ -127,3 +127,23 @@ def read_screen_rows(path: Path) -> Dict[Tuple[str, str], Dict[str, str]]:
         return {}
     with open(path, newline="", encoding="utf-8") as fh:
         return {(r.get("repo", ""), r.get("run_name", "")): r for r in csv.DictReader(fh, delimiter="\t")}
+
+
+# A screen pair whose side A was linked from a --baseline (zl/batch/judge_first.py): its run
+# identity must agree with side B's on every field that changes what is compiled, run or
+# compared; else the pair judges two setups, not the switch.
+BASELINE_MISMATCH = "BASELINE_MISMATCH"
+BASELINE_FIELDS = ("backend", "device_name", "device_arch", "triton_version", "torch_version",
+                   "flaggems_package", "dtypes", "bench_level", "shape_mode", "shape_source",
+                   "tuner_cache", "use_flagtune", "seed")
+
+
+def baseline_differences(run_a: Path, run_b: Path) -> List[str]:
+    """`field: baseline X, side B Y` for each BASELINE_FIELDS field that differs (absent on one
+    side included); one line naming the file when an identity cannot be read."""
+    a, b = read_identity(Path(run_a)), read_identity(Path(run_b))
+    if a is None or b is None:
+        return [f"run_identity.json unreadable in {run_a if a is None else run_b}"]
+    missing = "<absent>"
+    return [f"{k}: baseline {a.get(k, missing)!r}, side B {b.get(k, missing)!r}"
+            for k in BASELINE_FIELDS if a.get(k, missing) != b.get(k, missing)]
