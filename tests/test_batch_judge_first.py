@@ -61,6 +61,8 @@ def test_only_changed_nodes_and_controls_are_timed_after_an_untimed_judgement(tm
     rep = json.loads((root / "report.json").read_text())
     assert (root / "report.html").is_file() and "judge-first report:" in r.stdout
     assert sorted(json.dumps(rep).count(f'"{n.split(":")[1]}"') > 0 for n in to_time) == [True] * len(to_time)
+    # and stage 1 beside it: what was not judged, and why
+    assert rep["judge_first"]["stage1"]["unjudged"] == s1["unjudged"]
     # a resume redoes nothing: both stages reuse every finished case
     r = judge_first(tmp_path, "--resume", "--controls", "2", "--judge-share", "2")
     assert r.returncode == 0, r.stdout + r.stderr
