@@ -23,7 +23,9 @@ Modes:
       batch (ops_status.csv) as one row per operator, failures grouped by reason. A
       run_batch.py --switch --retune screen also gets A vs C (side C re-tuned live) beside
       A vs B, and per autotune key C's pick against A's and what B's replay made of A's;
-      a --rounds screen, each node's --ab-rounds (controls: its A/A nodes' rounds).
+      a --rounds screen, each node's --ab-rounds (controls: its A/A nodes' rounds). A
+      --judge-first batch is reported through its timed stage with stage 1 beside it
+      (verdict counts, the baseline and its check, every node not judged with the reason).
   --caliber RUN_DIR | --caliber-header
       the run's caliber fields as one TSV row (for screen.tsv and other tools).
   --cell-stats RUN_DIR
@@ -121,8 +123,9 @@ from zl.report.guard import (EXIT_CALIBER, EXIT_NO_REPORT, EXIT_OK, EXIT_USAGE, 
                              NoReport, Refused, check_dir_target, check_json_target,
                              check_outputs_apart)
 from zl.report.rounds import report_ab_rounds
-from zl.report import changes, retune, rounds, verdicts, views
-from zl.report.run import LoadedRun, Runs
+from zl.report.screen import judge_first_root, report_screen
+from zl.report import verdicts, views
+from zl.report.run import LoadedRun
 from zl.runlog import caliber as cal
 from zl.runlog.parse import RunLogError, read_run_log
 
@@ -293,44 +296,8 @@ def _run_mode(args) -> Dict:
         return {"mode": "batch", "batch": str(args.batch_dir), "csv": str(path),
                 "timing_warning": warning, "rows": rows}
     if args.screen is not None:
-        runs = Runs()
-        result = views.screen_result(args.screen, runs)
-        changes.add_to_screen(result, runs)   # per kernel, for each cell whose code differs
-        for g in result["completion"]["failures"]:   # a screen stopped mid-list
-            print(f"!!! [screen] {g['reason']}: {' '.join(g['ops']) or '-'}")
-        by_cell = {o["cell"]: o for o in result["ops"]}
-        for cell in result["wrong_results"]:   # first, before any speed
-            print(f"!!! [screen] {cell}: WRONG RESULTS: {by_cell[cell]['results']}")
-        for cell in result["torch_mismatches"]:
-            print(f"!!! [screen] {cell}: results vs torch: {by_cell[cell]['results_torch']}")
-        print("[screen] verdicts: " + ", ".join(f"{k}={v}" for k, v in result["verdict_counts"].items()))
-        if not result["ops"]:
-            raise NoReport("the screen judged no cell", result)
-        band = result["noise_band_pct"]
-        print("[screen] noise band: " + (f"{band[0]:+.2f}% ~ {band[1]:+.2f}% " if band else "unknown ")
-              + f"({result['noise_source']})")
-        result = verdicts.lead(result, verdicts.judge_screen(result, runs, args.false_alarm,
-                                                             args.controls))
-        for line in verdicts.text_lines("[screen]", result["verdicts"]["rule"],
-                                        result["verdicts"]["summary"]):
-            print(line)
-        print(verdicts.aa_line("[screen]", result["verdicts"]["aa_cells"]))
-        retune.add_to_screen(result, runs, args.false_alarm, args.controls)   # --retune's side C
-        for line in retune.text_lines("[screen] retune", result):
-            print(line)
-        for g in result["verdicts"]["change_groups"]:
-            print(f"[screen] change {g['signature']}: {len(g['cells'])} cell(s) "
-                  + " ".join(f"{k}={n}" for k, n in g["shape_verdicts"].items() if n)
-                  + f": {' '.join(g['cells'])}")
-        for o in result["ops"]:
-            for line in changes.text_lines(f"[screen] {o['cell']}", o.get("changes"), most=0):
-                print(line)
-        for o in result["ops"]:
-            for sh in o.get("shapes") or []:
-                print(f"  {sh['aa_verdict']:<8} {o['cell']:<24} {sh['speedup_pct']:+8.2f}%  "
-                      f"{sh['size_detail']}  ({sh['aa_reason']})")
-        rounds.add_to_screen(result, runs, args.false_alarm, args.controls, args.allow_caliber_mismatch)
-        return result
+        return report_screen(args.screen, args.false_alarm, args.controls, args.allow_caliber_mismatch,
+                             args.stage1)
     if args.batch is not None:
         result = views.batch_result(args.batch)
         by_op = {o["op"]: o for o in result["ops"]}
@@ -464,6 +431,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"batch_summary.py: --false-alarm: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
+        args.screen, args.stage1 = judge_first_root(args.screen) if args.screen else (None, None)
         _check_outputs(args)
     except BadInput as exc:  # nothing was written, nothing removed
         print(f"!!! [batch-summary] {exc}", file=sys.stderr)

@@ -5,9 +5,12 @@ resumable, and its refusals."""
 import json
 import os
 import re
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
+from harness.runner import REPO_ROOT
 from test_batch import batch, status, trace
 
 from zl.batch.judge_first import select
@@ -61,8 +64,12 @@ def test_only_changed_nodes_and_controls_are_timed_after_an_untimed_judgement(tm
     rep = json.loads((root / "report.json").read_text())
     assert (root / "report.html").is_file() and "judge-first report:" in r.stdout
     assert sorted(json.dumps(rep).count(f'"{n.split(":")[1]}"') > 0 for n in to_time) == [True] * len(to_time)
-    # and stage 1 beside it: what was not judged, and why
+    # and stage 1 beside it, on the terminal, in the JSON and on the page: what was not judged, and why
     assert rep["judge_first"]["stage1"]["unjudged"] == s1["unjudged"]
+    assert "[judge-first] not judged: main:exp: side A FAIL" in r.stdout
+    page = (root / "report.html").read_text()
+    assert "Stage 1: every node judged untimed" in page and "2 node(s) not judged" in page
+    assert page.index("Stage 1: every node judged untimed") < page.index("<h2>Shapes</h2>")
     # a resume redoes nothing: both stages reuse every finished case
     r = judge_first(tmp_path, "--resume", "--controls", "2", "--judge-share", "2")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -247,3 +254,12 @@ def test_rounds_apply_to_the_timed_stage_only_and_a_resume_keeps_them(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert json.loads((root / "timed/batch.json").read_text())["conditions"]["rounds"] == 2
     assert sorted(status(root / "timed/r2_A")) == ["relu", "softmax"]
+
+
+def test_the_report_of_a_judge_first_batch_without_a_timed_stage_exits_2(tmp_path):
+    root = tmp_path / "jf"
+    root.mkdir()
+    (root / "judge_first.json").write_text(json.dumps({"switch": "ZL_X", "stage1": {"changed": []}}))
+    r = subprocess.run([sys.executable, str(REPO_ROOT / "batch_summary.py"), "--screen", str(root)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "judge-first batch without a timed stage to report" in r.stderr

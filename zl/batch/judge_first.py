@@ -223,22 +223,13 @@ def select(judge_dir: Path, controls: int) -> Dict:
 
 
 def report(root: Path, log: Callable[[str], None]) -> None:
-    """The timed stage's screen report (per-shape verdicts calibrated on its A/A controls):
-    terminal, <batch>/report.json and <batch>/report.html. report.json also carries
-    judge_first.json under `judge_first`: stage 1's counts, the nodes it could not judge with
-    their reasons, the baseline and its check, so one file answers for the whole screen."""
-    out = root / "report.json"
-    r = subprocess.run([sys.executable, str(REPO_ROOT / "batch_summary.py"), "--screen", str(root / TIMED),
-                        "--json", str(out), "--html", str(root / "report.html")],
+    """The batch's report, `batch_summary.py --screen <batch>` (zl/report/screen.py): the timed
+    stage's per-shape verdicts calibrated on its A/A controls, with stage 1 beside them;
+    terminal, <batch>/report.json and <batch>/report.html."""
+    r = subprocess.run([sys.executable, str(REPO_ROOT / "batch_summary.py"), "--screen", str(root),
+                        "--json", str(root / "report.json"), "--html", str(root / "report.html")],
                        capture_output=True, text=True)
     print((r.stdout + r.stderr).strip(), flush=True)
-    try:
-        doc = json.loads(out.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        doc = None
-    if isinstance(doc, dict):
-        doc["judge_first"] = json.loads((root / SUMMARY).read_text(encoding="utf-8"))
-        atomic.write_json(out, doc)
     log(f"judge-first report: {root / 'report.html'} (exit {r.returncode}); stage 1: {root / SUMMARY}")
 
 

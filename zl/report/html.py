@@ -293,6 +293,29 @@ def _screen_shapes(page: Page, result: Dict) -> None:
             rows, sortable=True))
 
 
+def _judge_first(page: Page, summary: Optional[Dict]) -> None:
+    """A --judge-first batch's stage 1 (zl/report/screen.py): what every node was judged,
+    the baseline and its check, and each node that could not be judged, with the reason."""
+    if not summary:
+        return
+    s1, base = summary.get("stage1") or {}, summary.get("baseline") or {}
+    page.add('<h2>Stage 1: every node judged untimed</h2><div class="sub">verdicts: '
+             + esc(", ".join(f"{k}={v}" for k, v in (s1.get("counts") or {}).items()))
+             + f"; timed below: {len(s1.get('changed') or [])} changed, "
+               f"{len(s1.get('controls') or [])} A/A control(s)</div>")
+    if base:
+        check = base.get("check") or {}
+        drift = check.get("drift") or {}
+        page.add(f'<div class="{"warn" if drift else "sub"}">side A from the baseline {esc(base.get("dir"))}: '
+                 f'{esc(base.get("linked"))} node(s) linked, {len(base.get("fresh") or {})} run fresh; '
+                 f'checked against a fresh side A on {len(check.get("checked") or [])} timed node(s)'
+                 + (f'; DRIFT on {esc(", ".join(f"{n} ({v})" for n, v in drift.items()))}: stage 1 is void'
+                    if drift else "") + "</div>")
+    unjudged = s1.get("unjudged") or {}
+    page.add(f"<details><summary>{len(unjudged)} node(s) not judged</summary>"
+             + table(["node", "why"], [[n, why] for n, why in unjudged.items()]) + "</details>")
+
+
 def page_screen(result: Dict) -> Page:
     page = Page(f"Screen {result['label']}", f"root {result['root']}")
     by_cell = {o["cell"]: o for o in result["ops"]}
@@ -311,6 +334,7 @@ def page_screen(result: Dict) -> Page:
     page.add(f'<div class="sub" id="results-verdict">results B vs A per cell: {esc(results)}; '
              'cells by screen verdict: '
              + esc(", ".join(f"{k}={v}" for k, v in result["verdict_counts"].items())) + "</div>")
+    _judge_first(page, result.get("judge_first"))
     _verdict_block(page, result)
     band = result.get("noise_band_pct")
     if result["median_speedups_pct"]:
