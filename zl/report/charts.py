@@ -8,7 +8,6 @@ matplotlib is imported lazily: only --html / --png need it, and a missing instal
 from __future__ import annotations
 
 import io
-from pathlib import Path
 from typing import Dict, List, Optional
 
 from zl.report.views import shape_label, size_of
