@@ -18,9 +18,14 @@ utilization every 100 ms (where it exists). The report (stdout and OUT/overlap_t
 - the timing lock (overlap > 1): the seconds it was held, as a share of the wall, and the side
   runs per hour if it were never idle (the GPU-bound limit of these nodes under exclusive timing);
 - A/A noise per node: the median over shapes of |B/A - 1| of the gems latency, and its median
-  over nodes.
+  over nodes;
+- with --upstream, beside them: FlagGems' own harness over the same nodes in one pytest
+  process (`--level core --mode cudagraph`, cold caches of its own, nvidia-smi sampled), its
+  wall, nodes finished per hour, GPU-busy share and each node's outcome and seconds (every
+  output line stamped as it is printed: zl.runlog.costs.node_seconds).
 
     python benchmarks/overlap_throughput.py --sample 40 --seed 1 --overlap 1 4 --out runs/ovl
+    python benchmarks/overlap_throughput.py --sample 40 --seed 1 --overlap 4 --upstream --out runs/ovl
     python benchmarks/overlap_throughput.py --ops relu softmax --overlap 1 2 --out runs/ovl
     python benchmarks/overlap_throughput.py --report-only --overlap 1 3 --out <unpacked bundle>/ovl
 
@@ -191,7 +196,76 @@ def summarize(k: int, bd: Path, rc: Optional[int]) -> Dict:
             "aa_median_over_nodes": float(np.median(aa)) if aa else None, "nodes": per_node}
 
 
-def report(results: List[Dict]) -> str:
+def upstream_ids(nodes: List[str], devices: str) -> Dict[str, str]:
+    """run name -> FlagGems' pytest node id (relative to the FlagGems tree), as run_batch.py
+    --list resolves it from the inventory."""
+    r = subprocess.run([sys.executable, str(ROOT / "run_batch.py"), "--ops", *nodes, "--list",
+                        "--devices", devices or "0"], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"!!! run_batch.py --list failed (exit {r.returncode}): {r.stderr.strip()[-400:]}")
+    rows = [ln.split("\t") for ln in r.stdout.splitlines() if "\tdevice=" in ln]
+    return {row[0].split(":", 1)[1]: f"benchmark/{row[2]}" for row in rows}
+
+
+def run_upstream(nodes: List[str], args, out: Path) -> int:
+    """FlagGems' own harness over the same nodes in ONE pytest process (`--level core --mode
+    <--upstream-mode>`), with cold caches of its own, every output line stamped with the time
+    it was printed (zl.runlog.costs.node_seconds) into upstream.log, nvidia-smi sampled into
+    util-upstream.txt. -> pytest's exit status."""
+    from zl.batch.inventory import repo_roots
+    ids = upstream_ids(nodes, args.devices)
+    cache = out / "upstream-cache"
+    shutil.rmtree(cache, ignore_errors=True)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TRITON_CACHE_DIR=str(cache / "triton"),
+               FLAGGEMS_CACHE_DIR=str(cache / "flaggems"))
+    if args.devices:
+        env["CUDA_VISIBLE_DEVICES"] = args.devices.split(",")[0]
+    cmd = [sys.executable, "-m", "pytest", "-s", "-v", "--tb=line", "-p", "no:cacheprovider",
+           *[ids[n] for n in nodes if n in ids], "--level", "core", "--mode", args.upstream_mode]
+    for dt in args.dtypes.replace(",", " ").split():
+        cmd += ["--dtypes", dt]
+    sampler = Sampler(out / "util-upstream.txt")
+    t0 = time.monotonic()
+    try:
+        with open(out / "upstream.log", "w") as log:
+            log.write(f"{time.time():.2f} start: {' '.join(cmd)}\n")
+            proc = subprocess.Popen(cmd, cwd=repo_roots()["main"], env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True, start_new_session=True)
+            try:
+                for line in proc.stdout:
+                    log.write(f"{time.time():.2f} {line}")
+                    log.flush()
+                rc = proc.wait()
+            except BaseException:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait()
+                raise
+            log.write(f"{time.time():.2f} rc={rc}\n")
+    finally:
+        sampler.stop()
+    atomic.write_json(out / "upstream.json", {"ids": ids, "rc": rc, "wall_s": round(time.monotonic() - t0, 3)})
+    return rc
+
+
+def summarize_upstream(out: Path) -> Optional[Dict]:
+    """The one-process run's figures: its wall (first stamp to last), nodes finished and per
+    hour, GPU-busy share, and each node's outcome and seconds; None when it did not run."""
+    from zl.runlog.costs import node_seconds
+    if not (out / "upstream.json").is_file():
+        return None
+    meta = json.loads((out / "upstream.json").read_text())
+    stamped = (out / "upstream.log").read_text(errors="replace")
+    stamps = [float(ln.split(" ", 1)[0]) for ln in stamped.splitlines() if ln.strip()]
+    wall = round(stamps[-1] - stamps[0], 3) if stamps else 0.0
+    by_id = {v: k for k, v in meta["ids"].items()}
+    per_node = {by_id.get(node, node): {"outcome": outcome, "seconds": sec}
+                for node, outcome, sec in node_seconds(stamped)}
+    return {"rc": meta["rc"], "wall_s": wall, "nodes_finished": len(per_node),
+            "nodes_per_hour": round(len(per_node) / wall * 3600, 1) if wall else None,
+            "gpu": utilization(out / "util-upstream.txt"), "nodes": per_node}
+
+
+def report(results: List[Dict], upstream: Optional[Dict] = None) -> str:
     first = results[0]["nodes"]
     out = ["| overlap | wall s | side runs | side runs/h | nodes/h | GPU-busy share | mean util % | "
            "lock held / wall | side runs/h if the lock never idled | A/A median abs delta | "
@@ -208,8 +282,17 @@ def report(results: List[Dict]) -> str:
         bound = "n/a" if r["lock_bound_side_runs_per_hour"] is None else r["lock_bound_side_runs_per_hour"]
         out.append(f"| {r['overlap']} | {r['wall_s']} | {r['side_runs']} | {r['side_runs_per_hour']} | "
                    f"{r['nodes_per_hour']} | {busy} | {util} | {held} | {bound} | {aa_s} | {same_s} | {same_v} |")
-    out += ["", "| node | " + " | ".join(f"overlap {r['overlap']}: status, verdict, A/A" for r in results) + " |",
-            "|---|" + "---|" * len(results)]
+    if upstream is not None:
+        g = upstream["gpu"] or {}
+        out += ["", "Upstream, one pytest process over the same nodes, cold caches, each node run once (a screen runs two sides per node):", "",
+                "| wall s | nodes finished | nodes/h | GPU-busy share | mean util % | pytest exit |",
+                "|---|---|---|---|---|---|",
+                f"| {upstream['wall_s']} | {upstream['nodes_finished']} | {upstream['nodes_per_hour']} | "
+                f"{'n/a' if not g else format(g['busy_share'], '.1%')} | "
+                f"{'n/a' if not g else format(g['mean_util'], '.1f')} | {upstream['rc']} |"]
+    out += ["", "| node | " + " | ".join(f"overlap {r['overlap']}: status, verdict, A/A" for r in results)
+            + (" | upstream: outcome, s" if upstream is not None else "") + " |",
+            "|---|" + "---|" * (len(results) + (upstream is not None))]
     for n in first:
         cells = []
         for r in results:
@@ -217,6 +300,9 @@ def report(results: List[Dict]) -> str:
             aa = v.get("aa_median_abs_delta")
             aa_s = "n/a" if aa is None else format(aa, ".2%")
             cells.append(f"{v.get('status', '-')} {v.get('verdict', '')} {aa_s}")
+        if upstream is not None:
+            u = upstream["nodes"].get(n)
+            cells.append(f"{u['outcome']} {u['seconds']}" if u else "not finished")
         out.append(f"| {n} | " + " | ".join(cells) + " |")
     return "\n".join(out)
 
@@ -238,6 +324,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--overlap", type=int, nargs="+", default=[1, 4], help="values to compare, first = reference")
     ap.add_argument("--budget-s", type=float, default=None, help="run_batch.py --budget-s per batch")
     ap.add_argument("--out", type=Path, required=True, help="folder: one batch per overlap value, the report")
+    ap.add_argument("--upstream", action="store_true",
+                    help="after the batches, FlagGems' own harness over the same nodes in one pytest process "
+                         "(cold caches, nvidia-smi sampled), reported beside them")
+    ap.add_argument("--upstream-mode", default="cudagraph", help="its --mode (default cudagraph)")
     ap.add_argument("--report-only", action="store_true",
                     help="run nothing: the report of the batches already in --out (e.g. a returned bundle)")
     args = ap.parse_args(argv)
@@ -259,10 +349,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         for k in args.overlap:
             bd = (args.out / f"overlap-{k}").resolve()
             results.append(summarize(k, bd, run_one(k, nodes, args, bd)))
-    text = report(results)
+        if args.upstream:
+            run_upstream(nodes, args, args.out)
+    upstream = summarize_upstream(args.out)
+    text = report(results, upstream)
     print(text)
     atomic.write_json(args.out / "overlap_throughput.json",
-                      {"nodes": nodes, "switch": SWITCH, "dtypes": args.dtypes, "results": results}, indent=1, sort_keys=False)
+                      {"nodes": nodes, "switch": SWITCH, "dtypes": args.dtypes, "results": results,
+                       "upstream": upstream}, indent=1, sort_keys=False)
     (args.out / "overlap_throughput.md").write_text(text + "\n")
     return 3 if any(r["rc"] == 3 for r in results) else 0
 

@@ -72,3 +72,26 @@ def test_bad_arguments_exit_2(tmp_path):
     r = run(tmp_path, "--out", tmp_path / "o")
     assert r.returncode == 2 and "no nodes" in r.stderr
     assert "--sample" in run(tmp_path, "--help").stdout
+
+
+def test_upstream_runs_the_same_nodes_in_one_process_beside_the_batches(tmp_path):
+    """--upstream: FlagGems' own harness (here the fake tree's, --mode kernel on the CPU) over
+    the same nodes in one pytest process, each node's outcome and seconds read from the
+    stamped log, the rate from its wall."""
+    out = tmp_path / "ovl"
+    r = run(tmp_path, "--ops", "relu", "amax", "--overlap", "1", "--devices", "0", "--out", out,
+            "--upstream", "--upstream-mode", "kernel", "--dtypes", "float32")
+    assert r.returncode == 0, r.stdout + r.stderr
+    up = json.loads((out / "overlap_throughput.json").read_text())["upstream"]
+    # amax's core shapes exceed the fake kernel's block limit: upstream fails it, as the tree does
+    assert {n: v["outcome"] for n, v in up["nodes"].items()} == {"relu": "PASSED", "amax": "FAILED"}
+    assert up["nodes_finished"] == 2 and up["rc"] == 1 and up["gpu"] is None
+    assert up["nodes_per_hour"] == round(2 / up["wall_s"] * 3600, 1)
+    assert all(0 <= v["seconds"] <= up["wall_s"] for v in up["nodes"].values())
+    log = (out / "upstream.log").read_text()
+    assert "--mode kernel" in log and "--dtypes float32" in log
+    assert all(ln.split(" ", 1)[0].replace(".", "", 1).isdigit() for ln in log.splitlines())
+    assert "| relu | PASS/PASS NO_IR_DIFF" in r.stdout and "PASSED" in r.stdout
+    # the report of a returned bundle includes it, with nothing rerun
+    again = run(tmp_path, "--report-only", "--overlap", "1", "--out", out)
+    assert again.returncode == 0 and json.loads((out / "overlap_throughput.json").read_text())["upstream"] == up
