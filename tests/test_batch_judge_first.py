@@ -184,6 +184,17 @@ def test_a_baseline_stands_for_side_a_of_the_untimed_stage(tmp_path):
     # a resume keeps the recorded baseline and redoes nothing that finished
     r = judge_first(tmp_path, "--resume", "--controls", "2")
     assert r.returncode == 0, r.stdout + r.stderr
+    # a node whose side A ran here is never swapped for the baseline's, even once the baseline has it
+    rows = (base / "ops_status.csv").read_text().splitlines()
+    (base / "ops_status.csv").write_text("\n".join(
+        ln.replace(",FAIL,", ",PASS,") if ",exp," in ln else ln for ln in rows) + "\n")
+    (base / "main/exp/.complete").write_text("PASS\n")
+    assert status(base)["exp"]["status"] == "PASS"
+    r = judge_first(tmp_path, "--resume", "--controls", "2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not (root / "judge/before/main/exp/.baseline").exists()
+    fresh = json.loads((root / "judge_first.json").read_text())["baseline"]["fresh"]
+    assert fresh["main:exp"] == "side A ran here in an earlier call"
     r = judge_first(tmp_path, "--resume", "--controls", "2", "--baseline", tmp_path / "other")
     assert r.returncode == 2 and f"--baseline {base}; this call gives ZL_X with --controls 2 and --baseline" in r.stderr
 

@@ -151,8 +151,8 @@ def adopt(base: Baseline, cases, side_dir: Path, skip) -> Dict[Tuple[str, str], 
         dst = case_dir(side_dir, c)
         if (dst / BASELINE_MARK).is_file():
             shutil.rmtree(dst)          # linked by an earlier call: nothing measured here
-        elif dst.exists():              # an interrupted fresh attempt: kept beside
-            dst.rename(dst.with_name(f"{dst.name}.prev-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"))
+        elif dst.exists():              # side A ran here in an earlier call: it runs here again,
+            continue                    # its earlier attempts kept by the case runner
         dst.parent.mkdir(parents=True, exist_ok=True)
         _link_tree(src, dst)
         atomic.write_text(dst / BASELINE_MARK, f"{src}\n")
@@ -166,7 +166,7 @@ def baseline_summary(base: Baseline, judge_dir: Path) -> Dict:
     was linked, and each node that ran side A fresh with the reason."""
     rows = read_rows(judge_dir / "before" / "ops_status.csv")
     linked = [k for k in rows if (Path(rows[k]["out_dir"]) / BASELINE_MARK).is_file()]
-    fresh = {f"{r}:{n}": _unusable(base, (r, n), base.side_dir / r / n) or "baseline not linked"
+    fresh = {f"{r}:{n}": _unusable(base, (r, n), base.side_dir / r / n) or "side A ran here in an earlier call"
              for (r, n) in rows if (r, n) not in set(linked)}
     return {"dir": str(base.given), "side_a": str(base.side_dir), "linked": len(linked),
             "fresh": dict(sorted(fresh.items()))}
