@@ -507,10 +507,19 @@ def test_rounds_run_in_alternating_order_replaying_side_before_and_the_screen_re
     soft = by["softmax"]
     assert soft["cells_used"] == ["r1_A", "r1_B", "r2_A", "r2_B", "r3_A", "r3_B", "r4_A", "r4_B"]
     assert soft["cell_dirs"]["r1_B"] == str(bd / "after/main/softmax") and soft["rounds"] == 4
-    # controls: every round's pair of the A/A nodes (relu, abs: 4 rounds x 2 shapes each); a
-    # node never calibrated by its own rounds
-    assert block["controls"] == 16 and soft["verdicts"]["rule"]["controls"] == 16
-    assert by["relu"]["verdicts"]["rule"]["controls"] == by["abs"]["verdicts"]["rule"]["controls"] == 8
+    # controls: every round's A/B pair of the A/A nodes (relu, abs: 4 rounds x 2 shapes each)
+    # and every node's consecutive same-side cells (3 nodes x 2 sides x 3 pairs x 2 shapes,
+    # softmax's too: its r1_A and r2_A compile the same code); a node never calibrated by its
+    # own cells: softmax loses its 12 same-side shapes, relu its 8 A/B and 12 same-side ones
+    kinds = {"round_pairs_of_aa_nodes": 16, "same_side_across_rounds": 36, "controls_dirs": 0}
+    assert block["controls"] == 52 and block["controls_by_kind"] == kinds and not block["rejected_controls"]
+    assert soft["verdicts"]["rule"]["controls"] == 40
+    assert soft["verdicts"]["rule"]["controls_by_kind"] == dict(kinds, same_side_across_rounds=24)
+    assert by["relu"]["verdicts"]["rule"]["controls"] == by["abs"]["verdicts"]["rule"]["controls"] == 32
+    assert by["relu"]["verdicts"]["rule"]["controls_by_kind"] == dict(kinds, round_pairs_of_aa_nodes=8,
+                                                                       same_side_across_rounds=24)
+    assert "same-side cells of consecutive rounds (r<k>_A~r<k+1>_A, r<k>_B~r<k+1>_B): 36 shape(s)" in (
+        soft["verdicts"]["rule"]["control_source"])
     # side B planted 25 % faster (latencies x 0.8, jitter 1 %): FASTER on every shape, the rank
     # test agreeing at 4 rounds
     assert [s["aa_verdict"] for s in soft["shapes"]] == ["FASTER", "FASTER"]
@@ -527,6 +536,14 @@ def test_rounds_run_in_alternating_order_replaying_side_before_and_the_screen_re
     assert block["wrong_results"] == ["softmax"]
     assert page.index("WRONG RESULTS") < page.index('<div id="rounds">')
     assert "softmax: rounds: r3_B: MISMATCH (1/2 shapes" in page
+    # a same-side pair whose code differs at some level is no control: r3_A's softmax TTGIR edited
+    ttgir = next((bd / "r3_A/main/softmax/ttgir").rglob("*.ttgir"))
+    ttgir.write_text(ttgir.read_text().replace("arith.maxf", "arith.minf"))
+    assert bs.main(["--screen", str(bd), "--json", str(js), "--false-alarm", "0.5"]) == 0
+    again = json.loads(js.read_text())["rounds"]
+    assert again["controls"] == 48 and again["controls_by_kind"] == dict(kinds, same_side_across_rounds=32)
+    assert [w.split(": not an A/A: ")[0] for w in again["rejected_controls"]] == [rec] * 2
+    assert [w.endswith(t) for w, t in zip(again["rejected_controls"], ("(r2_A~r3_A)", "(r3_A~r4_A)"))] == [True] * 2
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -274,31 +274,60 @@ def _screen_node(root: Path, name: str, cells: Dict[Cell, LoadedRun], cal: verdi
     return out, res
 
 
+# The kinds of a --rounds screen's own controls (`controls_by_kind` of the block and of each
+# node's rule), then those of --controls DIRs.
+AB_OF_AA_NODES = "round_pairs_of_aa_nodes"
+SAME_SIDE = "same_side_across_rounds"
+MORE = "controls_dirs"
+KIND_TEXT = {AB_OF_AA_NODES: "every round's A/B pair of the screen's A/A nodes (NO_IR_DIFF)",
+             SAME_SIDE: "every node's same-side cells of consecutive rounds (r<k>_A~r<k+1>_A, "
+                        "r<k>_B~r<k+1>_B)"}
+
+
 def _round_controls(ops: Sequence[Dict], cells: Dict[str, Dict[Cell, LoadedRun]]
                     ) -> Tuple[List[verdicts.Control], List[str]]:
-    """Every round's A/B pair of the screen's every-level A/A nodes (NO_IR_DIFF, every level
-    identical, binary included; each round's pair checked again), named by the node's side A
-    so that a node is never calibrated by its own rounds."""
+    """A --rounds screen's own A/A controls, each pair checked again to be identical at every
+    level, binary included (else rejected, with the reason):
+    - AB_OF_AA_NODES: every round's A/B pair of the screen's every-level A/A nodes;
+    - SAME_SIDE: every node's consecutive same-side cells (r<k>_A with r<k+1>_A, B with B),
+      changed nodes included. Both cells of such a pair run the same side's source with the
+      switch at the same value and the configs side before picked (r1_A recorded them, every
+      later side replays them), so the same code runs the same configs: their delta is
+      measurement noise only, as --ab-rounds's same-side controls. They run 1 to 4 sides apart
+      (a round's A/B pair: 1), so drift can widen, not narrow, the threshold they set.
+    Every pair of a node is named by the node's side A (verdicts.pair_name), so that a node is
+    never calibrated by its own cells (Calibration's `exclude`). Each control has `kind`."""
     controls: List[verdicts.Control] = []
     rejected: List[str] = []
     for o in ops:
         mine = cells.get(o["cell"]) or {}
-        if not o["code"].get("aa"):
-            continue
-        for k in sorted({k for k, s in mine if (k, "A") in mine and (k, "B") in mine}):
-            got, why = verdicts.pair_controls(verdicts.pair_name(o["dirs"]["before"]), mine[(k, "A")],
-                                              mine[(k, "B")])
-            controls += [dict(c, source=f"{c['source']} r{k}") for c in got]
-            rejected += [f"{why} (round {k})"] if why else []
+        pairs = []
+        if o["code"].get("aa"):
+            pairs += [(AB_OF_AA_NODES, (k, "A"), (k, "B"), f"r{k}")
+                      for k in sorted({k for k, s in mine if (k, "A") in mine and (k, "B") in mine})]
+        for side in "AB":
+            ks = sorted(k for k, s in mine if s == side)
+            pairs += [(SAME_SIDE, (i, side), (j, side), f"r{i}_{side}~r{j}_{side}")
+                      for i, j in zip(ks, ks[1:])]
+        for kind, x, y, tag in pairs:
+            got, why = verdicts.pair_controls(verdicts.pair_name(o["dirs"]["before"]), mine[x], mine[y])
+            controls += [dict(c, source=f"{c['source']} {tag}", kind=kind) for c in got]
+            rejected += [f"{why} ({tag})"] if why else []
     return controls, rejected
+
+
+def controls_by_kind(controls: Sequence[verdicts.Control]) -> Dict[str, int]:
+    """How many control shapes of each kind (AB_OF_AA_NODES, SAME_SIDE, MORE), every kind named."""
+    return {k: sum(1 for c in controls if c.get("kind", MORE) == k) for k in (AB_OF_AA_NODES, SAME_SIDE, MORE)}
 
 
 def add_to_screen(result: Dict, runs: Runs, false_alarm: float = verdicts.DEFAULT_FALSE_ALARM,
                   more: Sequence[Path] = (), allow: bool = False) -> Optional[Dict]:
     """Each node of a run_batch.py --rounds screen gets `rounds` (its --ab-rounds analysis:
     per-shape medians over rounds, per-round range, bootstrap interval, Mann-Whitney, and the
-    verdict rule with the screen's every-level A/A nodes' rounds and --controls as controls,
-    the node's own left out); the result gets `rounds` (the rule, the counts over nodes). The
+    verdict rule with _round_controls's two kinds and --controls as controls, the node's own
+    left out, `controls_by_kind` in its rule); the result gets `rounds` (the rule, the counts
+    over nodes, `controls_by_kind` before any node is left out). The
     console gets report_ab_rounds's per-shape and per-node lines. Call after
     verdicts.judge_screen. None, and nothing added, for a screen without rounds."""
     root = Path(result["root"])
@@ -310,9 +339,11 @@ def add_to_screen(result: Dict, runs: Runs, false_alarm: float = verdicts.DEFAUL
     controls, rejected = _round_controls(result["ops"], cells)
     if more:
         extra, why = verdicts.dir_controls(more, runs)
-        controls, rejected = controls + extra, rejected + why
-    where = ("every round's pair of the screen's A/A nodes (NO_IR_DIFF, every level identical, binary "
-             "included)" + (f" and --controls {' '.join(map(str, more))}" if more else ""))
+        controls, rejected = controls + [dict(c, kind=MORE) for c in extra], rejected + why
+    kinds = controls_by_kind(controls)
+    where = ("; ".join([f"{KIND_TEXT[k]}: {kinds[k]} shape(s)" for k in (AB_OF_AA_NODES, SAME_SIDE)]
+                       + ([f"--controls {' '.join(map(str, more))}: {kinds[MORE]} shape(s)"] if more else []))
+             + " (every pair identical at every level, binary included)")
     nodes, skipped, judged, rule, analysed = [], {}, [], None, {}
     for o in result["ops"]:
         mine = cells.get(o["cell"]) or {}
@@ -320,9 +351,11 @@ def add_to_screen(result: Dict, runs: Runs, false_alarm: float = verdicts.DEFAUL
             skipped[o["cell"]] = "no side of rounds 2..R has a run.log (round 1 did not pass both sides)"
             continue
         cal = verdicts.Calibration(controls, verdicts.caliber_key(mine[(1, "A")].identity),
-                                   f"{where}, this node left out", false_alarm,
+                                   f"{where}, this node's own cells left out", false_alarm,
                                    exclude=[verdicts.pair_name(o["dirs"]["before"])])
         node, analysed[o["cell"]] = _screen_node(root, o["cell"], mine, cal, rejected, allow)
+        if node.get("verdicts"):
+            node["verdicts"]["rule"]["controls_by_kind"] = controls_by_kind(cal.controls)
         o["rounds"] = node
         if node["status"] != "ok":
             skipped[o["cell"]] = "; ".join(x for x in [node["status"], node.get("message", "")]
@@ -334,6 +367,7 @@ def add_to_screen(result: Dict, runs: Runs, false_alarm: float = verdicts.DEFAUL
                     "p": s["p_value"]} for s in node["shapes"]]
     block = {"sides": "before = r1_A, after = r1_B, r<k>_<A|B> = rounds 2..R (zl/batch/screen.py)",
              "nodes": nodes, "not_analysed": skipped, "rule": rule, "controls": len(controls),
+             "controls_by_kind": kinds,
              "rejected_controls": rejected,
              "summary": verdicts.summary(judged, [j["p"] for j in judged], ALPHA),
              "wrong_results": [c for c in nodes if result_mismatch(result, c)]}
