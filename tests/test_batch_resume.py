@@ -479,6 +479,21 @@ def test_round_sides_run_only_after_both_sides_of_round_one_passed():
     assert ran == ["before", "after", "r2_B"] and "r2_A" not in rows
 
 
+def test_progress_line_keeps_round_one_and_counts_the_round_sides():
+    from zl.batch.execute import sides_shown
+    names = ["before", "after", "retuned"] + [f"r{k}_{s}" for k in range(2, 7) for s in "BA"]
+    rows = {n: {"status": "PASS"} for n in names}
+    assert sides_shown(names, rows) == "PASS/PASS/PASS +10 round sides PASS"
+    rows["r4_B"] = {"status": "FAIL"}
+    assert sides_shown(names, rows) == "PASS/PASS/PASS +10 round sides: 9 PASS 1 FAIL"
+    # an interrupted round side ends the case: the sides after it have no row yet (PENDING)
+    rows = {n: {"status": "PASS"} for n in names[:4]}
+    rows.update(r2_A={"status": "INTERRUPTED"}, retuned={"status": "FAIL"})
+    assert sides_shown(names, rows) == "PASS/PASS/FAIL +10 round sides: 8 PENDING 1 PASS 1 INTERRUPTED"
+    # without rounds, as before: every side's status joined by '/'
+    assert sides_shown(["before", "after"], {"before": {"status": "PASS"}, "after": {"status": "NOT_RUN"}}) == "PASS/NOT_RUN"
+
+
 def test_rounds_run_in_alternating_order_replaying_side_before_and_the_screen_reports_each_node(tmp_path, capsys):
     import batch_summary as bs
     bd = tmp_path / "b"
@@ -487,6 +502,11 @@ def test_rounds_run_in_alternating_order_replaying_side_before_and_the_screen_re
               **rounds_env(tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "rounds 2..4: r2_B r2_A r3_A r3_B r4_B r4_A (replay before)" in r.stdout
+    # the progress line: round 1's sides and side C one by one, rounds 2..4 counted
+    lines = {w: ln for ln in r.stdout.splitlines() if ln.startswith("[batch] (")
+             for w in ln.split() if w.startswith("main:")}
+    assert "PASS/PASS/PASS +6 round sides PASS " in lines["main:softmax"]
+    assert "FAIL/NOT_RUN/NOT_RUN +6 round sides NOT_RUN " in lines["main:amax"]
     assert json.loads((bd / "batch.json").read_text())["conditions"]["rounds"] == 4
     rec = f"{bd.resolve()}/before/main/softmax"
     # ab_repeat.sh's order and caliber: round 1, side C, then even rounds B A, odd rounds A B,

@@ -147,7 +147,7 @@ class BatchRun:
                     srow["verdict"] = BASELINE_MISMATCH     # judge_first.select names the fields
                 self.tables.screen.set((c.repo, c.run_name), srow)
                 verdict = f" {srow['verdict']}"
-            shown = "/".join(r["status"] for r in rows.values())   # A/B, and C of --retune
+            shown = sides_shown(names, rows)
             row = dict(row, elapsed_ms=str(sum(int(r.get("elapsed_ms") or 0) for r in rows.values())))
         elapsed = int(row.get("elapsed_ms") or 0) / 1000
         total = self.progress.total
@@ -156,6 +156,22 @@ class BatchRun:
             f"{elapsed:7.1f}s rows={row['rows_success']}/{row['rows_total']} {c.repo}:{c.run_name} "
             f"device={device} rate {self.progress.rate_per_hour():.0f}/h ETA {eta_min:.1f}min"
             + (f"  {row['notes']}" if row.get("notes") else "")))
+
+
+def sides_shown(names: List[str], rows: Dict[str, Dict[str, str]]) -> str:
+    """A screen case's side statuses on its progress line: round 1's A/B (and C of --retune)
+    joined by '/', rounds 2..R counted, e.g. `PASS/PASS +10 round sides PASS` or
+    `PASS/PASS +10 round sides: 9 PASS 1 FAIL` (one word per side would be 2R + 1 words); a
+    round side that did not run after an interruption counts as PENDING, as its table says."""
+    first = "/".join(rows[n]["status"] for n in names if n in rows and not ROUND_SIDE_RE.match(n))
+    later = Counter(rows[n]["status"] if n in rows else "PENDING" for n in names if ROUND_SIDE_RE.match(n))
+    n = sum(later.values())
+    if not n:
+        return first
+    counts = later.most_common()
+    if len(counts) == 1:
+        return f"{first} +{n} round sides {counts[0][0]}"
+    return f"{first} +{n} round sides: " + " ".join(f"{c} {s}" for s, c in counts)
 
 
 def run_sides(runners: Dict[str, CaseRunner], names: List[str], c: inv.Entry, device: str, dtypes: str,
