@@ -4,7 +4,8 @@ time, a functional sweep whose timings are invalid and marked so everywhere).
 
 --resume --batch-dir B continues batch B: its cases, and the conditions batch.json recorded at
 its start (backend, --dtypes, --shape-file and a digest of its content, --replay-root,
---switch, --use-flagtune, the environment variables that change a measurement, each FlagGems
+--switch, --use-flagtune, the environment variables that change a measurement, the cases'
+toolchain (Python, torch, Triton's version and a digest of its package files), each FlagGems
 tree's path and git commit + uncommitted changes, or a stat digest of a tree outside git).
 Options left out are the batch's; a given option, the environment or a tree that differs exits
 2 naming every difference, and so does another selection of cases. Reused untouched: cases
@@ -19,6 +20,10 @@ device_share, refused by every comparison), ops_status notes shared_device=N. --
 a batch's caliber: 1 and > 1 never mix in one batch (exit 2).
 --use-flagtune: USE_FLAGTUNE=1 for every case (the variable, inherited, works too).
 --switch NAME --retune: also side C (NAME=1 tuned live, <batch>/retuned) after B where A passed.
+--switch NAME --judge-first: every node judged untimed into <batch>/judge, then only the changed
+ones and --controls A/A controls timed into <batch>/timed; --baseline DIR takes the untimed
+stage's side A from an earlier batch of the same FlagGems and toolchain (refused when its
+conditions differ; every timed node checks it against a fresh side A, exit 5 on a drift).
 --switch NAME --rounds R: rounds 2..R of each pair after round 1 (before, after, then side C of
 --retune): <batch>/r2_B, r2_A, r3_A, r3_B, ... (ab_repeat.sh's cells and order), every one
 replaying side before's record, run where both sides of round 1 passed; batch_summary.py
@@ -41,6 +46,8 @@ Examples:
   python run_batch.py --resume --batch-dir runs/batch_X        # rerun only the unfinished
   python run_batch.py --ops-file list.txt --switch NAME --share-device 3   # functional screen
   python run_batch.py --ops softmax mm --switch NAME --rounds 6              # 6 timed rounds per pair
+  python run_batch.py --all --judge --share-device 6 --batch-dir runs/base   # a baseline per build
+  python run_batch.py --all --switch NAME --judge-first --judge-share 6 --baseline runs/base
   python run_batch.py --all --executor ray --ray-address head:6379            # on a Ray cluster
 
 Outputs:
