@@ -228,6 +228,13 @@ def test_baseline_refusals_exit_2(tmp_path):
     assert other.returncode == 0, other.stdout + other.stderr
     r = judge_first(tmp_path, "--ops", "relu", "--baseline", tmp_path / "y")
     assert r.returncode == 2 and "screens ZL_Y: its side A ran with ZL_Y=0" in r.stderr
+    assert plain_judge(tmp_path, "old").returncode == 0       # written before the toolchain was
+    record = json.loads((tmp_path / "old/batch.json").read_text())
+    del record["conditions"]["toolchain"]
+    (tmp_path / "old/batch.json").write_text(json.dumps(record))
+    r = judge_first(tmp_path, "--ops", "relu", "--baseline", tmp_path / "old")
+    assert r.returncode == 2 and "toolchain.python: baseline '<unset>'" in r.stderr
+    assert "the record predates the toolchain section" in r.stderr
     r = judge_first(tmp_path, "--ops", "relu", "--baseline", tmp_path / "nothing")
     assert r.returncode == 2 and "no readable batch.json" in r.stderr
     r = batch(tmp_path, "--switch", "ZL_X", "--ops", "relu", "--devices", "0", "--baseline", tmp_path / "f32")

@@ -163,6 +163,13 @@ def test_resume_refuses_another_triton_build(tmp_path):
     (bd / "batch.json").write_text(json.dumps(record))
     r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0")
     assert r.returncode == 2 and f"toolchain.triton.files: batch 'stat-sha256:{'0' * 64}'" in r.stderr
+    assert "predates" not in r.stderr
+    # a batch started before the toolchain was recorded: refused, and told why
+    del record["conditions"]["toolchain"]
+    (bd / "batch.json").write_text(json.dumps(record))
+    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0")
+    assert r.returncode == 2 and "toolchain.triton.files: batch '<unset>'" in r.stderr
+    assert "the record predates the toolchain section" in r.stderr
 
 
 def test_resume_refuses_a_batch_without_recorded_conditions_and_another_selection(tmp_path):

@@ -229,7 +229,7 @@ def check_conditions(started: Dict, now: Dict) -> None:
     if diffs:
         raise UsageError("--resume: this call measures under other conditions than the batch "
                          "(batch.json); nothing was run. Differences:\n  " + "\n  ".join(diffs)
-                         + "\nResume with the batch's options and environment, or start a new --batch-dir")
+                         + conds.older_record_note(started["conditions"]) + "\nResume with the batch's options and environment, or start a new --batch-dir")
 
 
 def check_resume_overlap(started: Dict, overlap: int) -> None:

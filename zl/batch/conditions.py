@@ -255,6 +255,18 @@ def _flat(obj: Any, prefix: str = "") -> Dict[str, Any]:
     return {prefix: obj}
 
 
+# sections a conditions record has held since some release: a record without one was written
+# before it (its difference lines then read `batch '<unset>'` for every field of it)
+LATER_SECTIONS = ("toolchain",)
+
+
+def older_record_note(stored: Mapping[str, Any]) -> str:
+    """A line saying that `stored` predates a recorded section, or ""."""
+    missing = [k for k in LATER_SECTIONS if k not in stored]
+    return (f"\n(the record predates the {', '.join(missing)} section: nothing shows that its cases "
+            "ran under this call's)" if missing else "")
+
+
 def differences(stored: Mapping[str, Any], now: Mapping[str, Any]) -> List[str]:
     """One line per field that differs, `field: batch <stored>, this call <now>`."""
     a, b = _flat(dict(stored)), _flat(dict(now))

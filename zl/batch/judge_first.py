@@ -117,7 +117,8 @@ def check_baseline(base: Baseline, now: Dict) -> None:
     if diffs:
         raise BaselineError(f"--baseline {base.given} was measured under other conditions than this screen "
                             "(its batch.json); it cannot stand for side A. Differences:\n  "
-                            + "\n  ".join(d.replace(": batch ", ": baseline ") for d in diffs))
+                            + "\n  ".join(d.replace(": batch ", ": baseline ") for d in diffs)
+                            + conds.older_record_note(base.conditions))
 
 
 def _link_tree(src: Path, dst: Path) -> None:
