@@ -343,7 +343,7 @@ def add_to_screen(result: Dict, runs: Runs, false_alarm: float = verdicts.DEFAUL
     kinds = controls_by_kind(controls)
     where = ("; ".join([f"{KIND_TEXT[k]}: {kinds[k]} shape(s)" for k in (AB_OF_AA_NODES, SAME_SIDE)]
                        + ([f"--controls {' '.join(map(str, more))}: {kinds[MORE]} shape(s)"] if more else []))
-             + " (every pair identical at every level, binary included)")
+             + " in the screen (every pair identical at every level, binary included)")
     nodes, skipped, judged, rule, analysed = [], {}, [], None, {}
     for o in result["ops"]:
         mine = cells.get(o["cell"]) or {}
@@ -351,7 +351,7 @@ def add_to_screen(result: Dict, runs: Runs, false_alarm: float = verdicts.DEFAUL
             skipped[o["cell"]] = "no side of rounds 2..R has a run.log (round 1 did not pass both sides)"
             continue
         cal = verdicts.Calibration(controls, verdicts.caliber_key(mine[(1, "A")].identity),
-                                   f"{where}, this node's own cells left out", false_alarm,
+                                   f"{where}, of which this node's own cells are left out", false_alarm,
                                    exclude=[verdicts.pair_name(o["dirs"]["before"])])
         node, analysed[o["cell"]] = _screen_node(root, o["cell"], mine, cal, rejected, allow)
         if node.get("verdicts"):
