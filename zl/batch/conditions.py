@@ -267,11 +267,12 @@ def older_record_note(stored: Mapping[str, Any]) -> str:
             "ran under this call's)" if missing else "")
 
 
-def differences(stored: Mapping[str, Any], now: Mapping[str, Any]) -> List[str]:
-    """One line per field that differs, `field: batch <stored>, this call <now>`."""
+def differences(stored: Mapping[str, Any], now: Mapping[str, Any], stored_label: str = "batch",
+                now_label: str = "this call") -> List[str]:
+    """One line per field that differs, `field: <stored_label> <stored>, <now_label> <now>`."""
     a, b = _flat(dict(stored)), _flat(dict(now))
     out = []
     for key in sorted(set(a) | set(b)):
         if a.get(key, UNSET) != b.get(key, UNSET):
-            out.append(f"{key}: batch {a.get(key, UNSET)!r}, this call {b.get(key, UNSET)!r}")
+            out.append(f"{key}: {stored_label} {a.get(key, UNSET)!r}, {now_label} {b.get(key, UNSET)!r}")
     return out

@@ -49,7 +49,7 @@ from zl.batch.case import COMPLETE_MARK, case_dir
 from zl.batch.partition import REPEAT_VERDICTS, verdict_selected
 from zl.batch.screen import BASELINE_MISMATCH, baseline_differences, read_screen_rows
 from zl.batch.status import read_rows
-from zl.ir.fingerprint import NO_IR_DIFF, VARIANTS_DIFFER
+from zl.ir.fingerprint import NO_IR, NO_IR_DIFF, VARIANTS_DIFFER
 from zl.screen_verdict import WRONG_RESULTS, code_verdict
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -113,11 +113,11 @@ def _comparable(cond: Dict) -> Dict:
 
 def check_baseline(base: Baseline, now: Dict) -> None:
     """BaselineError naming every condition in which the baseline differs from stage 1."""
-    diffs = conds.differences(_comparable(base.conditions), _comparable(now))
+    diffs = conds.differences(_comparable(base.conditions), _comparable(now), stored_label="baseline")
     if diffs:
         raise BaselineError(f"--baseline {base.given} was measured under other conditions than this screen "
                             "(its batch.json); it cannot stand for side A. Differences:\n  "
-                            + "\n  ".join(d.replace(": batch ", ": baseline ") for d in diffs)
+                            + "\n  ".join(diffs)
                             + conds.older_record_note(base.conditions))
 
 
@@ -166,9 +166,9 @@ def baseline_summary(base: Baseline, judge_dir: Path) -> Dict:
     """What stage 1 took from the baseline: its directories, the number of nodes whose side A
     was linked, and each node that ran side A fresh with the reason."""
     rows = read_rows(judge_dir / "before" / "ops_status.csv")
-    linked = [k for k in rows if (Path(rows[k]["out_dir"]) / BASELINE_MARK).is_file()]
+    linked = {k for k in rows if (Path(rows[k]["out_dir"]) / BASELINE_MARK).is_file()}
     fresh = {f"{r}:{n}": _unusable(base, (r, n), base.side_dir / r / n) or "side A ran here in an earlier call"
-             for (r, n) in rows if (r, n) not in set(linked)}
+             for (r, n) in rows if (r, n) not in linked}
     return {"dir": str(base.given), "side_a": str(base.side_dir), "linked": len(linked),
             "fresh": dict(sorted(fresh.items()))}
 
@@ -187,7 +187,7 @@ def drift(root: Path, nodes: List[str]) -> Dict:
         checked.append(node)
         if verdict in (NO_IR_DIFF, VARIANTS_DIFFER):
             continue
-        (unverifiable if verdict.startswith("NO_") else drifted)[node] = verdict
+        (unverifiable if verdict == NO_IR else drifted)[node] = verdict
     return {"checked": checked, "drift": drifted, "unverifiable": unverifiable}
 
 
@@ -276,12 +276,12 @@ def run(args, run_stage: Callable[[object], int], log: Callable[[str], None]) ->
     root.mkdir(parents=True, exist_ok=True)
     held.take()
     try:
-        record = json.loads(summary_path.read_text()) if summary_path.is_file() else {
-            "switch": args.switch, "controls_asked": args.controls, "judge_share": args.judge_share,
-            "baseline_asked": str(Path(args.baseline).resolve()) if args.baseline else ""}
-        if args.resume and args.baseline is None:
+        record = json.loads(summary_path.read_text()) if summary_path.is_file() else None
+        if record is not None and args.baseline is None:     # a --resume keeps the batch's
             args.baseline = record.get("baseline_asked") or None
         asked = str(Path(args.baseline).resolve()) if args.baseline else ""
+        record = record or {"switch": args.switch, "controls_asked": args.controls,
+                            "judge_share": args.judge_share, "baseline_asked": asked}
         if args.resume and (record.get("switch"), record.get("controls_asked"), record.get("baseline_asked", "")) \
                 != (args.switch, args.controls, asked):
             raise BatchDirError(f"--resume --judge-first: the batch screens {record.get('switch')} with "
