@@ -49,7 +49,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -161,6 +161,20 @@ def read_walls(path: Path) -> List[float]:
     return json.loads(path.read_text()) if path.is_file() else []
 
 
+def wait_or_kill(proc: subprocess.Popen, each_line: Optional[Callable[[str], None]] = None) -> int:
+    """Wait for `proc` (started in its own session), passing each line of its piped stdout to
+    `each_line`; if this tool is stopped meanwhile, its whole process group is killed first."""
+    try:
+        if each_line is not None:
+            for line in proc.stdout:
+                each_line(line)
+        return proc.wait()
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait()
+        raise
+
+
 def run_batch_call(cmd: List[str], console: Path, walls_file: Path) -> int:
     """Run `cmd` (a run_batch.py call) in its own process group, killed with this tool, its
     output appended to `console`; append its wall to `walls_file` (a resumed batch's rate
@@ -168,12 +182,7 @@ def run_batch_call(cmd: List[str], console: Path, walls_file: Path) -> int:
     t0 = time.monotonic()
     with open(console, "a") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            rc = proc.wait()
-        except BaseException:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait()
-            raise
+        rc = wait_or_kill(proc)
     atomic.write_json(walls_file, read_walls(walls_file) + [round(time.monotonic() - t0, 3)])
     return rc
 
@@ -231,15 +240,11 @@ def run_upstream(nodes: List[str], args, out: Path) -> int:
             log.write(f"{time.time():.2f} start: {' '.join(cmd)}\n")
             proc = subprocess.Popen(cmd, cwd=repo_roots()["main"], env=env, stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, text=True, start_new_session=True)
-            try:
-                for line in proc.stdout:
-                    log.write(f"{time.time():.2f} {line}")
-                    log.flush()
-                rc = proc.wait()
-            except BaseException:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait()
-                raise
+
+            def stamp(line: str) -> None:
+                log.write(f"{time.time():.2f} {line}")
+                log.flush()
+            rc = wait_or_kill(proc, stamp)
             log.write(f"{time.time():.2f} rc={rc}\n")
     finally:
         sampler.stop()
@@ -250,13 +255,12 @@ def run_upstream(nodes: List[str], args, out: Path) -> int:
 def summarize_upstream(out: Path) -> Optional[Dict]:
     """The one-process run's figures: its wall (first stamp to last), nodes finished and per
     hour, GPU-busy share, and each node's outcome and seconds; None when it did not run."""
-    from zl.runlog.costs import node_seconds
+    from zl.runlog.costs import node_seconds, stamped_wall
     if not (out / "upstream.json").is_file():
         return None
     meta = json.loads((out / "upstream.json").read_text())
     stamped = (out / "upstream.log").read_text(errors="replace")
-    stamps = [float(ln.split(" ", 1)[0]) for ln in stamped.splitlines() if ln.strip()]
-    wall = round(stamps[-1] - stamps[0], 3) if stamps else 0.0
+    wall = round(stamped_wall(stamped), 3)
     by_id = {v: k for k, v in meta["ids"].items()}
     per_node = {by_id.get(node, node): {"outcome": outcome, "seconds": sec}
                 for node, outcome, sec in node_seconds(stamped)}

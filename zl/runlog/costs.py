@@ -111,12 +111,17 @@ def node_seconds(stamped: str) -> list[tuple[str, str, float]]:
     return out
 
 
+def stamped_wall(stamped: str) -> float:
+    """A time-stamped log's wall: its first stamp to its last (0.0 when empty)."""
+    stamps = _split_stamps(stamped)[0]
+    return stamps[-1] - stamps[0] if stamps else 0.0
+
+
 def node_table(stamped: str) -> str:
     """node_seconds as a TSV (node, outcome, seconds), then a `#` line with the run's wall
     (first stamp to last) and the finished nodes per hour over it: the one-process rate."""
     rows = node_seconds(stamped)
-    stamps = _split_stamps(stamped)[0]
-    wall = stamps[-1] - stamps[0] if stamps else 0.0
+    wall = stamped_wall(stamped)
     lines = ["node\toutcome\tseconds"] + [f"{n}\t{o}\t{s}" for n, o, s in rows]
     rate = f"{len(rows) * 3600 / wall:.0f}" if wall > 0 else "-"
     lines.append(f"# {len(rows)} node(s) finished ({sum(o == 'PASSED' for _, o, _ in rows)} PASSED), "
