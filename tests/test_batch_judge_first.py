@@ -18,6 +18,9 @@ from zl.batch.judge_first import select
 OPS = ("softmax", "gelu_backward", "relu", "abs", "amax", "exp", "zl_skipped")
 ENV = dict(ZL_STUB_SWITCH="ZL_X", ZL_STUB_IR_MAP="relu=same,abs=same,amax=same",
            ZL_STUB_PLAN="exp=fail,zl_skipped=skip")
+# stage 1's judgement of OPS under ENV, with side A run fresh or taken from a baseline
+CHANGED = ["main:gelu_backward", "main:softmax"]
+COUNTS = {"IR_CHANGED@ttgir": 2, "NO_IR_DIFF": 3, "NO_ROWS": 2}
 
 
 def judge_first(tmp_path, *args, **env):
@@ -31,8 +34,7 @@ def test_only_changed_nodes_and_controls_are_timed_after_an_untimed_judgement(tm
     root = tmp_path / "jf"
     summary = json.loads((root / "judge_first.json").read_text())
     s1 = summary["stage1"]
-    assert s1["changed"] == ["main:gelu_backward", "main:softmax"]
-    assert s1["counts"] == {"IR_CHANGED@ttgir": 2, "NO_IR_DIFF": 3, "NO_ROWS": 2}
+    assert s1["changed"] == CHANGED and s1["counts"] == COUNTS
     assert len(s1["controls"]) == 2 and set(s1["controls"]) < {"main:relu", "main:abs", "main:amax"}
     assert sorted(s1["unjudged"]) == ["main:exp", "main:zl_skipped"]
     assert s1["unjudged"]["main:exp"].startswith("side A FAIL")
@@ -157,10 +159,9 @@ def test_a_baseline_stands_for_side_a_of_the_untimed_stage(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     root = tmp_path / "jf"
     summary = json.loads((root / "judge_first.json").read_text())
-    # the same judgement as a fresh side A gives (first test above)
+    # the same judgement as a fresh side A gives
     s1 = summary["stage1"]
-    assert s1["changed"] == ["main:gelu_backward", "main:softmax"]
-    assert s1["counts"] == {"IR_CHANGED@ttgir": 2, "NO_IR_DIFF": 3, "NO_ROWS": 2}
+    assert s1["changed"] == CHANGED and s1["counts"] == COUNTS
     b = summary["baseline"]
     assert b["linked"] == 5 and b["side_a"] == str(base)
     assert b["fresh"] == {"main:exp": "baseline FAIL", "main:zl_skipped": "baseline SKIP"}
