@@ -161,6 +161,16 @@ def read_walls(path: Path) -> List[float]:
     return json.loads(path.read_text()) if path.is_file() else []
 
 
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def interrupt_on_sigterm() -> None:
+    """SIGTERM to this tool unwinds like Ctrl-C, so wait_or_kill kills the child's process
+    group (started in its own session, a kill of this tool's group would miss it)."""
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+
+
 def wait_or_kill(proc: subprocess.Popen, each_line: Optional[Callable[[str], None]] = None) -> int:
     """Wait for `proc` (started in its own session), passing each line of its piped stdout to
     `each_line`; if this tool is stopped meanwhile, its whole process group is killed first."""
@@ -335,6 +345,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--report-only", action="store_true",
                     help="run nothing: the report of the batches already in --out (e.g. a returned bundle)")
     args = ap.parse_args(argv)
+    interrupt_on_sigterm()
     if any(k < 1 for k in args.overlap):
         ap.error("--overlap values must be >= 1")
     if args.report_only:

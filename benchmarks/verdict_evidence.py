@@ -61,7 +61,7 @@ from statistics import median
 from typing import Dict, List, Optional
 
 # the same inventory draw, options and run_batch.py call (this script's folder is on sys.path)
-from overlap_throughput import add_node_options, draw, read_walls, run_batch_call
+from overlap_throughput import add_node_options, draw, interrupt_on_sigterm, read_walls, run_batch_call
 from zl import atomic
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -270,6 +270,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--report-only", action="store_true",
                     help="run nothing: the report of the stages already in --out (e.g. a returned bundle)")
     args = ap.parse_args(argv)
+    interrupt_on_sigterm()
     if not 0 < args.false_alarm <= 0.5:
         ap.error(f"--false-alarm must be in (0, 0.5], got {args.false_alarm}")
     if args.overlap < 1:

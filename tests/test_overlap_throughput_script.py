@@ -2,10 +2,12 @@
 the same nodes, the figures it reports computed from what the batches wrote."""
 
 import json
+import signal
 import subprocess
 import sys
+import time
 
-from harness.runner import REPO_ROOT, base_env
+from harness.runner import REPO_ROOT, base_env, procs_with_env
 from test_batch import STUB
 
 TOOL = REPO_ROOT / "benchmarks" / "overlap_throughput.py"
@@ -95,3 +97,23 @@ def test_upstream_runs_the_same_nodes_in_one_process_beside_the_batches(tmp_path
     # the report of a returned bundle includes it, with nothing rerun
     again = run(tmp_path, "--report-only", "--overlap", "1", "--out", out)
     assert again.returncode == 0 and json.loads((out / "overlap_throughput.json").read_text())["upstream"] == up
+
+
+def test_a_terminated_tool_takes_its_batch_with_it(tmp_path):
+    """SIGTERM to the tool while a case hangs: run_batch.py (in its own session) and the case
+    are killed with it, nothing of the batch is left running."""
+    out = tmp_path / "ovl"
+    e = base_env(tmp_path, ZL_RUN_PYTEST=str(STUB), ZL_STUB_STATE=str(tmp_path), ZL_RUNS_ROOT=str(tmp_path / "runs"),
+                 ZL_STUB_SWITCH="ZL_AA_NOOP", ZL_STUB_PLAN="relu=hang")
+    proc = subprocess.Popen([sys.executable, str(TOOL), "--ops", "relu", "--overlap", "1", "--devices", "0",
+                             "--out", str(out)], env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "relu.pids").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert (tmp_path / "relu.pids").exists(), "the hanging case never started"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) != 0
+    deadline = time.monotonic() + 30
+    while procs_with_env(str(out)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert procs_with_env(str(out)) == []
