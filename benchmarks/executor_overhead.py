@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""Per-case overhead of run_batch.py's executors, and whether the Ray executor gives the local
+executor's statuses.
+
+Two measurements, one per mode:
+
+--stub (CPU, no GPU): the batch layer's own cost. The same N cases of the fake FlagGems tree run
+through tests/fixtures/batch/stub_case.sh twice, each directly (`bash stub_case.sh`, one after
+another) and through `run_batch.py --devices 0`; prints (batch wall - direct wall) / N: the
+batch's start (inventory scan, reaper), process-group and reaper bookkeeping, the status table
+rewrite, log parsing and the final batch_summary.py call, spread over the cases.
+
+    python benchmarks/executor_overhead.py --stub [--cases 18]
+
+--ray-address ADDRESS (a GPU machine, FlagGems importable, a Ray cluster already started): the
+same inventory nodes through run_batch.py twice, alone on the GPU, one after the other:
+
+    run_batch.py --ops <nodes> --share-device K --dtypes D --batch-dir OUT/local
+    run_batch.py --ops <nodes> --share-device K --dtypes D --batch-dir OUT/ray --executor ray --ray-address ADDRESS
+
+The report (stdout markdown, OUT/executor_overhead.json): each node's status under both and
+whether they agree; each batch's wall (summed over resumed calls), the per-case overhead of the
+Ray path ((ray wall - local wall) / cases, and the median of the per-case elapsed differences,
+elapsed being the case's own time on its worker); where each Ray case ran (host, device), and
+what a case directory weighs on the way back (its files, and the gzip'd tar the task returns).
+
+    ray start --head --port=6379 --num-gpus=0 && ray start --address=127.0.0.1:6379 --num-gpus=1
+    python benchmarks/executor_overhead.py --ray-address 127.0.0.1:6379 --sample 20 --seed 5 --share-device 4 --out runs/exo
+    python benchmarks/executor_overhead.py --report-only --out <unpacked bundle>/exo
+
+Nodes: --ops, or --sample N drawn with --seed from the inventory (as overlap_throughput.py draws).
+A batch directory that exists is resumed. Exit status: 0 report written; 2 bad arguments (no
+nodes, no --ray-address and no --stub, --report-only without both batches); 3 a batch left cases
+unrun or its run_batch.py failed (the report covers what ran; the console logs under OUT say why).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from overlap_throughput import add_node_options, draw, interrupt_on_sigterm, read_walls, run_batch_call  # noqa: E402
+from zl import atomic  # noqa: E402
+from zl.batch.ray_executor import pack  # noqa: E402
+from zl.batch.status import read_rows  # noqa: E402
+
+FAKE = ROOT / "tests" / "fake_flaggems"
+STUB = ROOT / "tests" / "fixtures" / "batch" / "stub_case.sh"
+STUB_OPS = ["softmax", "relu", "abs", "exp", "amax", "mm", "gelu_backward", "zl_flaky", "zl_sweep"]
+EXECUTORS = ("local", "ray")
+
+
+def stub_overhead(n: int) -> str:
+    ops = [STUB_OPS[i % len(STUB_OPS)] for i in range(n)]
+    env = dict(os.environ, FLAGGEMS_DIR=str(FAKE), ZL_RUN_PYTEST=str(STUB), NO_COLOR="1",
+               PYTHONPATH=os.pathsep.join([str(ROOT), str(FAKE / "src")]), TRITON_INTERPRET="1")
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        for i, op in enumerate(ops):
+            node = f"{FAKE}/benchmark/test_{op}.py::test_{op}"
+            subprocess.run(["bash", str(STUB)], env=dict(env, TEST_NODE=node, OUT_DIR=f"{tmp}/d/{i}"),
+                           stdout=subprocess.DEVNULL, check=True)
+        direct = time.perf_counter() - t0
+        uniq = list(dict.fromkeys(ops))
+        t0 = time.perf_counter()
+        runs = 0
+        while runs < n:   # the batch runs each name once: repeat batches until n cases ran
+            k = min(len(uniq), n - runs)
+            subprocess.run([sys.executable, str(ROOT / "run_batch.py"), "--ops", *uniq[:k], "--devices", "0",
+                            "--batch-dir", f"{tmp}/b{runs}"], env=env, stdout=subprocess.DEVNULL, check=True)
+            runs += k
+        batch = time.perf_counter() - t0
+    return (f"{n} cases: direct {direct:.2f} s ({direct / n * 1000:.0f} ms/case), run_batch {batch:.2f} s "
+            f"({batch / n * 1000:.0f} ms/case); batch layer overhead {(batch - direct) / n * 1000:.0f} ms per case")
+
+
+def run_executor(name: str, nodes: List[str], args, bd: Path) -> int:
+    """One run_batch.py call for executor `name` (a new batch, or --resume); its wall appended
+    to walls-<name>.json, its output to console-<name>.log. -> its exit status."""
+    cmd = [sys.executable, str(ROOT / "run_batch.py"), "--share-device", str(args.share_device),
+           "--dtypes", args.dtypes, "--op-timeout", str(args.op_timeout), "--batch-dir", str(bd)]
+    cmd += ["--resume"] if (bd / "batch.json").is_file() else ["--ops", *nodes]
+    if name == "ray":
+        cmd += ["--executor", "ray", "--ray-address", args.ray_address]
+    elif args.devices:
+        cmd += ["--devices", args.devices]
+    return run_batch_call(cmd, bd.parent / f"console-{name}.log", bd.parent / f"walls-{name}.json")
+
+
+def dir_bytes(d: Path) -> int:
+    return sum(p.stat().st_size for p in d.rglob("*") if p.is_file())
+
+
+def summarize(out: Path, rcs: Dict[str, Optional[int]]) -> Dict:
+    rows = {x: {r["run_name"]: r for r in read_rows(out / x / "ops_status.csv").values()} for x in EXECUTORS}
+    walls = {x: read_walls(out / f"walls-{x}.json") for x in EXECUTORS}
+    nodes, diffs, sizes, packed, where = [], [], [], [], {}
+    for name in sorted(set(rows["local"]) | set(rows["ray"])):
+        lo, ry = rows["local"].get(name, {}), rows["ray"].get(name, {})
+        notes = dict(p.split("=", 1) for p in (ry.get("notes") or "").split(";") if "=" in p)
+        ran = f"{notes.get('host', '?')}:{notes.get('device_name', '?')}"
+        where[ran] = where.get(ran, 0) + 1
+        e = {x: int(r["elapsed_ms"]) / 1000 if (r.get("elapsed_ms") or "").isdigit() else None
+             for x, r in (("local", lo), ("ray", ry))}
+        if None not in e.values() and lo.get("status") not in ("", "PENDING", "RUNNING"):
+            diffs.append(e["ray"] - e["local"])
+        case = Path(ry.get("out_dir") or "")
+        if ry.get("out_dir") and case.is_dir():
+            sizes.append(dir_bytes(case))
+            packed.append(len(pack(case)))
+        nodes.append({"node": name, "local": lo.get("status", "-"), "ray": ry.get("status", "-"),
+                      "same": lo.get("status") == ry.get("status"), "elapsed_local_s": e["local"],
+                      "elapsed_ray_s": e["ray"], "ray_ran_on": ran})
+    n = len(nodes)
+    wall = {x: round(sum(walls[x]), 1) for x in EXECUTORS}
+    return {"nodes": nodes, "cases": n, "rc": rcs, "walls_s": wall, "calls": {x: len(walls[x]) for x in EXECUTORS},
+            "statuses_identical": n > 0 and all(x["same"] for x in nodes),
+            "overhead_per_case_s": round((wall["ray"] - wall["local"]) / n, 2) if n else None,
+            "median_elapsed_diff_s": round(float(np.median(diffs)), 2) if diffs else None,
+            "ray_ran_on": where,
+            "case_dir_mb": {"median": round(float(np.median(sizes)) / 2**20, 2), "max": round(max(sizes) / 2**20, 2)}
+            if sizes else None,
+            "returned_mb": {"median": round(float(np.median(packed)) / 2**20, 2),
+                            "max": round(max(packed) / 2**20, 2)} if packed else None}
+
+
+def report(s: Dict, share: int) -> str:
+    out = [f"## Ray executor vs local executor: {s['cases']} nodes, --share-device {share}", "",
+           "| | local | ray |", "|---|---|---|",
+           f"| batch wall s (calls) | {s['walls_s']['local']} ({s['calls']['local']}) | "
+           f"{s['walls_s']['ray']} ({s['calls']['ray']}) |",
+           f"| run_batch.py exit | {s['rc']['local']} | {s['rc']['ray']} |", "",
+           f"- statuses identical: {'yes' if s['statuses_identical'] else 'NO'}",
+           f"- Ray per-case overhead: {s['overhead_per_case_s']} s by wall; median per-case elapsed "
+           f"difference (ray - local) {s['median_elapsed_diff_s']} s",
+           f"- Ray cases ran on: " + ", ".join(f"{k} x{v}" for k, v in s["ray_ran_on"].items()),
+           f"- a case directory: {s['case_dir_mb']} MiB of files, returned as {s['returned_mb']} MiB gzip'd tar",
+           "", "| node | local | ray | elapsed local s | elapsed ray s |", "|---|---|---|---|---|"]
+    out += [f"| {x['node']} | {x['local']} | {x['ray']}{'' if x['same'] else ' (differs)'} | "
+            f"{x['elapsed_local_s']} | {x['elapsed_ray_s']} |" for x in s["nodes"]]
+    return "\n".join(out)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="executor_overhead.py", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_node_options(ap)
+    ap.add_argument("--stub", action="store_true", help="CPU: the batch layer's cost over the run script alone")
+    ap.add_argument("--cases", type=int, default=18, help="with --stub: number of cases (the fake ops, repeated)")
+    ap.add_argument("--ray-address", default="", help="the running Ray cluster's head (HOST:PORT)")
+    ap.add_argument("--share-device", type=int, default=1, help="run_batch.py --share-device for both (default 1)")
+    ap.add_argument("--out", type=Path, help="folder: the two batches and the report")
+    ap.add_argument("--report-only", action="store_true", help="run nothing: report the batches in --out")
+    args = ap.parse_args(argv)
+    interrupt_on_sigterm()
+    if args.stub:
+        if args.cases < 1:
+            ap.error("--cases must be >= 1")
+        print(stub_overhead(args.cases))
+        return 0
+    if args.out is None:
+        ap.error("--out is required (or --stub)")
+    if args.share_device < 1:
+        ap.error("--share-device must be >= 1")
+    rcs: Dict[str, Optional[int]] = {x: None for x in EXECUTORS}
+    if args.report_only:
+        if not all((args.out / x / "batch.json").is_file() for x in EXECUTORS):
+            ap.error(f"--report-only: {args.out} lacks a local and a ray batch")
+    else:
+        if not args.ray_address:
+            ap.error("give --ray-address of a running cluster (or --stub, or --report-only)")
+        nodes = list(args.ops) or (draw(args.sample, args.seed) if args.sample > 0 else [])
+        if not nodes:
+            ap.error("no nodes: give --ops or --sample N")
+        args.out.mkdir(parents=True, exist_ok=True)
+        for x in EXECUTORS:
+            rcs[x] = run_executor(x, nodes, args, (args.out / x).resolve())
+    s = summarize(args.out.resolve(), rcs)
+    text = report(s, args.share_device)
+    print(text)
+    atomic.write_json(args.out / "executor_overhead.json", dict(s, share_device=args.share_device),
+                      indent=1, sort_keys=False)
+    (args.out / "executor_overhead.md").write_text(text + "\n")
+    return 3 if any(rc not in (None, 0) for rc in rcs.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
