@@ -239,8 +239,9 @@ def run_upstream(nodes: List[str], args, out: Path) -> int:
                FLAGGEMS_CACHE_DIR=str(cache / "flaggems"))
     if args.devices:
         env["CUDA_VISIBLE_DEVICES"] = args.devices.split(",")[0]
+    left_out = [n for n in args.upstream_leave_out if n in nodes]
     cmd = [sys.executable, "-m", "pytest", "-s", "-v", "--tb=line", "-p", "no:cacheprovider",
-           *[ids[n] for n in nodes if n in ids], "--level", "core", "--mode", args.upstream_mode]
+           *[ids[n] for n in nodes if n in ids and n not in left_out], "--level", "core", "--mode", args.upstream_mode]
     for dt in args.dtypes.replace(",", " ").split():
         cmd += ["--dtypes", dt]
     sampler = Sampler(out / "util-upstream.txt")
@@ -258,7 +259,8 @@ def run_upstream(nodes: List[str], args, out: Path) -> int:
             log.write(f"{time.time():.2f} rc={rc}\n")
     finally:
         sampler.stop()
-    atomic.write_json(out / "upstream.json", {"ids": ids, "rc": rc, "wall_s": round(time.monotonic() - t0, 3)})
+    atomic.write_json(out / "upstream.json", {"ids": ids, "rc": rc, "wall_s": round(time.monotonic() - t0, 3),
+                                              "left_out": left_out})
     return rc
 
 
@@ -274,7 +276,7 @@ def summarize_upstream(out: Path) -> Optional[Dict]:
     by_id = {v: k for k, v in meta["ids"].items()}
     per_node = {by_id.get(node, node): {"outcome": outcome, "seconds": sec}
                 for node, outcome, sec in node_seconds(stamped)}
-    return {"rc": meta["rc"], "wall_s": wall, "nodes_finished": len(per_node),
+    return {"rc": meta["rc"], "wall_s": wall, "nodes_finished": len(per_node), "left_out": meta.get("left_out", []),
             "nodes_per_hour": round(len(per_node) / wall * 3600, 1) if wall else None,
             "gpu": utilization(out / "util-upstream.txt"), "nodes": per_node}
 
@@ -304,6 +306,8 @@ def report(results: List[Dict], upstream: Optional[Dict] = None) -> str:
                 f"| {upstream['wall_s']} | {upstream['nodes_finished']} | {upstream['nodes_per_hour']} | "
                 f"{'n/a' if not g else format(g['busy_share'], '.1%')} | "
                 f"{'n/a' if not g else format(g['mean_util'], '.1f')} | {upstream['rc']} |"]
+        if upstream.get("left_out"):
+            out += ["", "Left out of the one-process run (--upstream-leave-out): " + ", ".join(upstream["left_out"])]
     out += ["", "| node | " + " | ".join(f"overlap {r['overlap']}: status, verdict, A/A" for r in results)
             + (" | upstream: outcome, s" if upstream is not None else "") + " |",
             "|---|" + "---|" * (len(results) + (upstream is not None))]
@@ -341,7 +345,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--upstream", action="store_true",
                     help="after the batches, FlagGems' own harness over the same nodes in one pytest process "
                          "(cold caches, nvidia-smi sampled), reported beside them")
+    ap.add_argument("--upstream-only", action="store_true",
+                    help="run only the one-process upstream run (again), the batches in --out reported as they are")
     ap.add_argument("--upstream-mode", default="cudagraph", help="its --mode (default cudagraph)")
+    ap.add_argument("--upstream-leave-out", nargs="+", default=[], metavar="NAME",
+                    help="nodes the one-process run leaves out (one whose failed capture fails every later "
+                         "node of the process); the report names them")
     ap.add_argument("--report-only", action="store_true",
                     help="run nothing: the report of the batches already in --out (e.g. a returned bundle)")
     args = ap.parse_args(argv)
@@ -363,8 +372,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         results = []
         for k in args.overlap:
             bd = (args.out / f"overlap-{k}").resolve()
-            results.append(summarize(k, bd, run_one(k, nodes, args, bd)))
-        if args.upstream:
+            results.append(summarize(k, bd, None if args.upstream_only else run_one(k, nodes, args, bd)))
+        if args.upstream or args.upstream_only:
             run_upstream(nodes, args, args.out)
     upstream = summarize_upstream(args.out)
     text = report(results, upstream)
