@@ -31,7 +31,8 @@ what a case directory weighs on the way back (its files, and the gzip'd tar the 
 Nodes: --ops, or --sample N drawn with --seed from the inventory (as overlap_throughput.py draws).
 A batch directory that exists is resumed. Exit status: 0 report written; 2 bad arguments (no
 nodes, no --ray-address and no --stub, --report-only without both batches); 3 a batch left cases
-unrun or its run_batch.py failed (the report covers what ran; the console logs under OUT say why).
+unrun or its run_batch.py failed (the report covers what ran; the console logs under OUT say why). --report-only on a bundle
+without its case directories keeps the weights its executor_overhead.json recorded.
 """
 
 from __future__ import annotations
@@ -125,16 +126,21 @@ def summarize(out: Path, rcs: Dict[str, Optional[int]]) -> Dict:
                       "same": lo.get("status") == ry.get("status"), "elapsed_local_s": e["local"],
                       "elapsed_ray_s": e["ray"], "ray_ran_on": ran})
     n = len(nodes)
-    wall = {x: round(sum(walls[x]), 1) for x in EXECUTORS}
-    return {"nodes": nodes, "cases": n, "rc": rcs, "walls_s": wall, "calls": {x: len(walls[x]) for x in EXECUTORS},
+    wall = {x: sum(walls[x]) for x in EXECUTORS}
+    return {"nodes": nodes, "cases": n, "rc": rcs, "walls_s": {x: round(w, 1) for x, w in wall.items()},
+            "calls": {x: len(walls[x]) for x in EXECUTORS},
             "statuses_identical": n > 0 and all(x["same"] for x in nodes),
             "overhead_per_case_s": round((wall["ray"] - wall["local"]) / n, 2) if n else None,
             "median_elapsed_diff_s": round(float(np.median(diffs)), 2) if diffs else None,
             "ray_ran_on": where,
-            "case_dir_mb": {"median": round(float(np.median(sizes)) / 2**20, 2), "max": round(max(sizes) / 2**20, 2)}
+            "case_dir_kib": {"median": round(float(np.median(sizes)) / 1024, 1), "max": round(max(sizes) / 1024, 1)}
             if sizes else None,
-            "returned_mb": {"median": round(float(np.median(packed)) / 2**20, 2),
-                            "max": round(max(packed) / 2**20, 2)} if packed else None}
+            "returned_kib": {"median": round(float(np.median(packed)) / 1024, 1),
+                             "max": round(max(packed) / 1024, 1)} if packed else None}
+
+
+def kib(x: Optional[Dict]) -> str:
+    return "n/a" if not x else f"{x['median']} / {x['max']}"
 
 
 def report(s: Dict, share: int) -> str:
@@ -147,7 +153,8 @@ def report(s: Dict, share: int) -> str:
            f"- Ray per-case overhead: {s['overhead_per_case_s']} s by wall; median per-case elapsed "
            f"difference (ray - local) {s['median_elapsed_diff_s']} s",
            f"- Ray cases ran on: " + ", ".join(f"{k} x{v}" for k, v in s["ray_ran_on"].items()),
-           f"- a case directory: {s['case_dir_mb']} MiB of files, returned as {s['returned_mb']} MiB gzip'd tar",
+           f"- a case directory (KiB, median and max): {kib(s['case_dir_kib'])} of files, returned as "
+           f"{kib(s['returned_kib'])} of gzip'd tar",
            "", "| node | local | ray | elapsed local s | elapsed ray s |", "|---|---|---|---|---|"]
     out += [f"| {x['node']} | {x['local']} | {x['ray']}{'' if x['same'] else ' (differs)'} | "
             f"{x['elapsed_local_s']} | {x['elapsed_ray_s']} |" for x in s["nodes"]]
@@ -188,13 +195,21 @@ def main(argv: Optional[List[str]] = None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         for x in EXECUTORS:
             rcs[x] = run_executor(x, nodes, args, (args.out / x).resolve())
+    prev = args.out / "executor_overhead.json"
+    old = json.loads(prev.read_text()) if prev.is_file() else {}
+    if args.report_only:
+        rcs = old.get("rc") or rcs
     s = summarize(args.out.resolve(), rcs)
-    text = report(s, args.share_device)
+    share = json.loads((args.out / "local" / "batch.json").read_text()).get("share_device", args.share_device)
+    if s["case_dir_kib"] is None:
+        # a bundle returned without its case directories: the weights measured where they were
+        s.update(case_dir_kib=old.get("case_dir_kib"), returned_kib=old.get("returned_kib"))
+    text = report(s, share)
     print(text)
-    atomic.write_json(args.out / "executor_overhead.json", dict(s, share_device=args.share_device),
+    atomic.write_json(args.out / "executor_overhead.json", dict(s, share_device=share),
                       indent=1, sort_keys=False)
     (args.out / "executor_overhead.md").write_text(text + "\n")
-    return 3 if any(rc not in (None, 0) for rc in rcs.values()) else 0
+    return 3 if not args.report_only and any(rc not in (None, 0) for rc in rcs.values()) else 0
 
 
 if __name__ == "__main__":

@@ -305,6 +305,47 @@ def test_share_device_puts_n_cases_on_one_gpu_and_marks_them(cluster, tmp_path):
     assert peak > 2      # two fake GPUs: more than two at once only if they are shared
 
 
+def test_executor_overhead_tool_reads_both_batches_of_the_same_nodes(cluster, tmp_path):
+    """benchmarks/executor_overhead.py: the local and the Ray batch of the same nodes, their
+    statuses side by side (a planted failure fails under both), the per-case overhead from the
+    two walls, where the Ray cases ran, and a bundle's report without its case directories."""
+    tool = REPO_ROOT / "benchmarks" / "executor_overhead.py"
+    home = tmp_path / "home"
+    home.mkdir()
+    env = base_env(home, ZL_RUN_PYTEST=str(STUB), ZL_STUB_STATE=str(tmp_path), ZL_RUNS_ROOT=str(tmp_path / "runs"),
+                   ZL_STUB_PLAN="exp=fail")
+
+    def tool_run(*args):
+        return subprocess.run([sys.executable, str(tool), *map(str, args)], env=env, capture_output=True,
+                              text=True, timeout=240)
+    out = tmp_path / "exo"
+    r = tool_run("--ray-address", cluster.address, "--ops", "relu", "abs", "exp", "--devices", "0",
+                 "--op-timeout", "20", "--out", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    s = json.loads((out / "executor_overhead.json").read_text())
+    assert {n["node"]: (n["local"], n["ray"]) for n in s["nodes"]} == {
+        "relu": ("PASS", "PASS"), "abs": ("PASS", "PASS"), "exp": ("FAIL", "FAIL")}
+    assert s["statuses_identical"] and s["cases"] == 3 and s["rc"] == {"local": 0, "ray": 0}
+    walls = {x: json.loads((out / f"walls-{x}.json").read_text()) for x in ("local", "ray")}
+    assert s["overhead_per_case_s"] == round((sum(walls["ray"]) - sum(walls["local"])) / 3, 2)
+    assert sum(s["ray_ran_on"].values()) == 3 and all(k.startswith(socket.gethostname()) for k in s["ray_ran_on"])
+    assert s["case_dir_kib"]["max"] > 0 and 0 < s["returned_kib"]["max"] <= s["case_dir_kib"]["max"]
+    assert "statuses identical: yes" in r.stdout and "| exp | FAIL | FAIL |" in r.stdout
+    # a returned bundle: only the tables, no case directories; the same figures, the weights kept
+    for x in ("local", "ray"):
+        shutil.rmtree(out / x / "main")
+    again = tool_run("--report-only", "--out", out)
+    assert again.returncode == 0, again.stderr
+    redo = json.loads((out / "executor_overhead.json").read_text())
+    assert {k: redo[k] for k in ("nodes", "walls_s", "overhead_per_case_s", "case_dir_kib", "rc")} == \
+        {k: s[k] for k in ("nodes", "walls_s", "overhead_per_case_s", "case_dir_kib", "rc")}
+    bad = tool_run("--ops", "relu", "--out", tmp_path / "o")
+    assert bad.returncode == 2 and "--ray-address" in bad.stderr
+    assert tool_run("--report-only", "--out", tmp_path / "none").returncode == 2
+    stub = tool_run("--stub", "--cases", "3")
+    assert stub.returncode == 0 and "3 cases: direct" in stub.stdout and "batch layer overhead" in stub.stdout
+
+
 def test_ctrl_c_cancels_the_tasks_and_marks_them_interrupted(cluster, tmp_path):
     bd = tmp_path / "rb"
     home = tmp_path / "home"
