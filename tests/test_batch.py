@@ -309,7 +309,16 @@ def test_budget_stops_starting_cases_then_resume_finishes(tmp_path):
     assert r.returncode == 3 and "--resume --batch-dir" in r.stdout, r.stdout + r.stderr
     st = status(bd)
     assert st["softmax"]["status"] == "TIMEOUT" and st["abs"]["status"] == "PENDING"
+    # the line before "not run" says the budget held them back, the reserve and the way out
+    lines = r.stdout.splitlines()
+    at = next(i for i, ln in enumerate(lines) if "case(s) not run; continue with" in ln)
+    assert lines[at].startswith("!!! [batch] 2 case(s) not run")
+    why = lines[at - 1]
+    assert why.startswith("!!! [batch] --budget-s 9 reached after "), r.stdout
+    assert ("--op-timeout 2 s x 1 side(s) + --kill-grace 0.5 s + 5 s = 7.5 s; "
+            "give a larger --budget-s or a smaller --op-timeout") in why
     r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0")
+    assert "--budget-s" not in r.stdout
     assert r.returncode == 0 and all(v["status"] == "PASS" for k, v in status(bd).items()
                                      if k != "softmax")
     assert status(bd)["softmax"]["status"] == "PASS"    # a TIMEOUT is rerun by --resume

@@ -411,8 +411,8 @@ def run(args) -> int:
               + (f"  {args.share_device} case(s) at a time per device" if args.share_device > 1 else "")
               + (f"  {args.overlap} case(s) at a time per device, timing exclusive" if args.overlap > 1 else ""))
         warn_shared(args.share_device)
-        interrupted = execute(plan, tables, todo, batch_id, cluster)
-        return conclude(plan, tables, interrupted)
+        interrupted, budget_note = execute(plan, tables, todo, batch_id, cluster)
+        return conclude(plan, tables, interrupted, budget_note)
     finally:
         if cluster is not None:
             cluster.shutdown()

@@ -99,6 +99,7 @@ class BatchRun:
         self.t0 = time.monotonic()
         # a case that starts now may end this late: both sides timed out, then the kill grace
         self.worst_case = plan.args.op_timeout * len(plan.sides) + plan.args.kill_grace + 5
+        self.budget_refused_at: Optional[float] = None   # seconds in, when --budget-s first held a case back
 
     def _config(self, name: str, extra: Dict[str, str], batch_id: str) -> CaseConfig:
         p, a = self.plan, self.plan.args
@@ -116,7 +117,23 @@ class BatchRun:
         if self.stop.is_set():
             return False
         budget = self.plan.args.budget_s
-        return budget is None or time.monotonic() - self.t0 + self.worst_case <= budget
+        elapsed = time.monotonic() - self.t0
+        if budget is None or elapsed + self.worst_case <= budget:
+            return True
+        if self.budget_refused_at is None:
+            self.budget_refused_at = elapsed
+        return False
+
+    def budget_note(self) -> str:
+        """Why --budget-s held cases back ("" when it did not), named because the reserve is
+        large: a screen at --op-timeout 180 reserves 375 s, so a 462 s budget starts cases for 87 s."""
+        if self.budget_refused_at is None:
+            return ""
+        a = self.plan.args
+        return (f"--budget-s {a.budget_s:g} reached after {self.budget_refused_at:.0f} s: a case starts only if "
+                f"it can end within the budget, so each start reserves its worst case, --op-timeout "
+                f"{a.op_timeout:g} s x {len(self.plan.sides)} side(s) + --kill-grace {a.kill_grace:g} s + 5 s = "
+                f"{self.worst_case:g} s; give a larger --budget-s or a smaller --op-timeout")
 
     def work(self, c: inv.Entry, device: str) -> None:
         """Run the case here on `device`, each side's row written as it starts and ends."""
@@ -226,10 +243,12 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def execute(plan, tables: Tables, todo: Dict[str, List[inv.Entry]], batch_id: str, cluster=None) -> bool:
+def execute(plan, tables: Tables, todo: Dict[str, List[inv.Entry]], batch_id: str,
+            cluster=None) -> Tuple[bool, str]:
     """Run `todo` (device -> cases) here, or on `cluster` (zl/batch/ray_executor.py's
-    connection); True when Ctrl-C or SIGTERM stopped it. Running cases are then killed with
-    their process groups (Ray tasks cancelled), and every row still RUNNING reads INTERRUPTED."""
+    connection) -> (True when Ctrl-C or SIGTERM stopped it, why --budget-s held cases back or
+    ""). An interruption kills the running cases with their process groups (Ray tasks
+    cancelled), and every row still RUNNING reads INTERRUPTED."""
     batch = BatchRun(plan, tables, todo, batch_id)
     executor = cluster.executor(batch) if cluster is not None else LocalExecutor(slots_per_device(plan.args))
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -251,18 +270,19 @@ def execute(plan, tables: Tables, todo: Dict[str, List[inv.Entry]], batch_id: st
                 table.set(key, status="INTERRUPTED", notes="interrupted")
     for exc in executor.errors:
         print(f"!!! {LOG} worker error: {exc!r}", file=sys.stderr)
-    return interrupted
+    return interrupted, batch.budget_note()
 
 
-def conclude(plan, tables: Tables, interrupted: bool) -> int:
-    """The closing summary of every side (and the screen); the batch's exit code."""
+def conclude(plan, tables: Tables, interrupted: bool, budget_note: str = "") -> int:
+    """The closing summary of every side (and the screen); the batch's exit code. A side with
+    cases not run says why when --budget-s held them back (`budget_note`)."""
     args = plan.args
     code = EXIT_OK
     resume = (f"python run_batch.py --resume --batch-dir {plan.batch_dir}"
               + (f" --switch {args.switch}" if args.switch else ""))
     for name, _ in plan.sides:
         print(f"{LOG} ---- {name}" if name else f"{LOG} ----")
-        code = max(code, finish(tables.status[name], plan.side_dir(name), interrupted, resume))
+        code = max(code, finish(tables.status[name], plan.side_dir(name), interrupted, resume, budget_note))
     warn_shared(args.share_device)
     if tables.screen is not None:
         verdicts = Counter(r["verdict"] for r in tables.screen.rows.values())
@@ -271,7 +291,7 @@ def conclude(plan, tables: Tables, interrupted: bool) -> int:
     return EXIT_INTERRUPTED if interrupted else code
 
 
-def finish(table: StatusTable, batch_dir: Path, interrupted: bool, resume: str) -> int:
+def finish(table: StatusTable, batch_dir: Path, interrupted: bool, resume: str, budget_note: str = "") -> int:
     counts = table.counts()
     print(f"{LOG} status: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
     reasons = Counter()
@@ -293,6 +313,8 @@ def finish(table: StatusTable, batch_dir: Path, interrupted: bool, resume: str) 
         return EXIT_INTERRUPTED
     left = sum(counts.get(s, 0) for s in UNFINISHED)
     if left:
+        if budget_note:
+            print(f"!!! {LOG} {budget_note}")
         print(f"!!! {LOG} {left} case(s) not run; continue with: {resume}")
         return EXIT_UNFINISHED
     return EXIT_OK
