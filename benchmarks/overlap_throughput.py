@@ -187,14 +187,16 @@ def wait_or_kill(proc: subprocess.Popen, each_line: Optional[Callable[[str], Non
 
 def run_batch_call(cmd: List[str], console: Path, walls_file: Path) -> int:
     """Run `cmd` (a run_batch.py call) in its own process group, killed with this tool, its
-    output appended to `console`; append its wall to `walls_file` (a resumed batch's rate
-    covers all the calls that made it). -> its exit status."""
+    output appended to `console`; append its wall to `walls_file`, also when this tool is
+    stopped (a time limit's SIGTERM), so a resumed batch's rate covers every call that made
+    it, the killed ones included. -> its exit status."""
     t0 = time.monotonic()
-    with open(console, "a") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        rc = wait_or_kill(proc)
-    atomic.write_json(walls_file, read_walls(walls_file) + [round(time.monotonic() - t0, 3)])
-    return rc
+    try:
+        with open(console, "a") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            return wait_or_kill(proc)
+    finally:
+        atomic.write_json(walls_file, read_walls(walls_file) + [round(time.monotonic() - t0, 3)])
 
 
 def summarize(k: int, bd: Path, rc: Optional[int]) -> Dict:

@@ -117,3 +117,6 @@ def test_a_terminated_tool_takes_its_batch_with_it(tmp_path):
     while procs_with_env(str(out)) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert procs_with_env(str(out)) == []
+    # the killed call's seconds count in the batch's wall, for the call that resumes it
+    walls = json.loads((out / "walls-overlap-1.json").read_text())
+    assert len(walls) == 1 and walls[0] > 0
