@@ -10,8 +10,8 @@ ZL_AA_NOOP changes nothing, so side A (records autotune picks) and side B (repla
 record/replay A/A pair per node, both timed. While a batch runs, `nvidia-smi` samples the GPU's
 utilization every 100 ms (where it exists). The report (stdout and OUT/overlap_throughput.json):
 
-- side runs per hour and nodes per hour by the batch's wall time (summed over the calls that
-  made it, when resumed);
+- side runs per hour and nodes finished (every side a final status) per hour by the batch's
+  wall time (summed over the calls that made it, when resumed, killed ones included);
 - GPU-busy share: the share of samples with utilization > 0, and the mean utilization (this
   call's samples);
 - statuses and screen verdicts per node, and whether they equal the first K's;
@@ -55,7 +55,7 @@ import numpy as np
 
 from zl import atomic
 from zl.batch.screen import read_screen_rows
-from zl.batch.status import read_rows
+from zl.batch.status import UNFINISHED, read_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 SWITCH = "ZL_AA_NOOP"
@@ -205,11 +205,14 @@ def summarize(k: int, bd: Path, rc: Optional[int]) -> Dict:
     wall = round(sum(walls), 3)   # the figures below are computed from this value
     per_node = read_batch(bd)
     ran = sum(1 for v in per_node.values() for s in v["status"].split("/") if s not in ("-", "PENDING", "NOT_RUN"))
+    # a node is done when every side has a final status (NOT_RUN after a failed side A is
+    # one): counting the PENDING ones too gave a batch cut by a time limit 40 nodes for 7 done
+    done = sum(1 for v in per_node.values() if not set(v["status"].split("/")) & {"-", *UNFINISHED})
     aa = [v["aa_median_abs_delta"] for v in per_node.values() if v["aa_median_abs_delta"] is not None]
     held = [v["lock_held_s"] for v in per_node.values() if v["lock_held_s"] is not None]
     return {"overlap": k, "rc": rc, "wall_s": wall, "calls": len(walls), "side_runs": ran,
-            "side_runs_per_hour": round(ran / wall * 3600, 1) if wall else None,
-            "nodes_per_hour": round(len(per_node) / wall * 3600, 1) if wall else None,
+            "side_runs_per_hour": round(ran / wall * 3600, 1) if wall else None, "nodes_finished": done,
+            "nodes_per_hour": round(done / wall * 3600, 1) if wall else None,
             "gpu": utilization(bd.parent / f"util-overlap-{k}.txt"),
             # the lock's busy share of the wall, and the rate if the lock were never idle
             "lock_held_share": round(sum(held) / wall, 3) if held and wall else None,
@@ -285,9 +288,9 @@ def summarize_upstream(out: Path) -> Optional[Dict]:
 
 def report(results: List[Dict], upstream: Optional[Dict] = None) -> str:
     first = results[0]["nodes"]
-    out = ["| overlap | wall s | side runs | side runs/h | nodes/h | GPU-busy share | mean util % | "
-           "lock held / wall | side runs/h if the lock never idled | A/A median abs delta | "
-           "statuses = first | verdicts = first |", "|" + "---|" * 12]
+    out = ["| overlap | wall s | side runs | side runs/h | nodes finished | nodes/h | GPU-busy share | "
+           "mean util % | lock held / wall | side runs/h if the lock never idled | A/A median abs delta | "
+           "statuses = first | verdicts = first |", "|" + "---|" * 13]
     for r in results:
         g = r["gpu"] or {}
         same_s = all(r["nodes"].get(n, {}).get("status") == v["status"] for n, v in first.items())
@@ -299,7 +302,7 @@ def report(results: List[Dict], upstream: Optional[Dict] = None) -> str:
         held = "n/a" if r["lock_held_share"] is None else format(r["lock_held_share"], ".1%")
         bound = "n/a" if r["lock_bound_side_runs_per_hour"] is None else r["lock_bound_side_runs_per_hour"]
         out.append(f"| {r['overlap']} | {r['wall_s']} | {r['side_runs']} | {r['side_runs_per_hour']} | "
-                   f"{r['nodes_per_hour']} | {busy} | {util} | {held} | {bound} | {aa_s} | {same_s} | {same_v} |")
+                   f"{r['nodes_finished']} | {r['nodes_per_hour']} | {busy} | {util} | {held} | {bound} | {aa_s} | {same_s} | {same_v} |")
     if upstream is not None:
         g = upstream["gpu"] or {}
         out += ["", "Upstream, one pytest process over the same nodes, cold caches, each node run once (a screen runs two sides per node):", "",

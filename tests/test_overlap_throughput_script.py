@@ -38,6 +38,8 @@ def test_each_overlap_gets_its_screen_and_the_report_reads_the_batches(tmp_path)
         assert nodes["abs"]["aa_median_abs_delta"] is None
         assert res["side_runs"] == 5 and res["wall_s"] > 0
         assert res["side_runs_per_hour"] == round(5 / res["wall_s"] * 3600, 1)
+        assert res["nodes_finished"] == 3                # FAIL/NOT_RUN: done
+        assert res["nodes_per_hour"] == round(3 / res["wall_s"] * 3600, 1)
         assert res["gpu"] is None                       # no nvidia-smi here: not a made-up share
     assert solo["lock_held_share"] is None and solo["nodes"]["relu"]["lock_held_s"] is None
     # overlapped: the stub's lock line, 0.5 s held per side run (5 side runs wrote one)
@@ -66,6 +68,24 @@ def test_each_overlap_gets_its_screen_and_the_report_reads_the_batches(tmp_path)
     assert redo["results"][1]["nodes"]["softmax"]["aa_median_abs_delta"] == again["nodes"]["softmax"]["aa_median_abs_delta"]
     r = run(tmp_path, "--report-only", "--overlap", "1", "4", "--out", moved)
     assert r.returncode == 2 and "holds no batch for every --overlap value" in r.stderr
+
+
+def test_nodes_per_hour_counts_only_the_nodes_the_batch_finished(tmp_path):
+    """A batch cut by --budget-s: the node left PENDING is not in the rate; one whose side A
+    failed (side B NOT_RUN) is done."""
+    out = tmp_path / "ovl"
+    # each start reserves 1 s x 2 sides + grace 10 + 5 = 17 s of the 18: relu starts, times
+    # out after 1 s (side B NOT_RUN), and softmax may no longer start
+    r = run(tmp_path, "--ops", "relu", "softmax", "--overlap", "1", "--devices", "0", "--out", out,
+            "--op-timeout", "1", "--budget-s", "18", ZL_STUB_PLAN="relu=slow,softmax=slow", ZL_STUB_SLOW_S="30")
+    assert r.returncode == 3, r.stdout + r.stderr
+    res = json.loads((out / "overlap_throughput.json").read_text())["results"][0]
+    assert {n: v["status"] for n, v in res["nodes"].items()} == {"relu": "TIMEOUT/NOT_RUN",
+                                                                 "softmax": "PENDING/PENDING"}
+    assert res["nodes_finished"] == 1 and res["wall_s"] > 0
+    assert res["nodes_per_hour"] == round(1 / res["wall_s"] * 3600, 1)
+    assert f"| {res['side_runs_per_hour']} | 1 | {res['nodes_per_hour']} |" in r.stdout
+    assert "--budget-s 18 reached after" in (out / "console-overlap-1.log").read_text()
 
 
 def test_bad_arguments_exit_2(tmp_path):
