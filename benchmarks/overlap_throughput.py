@@ -325,7 +325,8 @@ def report(results: List[Dict], upstream: Optional[Dict] = None) -> str:
             cells.append(f"{v.get('status', '-')} {v.get('verdict', '')} {aa_s}")
         if upstream is not None:
             u = upstream["nodes"].get(n)
-            cells.append(f"{u['outcome']} {u['seconds']}" if u else "not finished")
+            cells.append(f"{u['outcome']} {u['seconds']}" if u else
+                         "left out" if n in upstream["left_out"] else "not finished")
         out.append(f"| {n} | " + " | ".join(cells) + " |")
     return "\n".join(out)
 

@@ -117,6 +117,19 @@ def test_upstream_runs_the_same_nodes_in_one_process_beside_the_batches(tmp_path
     # the report of a returned bundle includes it, with nothing rerun
     again = run(tmp_path, "--report-only", "--overlap", "1", "--out", out)
     assert again.returncode == 0 and json.loads((out / "overlap_throughput.json").read_text())["upstream"] == up
+    # --upstream-only reruns the one-process run alone, leaving amax out; the batch is not run again
+    console, walls = (out / "console-overlap-1.log").read_text(), (out / "walls-overlap-1.json").read_text()
+    r = run(tmp_path, "--ops", "relu", "amax", "--overlap", "1", "--devices", "0", "--out", out, "--upstream-only",
+            "--upstream-leave-out", "amax", "--upstream-mode", "kernel", "--dtypes", "float32")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (out / "console-overlap-1.log").read_text() == console and (out / "walls-overlap-1.json").read_text() == walls
+    assert json.loads((out / "upstream.json").read_text())["left_out"] == ["amax"]
+    data = json.loads((out / "overlap_throughput.json").read_text())
+    assert list(data["upstream"]["nodes"]) == ["relu"] and data["upstream"]["left_out"] == ["amax"]
+    assert data["results"][0]["rc"] is None and data["results"][0]["nodes"]["amax"]["status"] == "PASS/PASS"
+    assert "Left out of the one-process run (--upstream-leave-out): amax" in r.stdout
+    assert "amax" not in (out / "upstream.log").read_text().splitlines()[0]
+    assert next(ln for ln in r.stdout.splitlines() if ln.startswith("| amax |")).endswith("| left out |")
 
 
 def test_a_terminated_tool_takes_its_batch_with_it(tmp_path):
