@@ -1,28 +1,40 @@
 #!/usr/bin/env python3
 """Evidence for the per-shape verdict rule (zl/report/verdicts.py) on one set of nodes: its
-false-alarm rate on a held-out A/A screen, its SLOWER set under a real switch, and the
+false-alarm rate on held-out A/A measurements, its SLOWER set under a real switch, and the
 codegen-vs-retune split.
 
-Three run_batch.py screens of the same nodes, each a batch directory under --out:
+run_batch.py screens of the same nodes, each a batch directory under --out, in this order:
 
     aa1     run_batch.py --ops <nodes> --switch ZL_AA_NOOP --dtypes D --overlap K   (calibration)
-    aa2     the same again, independent (held out: judged, never a control of its own shapes)
+    aa2     the same again, independent (held out: judged, never a control of its own shapes);
+            only with --held-out aa2 (the default)
     switch  run_batch.py --ops <nodes> --switch NAME --retune --dtypes D --overlap K
+            (without --retune when --retune-ops is given)
+    retune  run_batch.py --ops <retune ops> --switch NAME --retune ...; only with --retune-ops
 
 ZL_AA_NOOP changes nothing: side A records the autotune picks, side B replays them. --aa1 DIR
 reuses an existing A/A screen batch (e.g. overlap_throughput.py's overlap-K folder, measured
 at the same --overlap: controls count only with the judged pair's caliber) instead of aa1.
+Two options cut the side runs (2 + 2 + 3 per node by default) to fit a device session:
+--held-out nodes drops aa2 and measures (a) on aa1 itself, one node held out at a time;
+--retune-ops NAME... runs side C only for those nodes (stage retune), not for every node.
 
 The report (stdout markdown, OUT/verdict_evidence.json; batch_summary.py's own JSON and text
 per stage under OUT/report/) reads `batch_summary.py --screen <stage> --controls <aa1>
---false-alarm F --json`, and for the noise figure `batch_summary.py --screen <aa1>`:
+--false-alarm F --json`, and for the noise figure (and --held-out nodes' (a)) `batch_summary.py
+--screen <aa1>`:
 
-(a) false alarms: aa2's shapes read FASTER or SLOWER, as a share of its decided shapes
-    (FASTER/SLOWER/SAME) against F, beside the expected count (the sum of the bounds each shape
-    was judged with) and the binomial tail P(X >= observed | decided, F) (shapes of one node
-    share a process: read it as indicative); per latency class from the per-shape rows. The
-    controls are aa1's A/A cells and aa2's other A/A cells (batch_summary.py always adds a
-    screen's own A/A cells, the judged cell left out).
+(a) false alarms: the held-out A/A shapes read FASTER or SLOWER, as a share of their decided
+    shapes (FASTER/SLOWER/SAME) against F, beside the expected count (the sum of the bounds
+    each shape was judged with) and the binomial tail P(X >= observed | decided, F) (shapes of
+    one node share a process: read it as indicative); per latency class from the per-shape
+    rows. --held-out aa2: aa2's shapes, the controls aa1's A/A cells and aa2's other A/A cells
+    (batch_summary.py always adds a screen's own A/A cells, the judged cell left out).
+    --held-out nodes: aa1's shapes from `batch_summary.py --screen <aa1>` alone, each node
+    judged against aa1's other A/A nodes: a screen cell is one node (its dtypes included) and
+    the calibration leaves out the judged cell's whole pair, every shape of it, so this is a
+    leave-one-node-out measurement on one A/A screen (no second screen's independence: a
+    disturbance shared by the whole aa1 run is in the controls too).
 (b) the switch: verdict counts; the nodes with a SLOWER shape against the nodes whose median
     slowdown exceeds the noise. Slowdown of a shape: -speedup_pct (speedup_pct = A/B - 1, %),
     in the unit the rule thresholds. Noise of a shape: aa1's threshold for its latency class
@@ -30,23 +42,29 @@ per stage under OUT/report/) reads `batch_summary.py --screen <stage> --controls
     exceeds when the median of its shapes' slowdowns > the median of their noises; a node with
     a shape whose class has no aa1 threshold is listed as undetermined. Both sets, their
     symmetric difference, and whether they agree.
-(c) codegen vs retune, per node of the switch: A vs B median (code change at equal configs),
-    A vs C median (after re-tuning), their difference, each one's verdict counts, C's picks
-    against A's and what became of A's picks under the switch (zl/report/retune.py).
+(c) codegen vs retune, per node with a side C (the switch stage's nodes, or with --retune-ops
+    the retune stage's, its own A and B): A vs B median (code change at equal configs), A vs C
+    median (after re-tuning), their difference, each one's verdict counts, C's picks against
+    A's and what became of A's picks under the switch (zl/report/retune.py).
 
     python benchmarks/verdict_evidence.py --sample 32 --seed 1 --overlap 4 --out runs/ve
     python benchmarks/verdict_evidence.py --ops relu softmax --aa1 runs/ovl/overlap-4 --overlap 4 --out runs/ve
+    python benchmarks/verdict_evidence.py --sample 40 --seed 11 --overlap 8 --held-out nodes --retune-ops NODE --out runs/ve
     python benchmarks/verdict_evidence.py --report-only --out <unpacked bundle>/ve
 
+(NODE: one of the drawn nodes; a name that is not one is refused with the drawn ones named.)
+
 Nodes: --ops, or --sample N drawn with --seed from the inventory (as overlap_throughput.py
-draws). OUT/verdict_evidence.args.json records the nodes and options at the first call; a batch
-directory that exists is resumed (run_batch.py --resume), so the tool can be called again after
-a time limit. Exit status: 0 report written; 2 bad arguments (no nodes, --false-alarm outside
-(0, 0.5], an --overlap < 1, --aa1 not an A/A screen batch, another node set or switch than the
-output folder's, --report-only on a folder without the three screens); 3 a batch left cases
-unrun (no report: the later stages wait; call again to resume); 4 a stage's run_batch.py refused
-(exit 2: e.g. a resume whose conditions differ) or batch_summary.py could not read a stage
-(the stage and its log named).
+draws). OUT/verdict_evidence.args.json records the nodes and options (--held-out, --retune-ops
+included) at the first call; a batch directory that exists is resumed (run_batch.py --resume),
+so the tool can be called again after a time limit; --report-only reads the recorded options.
+Exit status: 0 report written; 2 bad arguments (no nodes, --false-alarm outside (0, 0.5], an
+--overlap < 1, --aa1 not an A/A screen batch, a --retune-ops name that is not one of the nodes,
+another node set, switch, --held-out or --retune-ops than the output folder's, --report-only on
+a folder without the screens its options need); 3 a batch left cases unrun (no report: the
+later stages wait; call again to resume); 4 a stage's run_batch.py refused (exit 2: e.g. a
+resume whose conditions differ) or batch_summary.py could not read a stage (the stage and its
+log named).
 """
 
 from __future__ import annotations
@@ -74,14 +92,27 @@ class Failed(Exception):
     """A stage that could not run or be read: exit 4 with this message."""
 
 
-def run_stage(stage: str, switch: str, nodes: List[str], args, out: Path) -> int:
+# --held-out: the screen (a) judges and what its controls are
+HELD_OUT = {"aa2": ("aa2", "a second A/A screen, judged against aa1's A/A nodes and aa2's other A/A "
+                           "nodes, the judged node's own pair left out"),
+            "nodes": ("aa1", "each node of aa1 judged against aa1's other A/A nodes, its own pair left out: "
+                             "leave one node out on one A/A screen")}
+
+
+def stages_of(switch: str, nodes: List[str], held_out: str, retune_ops: List[str], aa1_given: bool):
+    """[(stage, switch, nodes, --retune)] in run order."""
+    return ([] if aa1_given else [("aa1", AA_SWITCH, nodes, False)]) + (
+        [("aa2", AA_SWITCH, nodes, False)] if held_out == "aa2" else []) + [
+        ("switch", switch, nodes, not retune_ops)] + ([("retune", switch, retune_ops, True)] if retune_ops else [])
+
+
+def run_stage(stage: str, switch: str, nodes: List[str], retune: bool, args, out: Path) -> int:
     """One run_batch.py call for a stage (a new batch, or --resume); its wall appended to
     walls-<stage>.json, its console to console-<stage>.log. -> its exit status."""
     bd = out / stage
     cmd = [sys.executable, str(ROOT / "run_batch.py"), "--switch", switch, "--overlap", str(args.overlap),
            "--dtypes", args.dtypes, "--op-timeout", str(args.op_timeout), "--batch-dir", str(bd)]
-    cmd += ["--resume"] if (bd / "batch.json").is_file() else ["--ops", *nodes] + (
-        ["--retune"] if stage == "switch" else [])
+    cmd += ["--resume"] if (bd / "batch.json").is_file() else ["--ops", *nodes] + (["--retune"] if retune else [])
     if args.devices:
         cmd += ["--devices", args.devices]
     if args.budget_s:   # what is left of this call's budget (the stages before used the rest)
@@ -114,11 +145,13 @@ def node_of(o: Dict) -> str:
     return Path(o["dirs"]["before"]).name   # the case's run name
 
 
-def false_alarms(doc: Optional[Dict], f: float) -> Dict:
-    """(a): FASTER/SLOWER among aa2's decided shapes, overall and per latency class (from the
-    per-shape rows: the JSON's summary has no per-class counts)."""
+def false_alarms(doc: Optional[Dict], f: float, held_out: str) -> Dict:
+    """(a): FASTER/SLOWER among the held-out screen's decided shapes (HELD_OUT), overall and
+    per latency class (from the per-shape rows: the JSON's summary has no per-class counts)."""
+    screen, how = HELD_OUT[held_out]
+    mode = {"held_out": held_out, "screen": screen, "controls_text": how}
     if doc is None:
-        return {"note": "aa2 judged no cell"}
+        return {**mode, "note": f"{screen} judged no cell"}
     from scipy.stats import binom
 
     def part(shapes: List[Dict]) -> Dict:
@@ -133,7 +166,7 @@ def false_alarms(doc: Optional[Dict], f: float) -> Dict:
 
     shapes = [s for o in doc["ops"] for s in o.get("shapes") or []]
     classes = sorted({s["latency_class"] for s in shapes})
-    return {"bound": f, **part(shapes), "aa_cells_only": part(
+    return {**mode, "bound": f, **part(shapes), "aa_cells_only": part(
                 [s for o in doc["ops"] if o["code"].get("aa") for s in o.get("shapes") or []]),
             "per_class": {c: part([s for s in shapes if s["latency_class"] == c]) for c in classes},
             "controls": doc["verdicts"]["rule"]["controls"],
@@ -172,10 +205,11 @@ def switch_part(doc: Optional[Dict], aa1: Optional[Dict]) -> Dict:
             "agree": slower == exceeds and not undetermined, "nodes": nodes}
 
 
-def retune_part(doc: Optional[Dict]) -> Dict:
-    """(c): per node of the switch, A vs B and A vs C side by side with the picks."""
+def retune_part(doc: Optional[Dict], stage: str) -> Dict:
+    """(c): per node with a side C (the `stage` screen's), A vs B and A vs C side by side with
+    the picks."""
     if doc is None or "retune" not in doc:
-        return {"note": "no side C (the switch screen ran without --retune or judged no cell)"}
+        return {"stage": stage, "note": f"no side C (the {stage} screen ran without --retune or judged no cell)"}
     nodes = {}
     for o in doc["ops"]:
         r = o.get("retune")
@@ -191,7 +225,7 @@ def retune_part(doc: Optional[Dict]) -> Dict:
     block = doc["retune"]
     split = sorted(n for n, v in nodes.items() if (v["c_picks"] or {}).get("other")
                    or v["a_vs_b_verdicts"] != v["a_vs_c_verdicts"])
-    return {"a_vs_c_counts": block["summary"]["counts"], "picks": block["picks"],
+    return {"stage": stage, "a_vs_c_counts": block["summary"]["counts"], "picks": block["picks"],
             "under_switch": block["under_switch"], "side_c_not_run": block["side_c_not_run"],
             "split_nodes": split, "nodes": nodes}
 
@@ -208,7 +242,7 @@ def markdown(rep: Dict) -> str:
     a, b, c = rep["false_alarm"], rep["switch"], rep["retune"]
     out = [f"# verdict evidence: {len(rep['nodes'])} node(s), switch {rep['switch_name']}, "
            f"false-alarm target {rep['false_alarm_target']:g}", "",
-           "## (a) false alarms on aa2 (held out; controls: aa1 and aa2's other A/A cells)", ""]
+           f"## (a) false alarms on {a['screen']} (--held-out {a['held_out']}: {a['controls_text']})", ""]
     if "note" in a:
         out.append(a["note"])
     else:
@@ -232,7 +266,7 @@ def markdown(rep: Dict) -> str:
         for n, v in b["nodes"].items():
             out.append(f"| {n} | {v['code']} | {v['shapes']} | {nz(v['counts'])} | "
                        f"{pct(v['median_slowdown_pct'])} | {pct(v['noise_pct'])} |")
-    out += ["", "## (c) codegen (A vs B) vs after re-tuning (A vs C)", ""]
+    out += ["", f"## (c) codegen (A vs B) vs after re-tuning (A vs C), stage {c['stage']}", ""]
     if "note" in c:
         out.append(c["note"])
     else:
@@ -265,6 +299,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--aa1", type=Path, default=None, metavar="DIR",
                     help="an existing A/A screen batch (--switch ZL_AA_NOOP) used as aa1 instead of running it")
     ap.add_argument("--overlap", type=int, default=1, help="run_batch.py --overlap of every stage")
+    ap.add_argument("--held-out", choices=sorted(HELD_OUT), default=None,
+                    help="what (a) judges: aa2 (default), a second A/A screen against aa1; nodes, no aa2 "
+                         "stage: each node of aa1 against aa1's other A/A nodes, its own pair left out "
+                         "(--report-only: the folder's)")
+    ap.add_argument("--retune-ops", nargs="+", default=None, metavar="NAME",
+                    help="side C only for these nodes (of the node set): the switch stage runs without "
+                         "--retune, stage `retune` runs them with it, and (c) reads that stage "
+                         "(--report-only: the folder's)")
     ap.add_argument("--budget-s", type=float, default=None, help="this call's budget: each stage gets run_batch.py --budget-s of what is left")
     ap.add_argument("--out", type=Path, required=True, help="folder: one batch per stage, the report")
     ap.add_argument("--report-only", action="store_true",
@@ -279,11 +321,22 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.aa1 is not None and not is_aa_screen(args.aa1):
         ap.error(f"--aa1 {args.aa1}: not an A/A screen batch (batch.json with switch {AA_SWITCH}, screen.tsv)")
     saved = json.loads((out / ARGS_FILE).read_text()) if (out / ARGS_FILE).is_file() else None
+    # left out: the default, or with --report-only the folder's (one recorded before these
+    # options existed ran their defaults)
+    was = {"held_out": (saved or {}).get("held_out", "aa2"), "retune_ops": (saved or {}).get("retune_ops", [])}
+    held_out = args.held_out or (was["held_out"] if args.report_only else "aa2")
+    retune_ops = list(dict.fromkeys(args.retune_ops or (was["retune_ops"] if args.report_only else [])))
+    if saved is not None and held_out != was["held_out"]:
+        ap.error(f"{out} holds another --held-out ({was['held_out']}, {ARGS_FILE}); give another --out")
+    if saved is not None and set(retune_ops) != set(was["retune_ops"]):
+        ap.error(f"{out} holds other --retune-ops ({' '.join(was['retune_ops']) or 'none'}, {ARGS_FILE}); "
+                 "give another --out")
     rc: Dict[str, int] = {}
     try:
         if args.report_only:
-            if saved is None or not all((out / s / "screen.tsv").is_file() for s in ("aa2", "switch")):
-                ap.error(f"--report-only: {out} holds no aa2 and switch screens ({ARGS_FILE})")
+            need = [s for s, *_ in stages_of("", [], held_out, retune_ops, True)]
+            if saved is None or not all((out / s / "screen.tsv").is_file() for s in need):
+                ap.error(f"--report-only: {out} holds no {' and '.join(need)} screens ({ARGS_FILE})")
             nodes, switch = saved["nodes"], saved["switch"]
             aa1 = args.aa1.resolve() if args.aa1 else out / "aa1" if is_aa_screen(out / "aa1") else Path(saved["aa1"])
             if not is_aa_screen(aa1):
@@ -295,14 +348,17 @@ def main(argv: Optional[List[str]] = None) -> int:
             switch = args.switch
             if saved is not None and (saved["nodes"] != nodes or saved["switch"] != switch):
                 ap.error(f"{out} holds another node set or switch ({ARGS_FILE}); give another --out")
+            stray = [n for n in retune_ops if n not in nodes]
+            if stray:
+                ap.error(f"--retune-ops {' '.join(stray)}: not among the {len(nodes)} node(s): {' '.join(nodes)}")
             aa1 = args.aa1.resolve() if args.aa1 else out / "aa1"
             out.mkdir(parents=True, exist_ok=True)
             atomic.write_json(out / ARGS_FILE, {"nodes": nodes, "switch": switch, "aa1": str(aa1), "dtypes": args.dtypes,
-                                         "overlap": args.overlap, "false_alarm": args.false_alarm})
+                                         "overlap": args.overlap, "false_alarm": args.false_alarm,
+                                         "held_out": held_out, "retune_ops": retune_ops})
             args.deadline = time.monotonic() + (args.budget_s or 0)
-            stages = ([] if args.aa1 else [("aa1", AA_SWITCH)]) + [("aa2", AA_SWITCH), ("switch", switch)]
-            for stage, sw in stages:
-                rc[stage] = run_stage(stage, sw, nodes, args, out)
+            for stage, sw, ops, retune in stages_of(switch, nodes, held_out, retune_ops, args.aa1 is not None):
+                rc[stage] = run_stage(stage, sw, ops, retune, args, out)
                 if rc[stage] == 3:   # out of --budget-s: the later stages wait for the next call
                     break
         if 3 in rc.values():
@@ -311,12 +367,15 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 3
         aa1_doc = summary_json("aa1", aa1, None, args.false_alarm, out)
         rep = {"nodes": nodes, "switch_name": switch, "aa1": str(aa1), "false_alarm_target": args.false_alarm,
-               "rc": rc, "walls_s": {s: round(sum(read_walls(out / f"walls-{s}.json")), 3)
-                                     for s in ("aa1", "aa2", "switch") if (out / f"walls-{s}.json").is_file()},
-               "false_alarm": false_alarms(summary_json("aa2", out / "aa2", aa1, args.false_alarm, out),
-                                           args.false_alarm)}
+               "held_out": held_out, "retune_ops": retune_ops,
+               "rc": rc, "walls_s": {s: round(sum(read_walls(out / f"walls-{s}.json")), 3) for s in
+                                     ("aa1", "aa2", "switch", "retune") if (out / f"walls-{s}.json").is_file()},
+               # --held-out nodes: aa1's own document, each of its cells judged with its pair left out
+               "false_alarm": false_alarms(summary_json("aa2", out / "aa2", aa1, args.false_alarm, out)
+                                           if held_out == "aa2" else aa1_doc, args.false_alarm, held_out)}
         sw_doc = summary_json("switch", out / "switch", aa1, args.false_alarm, out)
-        rep["switch"], rep["retune"] = switch_part(sw_doc, aa1_doc), retune_part(sw_doc)
+        rt_doc = summary_json("retune", out / "retune", aa1, args.false_alarm, out) if retune_ops else sw_doc
+        rep["switch"], rep["retune"] = switch_part(sw_doc, aa1_doc), retune_part(rt_doc, "retune" if retune_ops else "switch")
     except Failed as exc:
         print(f"!!! verdict_evidence.py: {exc}", file=sys.stderr)
         return 4

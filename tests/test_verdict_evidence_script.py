@@ -1,7 +1,8 @@
 """benchmarks/verdict_evidence.py on the batch stub: two A/A screens and a switch screen of the
-same nodes, a known slowdown planted on two nodes under the switch only, a deterministic
-per-side jitter as A/A noise; the report's figures checked against the rule recomputed here
-from the run.logs the batches wrote."""
+same nodes (or, with --held-out nodes and --retune-ops, one A/A screen, the switch screen and a
+side-C screen of one node), a known slowdown planted on two nodes under the switch only, a
+deterministic per-side jitter as A/A noise; the report's figures checked against the rule
+recomputed here from the run.logs the batches wrote."""
 
 import json
 import subprocess
@@ -60,6 +61,7 @@ def test_the_report_matches_the_rule_recomputed_from_the_batches(tmp_path):
     alarms = sum(judged(pool, ("aa2", n), lat, p) for n, v in aa2.items() for lat, p in v)
     fa = rep["false_alarm"]
     assert (fa["shapes"], fa["decided"], fa["false_alarms"]) == (12, 12, alarms)
+    assert (fa["held_out"], fa["screen"], rep["retune_ops"]) == ("aa2", "aa2", [])
     assert fa["share"] == alarms / 12 and fa["within_bound"] == (alarms / 12 <= F) and fa["bound"] == F
     assert fa["aa_cells_only"]["false_alarms"] == alarms
     assert fa["controls"] == 24 and not fa["rejected_controls"]   # aa1's 12 shapes and aa2's 12
@@ -89,7 +91,8 @@ def test_the_report_matches_the_rule_recomputed_from_the_batches(tmp_path):
     assert soft["a_vs_c_median_pct"] == pytest.approx(-100 * 0.02 / 1.02, abs=2.5)
     assert relu["a_vs_c_median_pct"] == pytest.approx(relu["a_vs_b_median_pct"], abs=2.5)
     assert soft["retune_minus_codegen_pct"] == pytest.approx(soft["a_vs_c_median_pct"] - soft["a_vs_b_median_pct"])
-    assert "## (a) false alarms on aa2" in r.stdout and "| softmax | PASS |" in r.stdout
+    assert "## (a) false alarms on aa2 (--held-out aa2:" in r.stdout and "| softmax | PASS |" in r.stdout
+    assert (out / "switch" / "retuned" / "main" / "relu").is_dir() and c["stage"] == "switch"
     # called again: every stage resumes, nothing reruns; the walls add up
     r = run(tmp_path, "--ops", *NODES, "--devices", "0", "--false-alarm", F, "--out", out)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -113,6 +116,53 @@ def test_the_report_matches_the_rule_recomputed_from_the_batches(tmp_path):
     assert r.returncode == 2 and "not an A/A screen batch" in r.stderr
 
 
+def test_held_out_nodes_and_retune_ops_drop_aa2_and_side_c_of_the_others(tmp_path):
+    out = tmp_path / "ve"
+    args = ("--ops", *NODES, "--devices", "0", "--false-alarm", F, "--held-out", "nodes", "--retune-ops", "softmax")
+    r = run(tmp_path, *args, "--out", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rep = json.loads((out / "verdict_evidence.json").read_text())
+    saved = json.loads((out / "verdict_evidence.args.json").read_text())
+    assert (saved["held_out"], saved["retune_ops"]) == ("nodes", ["softmax"])
+    assert not (out / "aa2").exists() and sorted(rep["walls_s"]) == ["aa1", "retune", "switch"]
+    # (a) each aa1 node judged by the threshold of aa1's other nodes' A/A shapes, every shape of
+    # its own pair left out
+    aa1 = deltas(out / "aa1")
+    pool = {("aa1", n): v for n, v in aa1.items()}
+    alarms = sum(judged(pool, ("aa1", n), lat, p) for n, v in aa1.items() for lat, p in v)
+    fa = rep["false_alarm"]
+    assert (fa["held_out"], fa["screen"]) == ("nodes", "aa1") and "its own pair left out" in fa["controls_text"]
+    assert (fa["shapes"], fa["decided"], fa["false_alarms"]) == (12, 12, alarms) and fa["share"] == alarms / 12
+    assert fa["controls"] == 12 and sum(c["false_alarms"] for c in fa["per_class"].values()) == alarms
+    assert ("## (a) false alarms on aa1 (--held-out nodes: each node of aa1 judged against aa1's other A/A "
+            "nodes, its own pair left out") in r.stdout
+    # (b) as without the options; (c) side C of softmax only, from the retune stage
+    assert rep["switch"]["exceeds_noise_nodes"] == sorted(PLANTED)
+    assert not (out / "switch" / "retuned").exists()
+    assert [d.name for d in (out / "retune" / "retuned" / "main").iterdir()] == ["softmax"]
+    c = rep["retune"]
+    assert c["stage"] == "retune" and list(c["nodes"]) == ["softmax"] and c["picks"]["other"] == 1
+    assert c["nodes"]["softmax"]["a_vs_b_median_pct"] == pytest.approx(-100 * 0.3 / 1.3, abs=2.5)
+    assert c["nodes"]["softmax"]["a_vs_c_median_pct"] == pytest.approx(-100 * 0.02 / 1.02, abs=2.5)
+    assert "## (c) codegen (A vs B) vs after re-tuning (A vs C), stage retune" in r.stdout
+    # the report of the folder, running nothing, needs no aa2 screen
+    r = run(tmp_path, "--report-only", "--false-alarm", F, "--out", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    redo = json.loads((out / "verdict_evidence.json").read_text())
+    assert redo["false_alarm"] == rep["false_alarm"] and redo["retune"] == rep["retune"]
+    # the same folder with another --held-out (also left out: the default aa2) or other --retune-ops
+    for other in (("--held-out", "aa2", "--retune-ops", "softmax"), ("--retune-ops", "softmax")):
+        r = run(tmp_path, "--ops", *NODES, *other, "--out", out)
+        assert r.returncode == 2 and "holds another --held-out (nodes" in r.stderr, r.stderr
+    r = run(tmp_path, "--ops", *NODES, "--held-out", "nodes", "--retune-ops", "relu", "--out", out)
+    assert r.returncode == 2 and "holds other --retune-ops (softmax" in r.stderr, r.stderr
+    r = run(tmp_path, "--ops", *NODES, "--held-out", "nodes", "--out", out)
+    assert r.returncode == 2 and "holds other --retune-ops (softmax" in r.stderr, r.stderr
+    r = run(tmp_path, "--report-only", "--held-out", "aa2", "--out", out)
+    assert r.returncode == 2 and "holds another --held-out (nodes" in r.stderr, r.stderr
+    assert json.loads((out / "verdict_evidence.args.json").read_text()) == saved and not (out / "aa2").exists()
+
+
 def test_bad_arguments_exit_2(tmp_path):
     r = run(tmp_path, "--ops", "relu", "--false-alarm", "0.7", "--out", tmp_path / "o")
     assert r.returncode == 2 and "--false-alarm must be in (0, 0.5]" in r.stderr
@@ -122,5 +172,9 @@ def test_bad_arguments_exit_2(tmp_path):
     assert r.returncode == 2 and "no nodes" in r.stderr
     r = run(tmp_path, "--report-only", "--out", tmp_path / "o")
     assert r.returncode == 2 and "holds no aa2 and switch screens" in r.stderr
+    r = run(tmp_path, "--ops", "relu", "abs", "--retune-ops", "relu", "mm", "--out", tmp_path / "o")
+    assert r.returncode == 2 and "--retune-ops mm: not among the 2 node(s): relu abs" in r.stderr
+    r = run(tmp_path, "--ops", "relu", "--held-out", "aa3", "--out", tmp_path / "o")
+    assert r.returncode == 2 and "--held-out: invalid choice" in r.stderr
     assert not (tmp_path / "o").exists()
     assert "--aa1" in run(tmp_path, "--help").stdout
