@@ -10,6 +10,8 @@ and the forward-stream capture of backward benchmarks.
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import os
 import time
 import types
 
@@ -22,6 +24,7 @@ from zl import markers
 from zl.backends import get_backend
 from zl.timing import capture, device, graph
 from zl.timing.graph import GraphTimer
+from zl.timing.session import TimingSession
 
 DIRECT = markers.DIRECT_NO_CUDAGRAPH
 POISONED = markers.CAPTURE_POISONED
@@ -411,3 +414,127 @@ def test_the_benchmarks_call_is_timed_by_the_graph(timer):
     g = timer.graph.ledger
     assert g["calls"] == 2 and g["tuner_calls"] == 0 and timer.calls == []
     assert di.log.count("replay") > 0
+
+
+# --- exclusive timing (--overlap): the lock only around the GPU-timed stretches --------------
+
+@pytest.fixture
+def exclusive(timer, tmp_path):
+    """`.make()` wires exclusive timing over the installed graph timer as the session does;
+    `.locked()` says whether the device's lock file is held (a second open file's
+    non-blocking flock fails while it is)."""
+    lock = str(tmp_path / "device.lock")
+    probe = os.open(lock, os.O_RDWR | os.O_CREAT)
+    sessions = []
+
+    def locked() -> bool:
+        try:
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(probe, fcntl.LOCK_UN)
+        return False
+
+    def make():
+        session = TimingSession(timer.graph.backend, "cuda_graph", "enabled", 1)
+        session.graph = timer.graph
+        session.make_exclusive(lock, 2)
+        sessions.append(session)
+        assert triton.testing.do_bench is session.exclusive and timer.graph.lock is session.exclusive
+        return session.exclusive
+
+    yield types.SimpleNamespace(make=make, locked=locked)
+    for session in sessions:
+        session.pytest_unconfigure(None)
+    assert timer.graph is None or timer.graph.lock is None
+    os.close(probe)
+
+
+def test_under_exclusive_timing_the_capture_runs_outside_the_lock(timer, exclusive):
+    """Warmup and estimate, then the replays, hold the lock; the capture and its synchronize
+    do not (host work: another run may time meanwhile); the compiling pre-call does not."""
+    di = timer.setup(di=make_interface(replay_ms=0.5))
+    bench = exclusive.make()
+    trace = []
+
+    class Probed(di.MUSAGraph):
+        def capture_begin(self):
+            trace.append(("capture_begin", exclusive.locked()))
+            super().capture_begin()
+
+        def capture_end(self):
+            super().capture_end()
+            trace.append(("capture_end", exclusive.locked()))
+
+        def replay(self):
+            trace.append(("replay", exclusive.locked()))
+            super().replay()
+
+    di.MUSAGraph = Probed
+    sync = di.synchronize
+    di.synchronize = lambda device=None: (trace.append(("sync", exclusive.locked())), sync())[1]
+    out = run(lambda: (trace.append(("fn", exclusive.locked())), time.sleep(0.0005)),
+              warmup=5, rep=5)
+    assert out > 0 and not exclusive.locked()
+    assert trace[:2] == [("fn", False), ("sync", False)]          # ExclusiveBench's pre-call
+    begin, end = trace.index(("capture_begin", False)), trace.index(("capture_end", False))
+    first, captured, second = trace[2:begin], trace[begin:end + 2], trace[end + 2:]
+    # sync, 1 discarded + >= 3 settled warmup calls, the estimate's 1 + 5 calls: one stretch
+    assert first[0] == ("sync", True) and all(held for _, held in first)
+    assert [w for w, _ in first].count("fn") >= 1 + capture.WARMUP_SETTLED + 6
+    assert captured[-1] == ("sync", False) and not any(held for _, held in captured)
+    assert [w for w, _ in captured].count("fn") >= 1
+    assert all(held for _, held in second) and [w for w, _ in second].count("replay") == capture.N_REPLAYS
+    assert bench.stats["calls"] == 1 and bench.stats["stretches"] == 2
+
+
+def test_under_exclusive_timing_torch_cuda_takes_the_port_not_upstreams_call(timer, exclusive,
+                                                                             monkeypatch):
+    """Upstream's do_bench_cudagraph cannot release the lock for its capture; without
+    exclusive timing it stays verbatim (test_forward_capture_on_torch_cuda_stays_upstream_verbatim)."""
+    di = make_interface()
+    timer.setup(di=di)
+    monkeypatch.setattr(device, "is_torch_cuda", lambda d: d is di)
+    monkeypatch.setattr(triton.testing, "do_bench_cudagraph",
+                        lambda *a, **k: pytest.fail("upstream's call used under the lock"))
+    bench = exclusive.make()
+    assert run(return_mode="median") > 0
+    assert di.log.count("capture_begin") == 1 and di.log.count("replay") == capture.N_REPLAYS
+    assert bench.stats["stretches"] == 2
+
+
+def test_under_exclusive_timing_a_tuners_call_and_a_fallback_row_hold_the_lock_whole(
+        timer, exclusive, monkeypatch, capsys):
+    timer.setup(di=make_interface(graph=False))    # no graph type: every benchmark row falls back
+    bench = exclusive.make()
+    held = []
+
+    def upstream(fn, **kw):
+        held.append(exclusive.locked())
+        return 0.5
+
+    monkeypatch.setattr(timer.graph, "upstream", upstream)
+    assert _call_from("triton.runtime.autotuner", warmup=1, rep=1) == 0.5
+    assert run(return_mode="median") == 0.5
+    assert held == [True, True] and len(marker_lines(capsys)) == 1
+    g = timer.graph.ledger
+    assert g["tuner_calls"] == 1 and g["fallbacks"] == 1
+    assert bench.stats["calls"] == 2 and bench.stats["stretches"] == 2
+    assert not exclusive.locked()
+
+
+def test_under_exclusive_timing_a_cold_call_holds_the_lock_whole(timer, exclusive, monkeypatch):
+    """ZL_L2=cold keeps its capture inside the one stretch of its warmup and replays."""
+    di = timer.setup(di=make_interface())
+    timer.graph.l2 = "cold"
+    monkeypatch.setattr(timer.graph.flush, "ensure", lambda di: None)
+    monkeypatch.setattr(timer.graph.flush, "flush", lambda: None)
+    bench = exclusive.make()
+    seen = []
+    sync = di.synchronize
+    di.synchronize = lambda device=None: (seen.append(exclusive.locked()), sync())[1]
+    assert run(return_mode="median") is not None
+    assert di.log.count("capture_begin") == 2                     # (flush, call) and flushes alone
+    assert seen[0] is False and all(seen[1:])                     # past the pre-call, all held
+    assert bench.stats["stretches"] == 1
+
