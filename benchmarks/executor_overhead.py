@@ -31,8 +31,10 @@ what a case directory weighs on the way back (its files, and the gzip'd tar the 
 Nodes: --ops, or --sample N drawn with --seed from the inventory (as overlap_throughput.py draws).
 A batch directory that exists is resumed. Exit status: 0 report written; 2 bad arguments (no
 nodes, no --ray-address and no --stub, --report-only without both batches); 3 a batch left cases
-unrun or its run_batch.py failed (the report covers what ran; the console logs under OUT say why). --report-only on a bundle
-without its case directories keeps the weights its executor_overhead.json recorded.
+unrun or its run_batch.py failed (the console logs under OUT say why). A node without a final
+status under both executors makes the comparison INCOMPLETE: no statuses verdict, no per-case
+overhead. --report-only on a bundle without its case directories keeps the weights its
+executor_overhead.json recorded.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from overlap_throughput import add_node_options, draw, interrupt_on_sigterm, read_walls, run_batch_call  # noqa: E402
 from zl import atomic  # noqa: E402
 from zl.batch.ray_executor import pack  # noqa: E402
-from zl.batch.status import read_rows  # noqa: E402
+from zl.batch.status import UNFINISHED, read_rows  # noqa: E402
 
 FAKE = ROOT / "tests" / "fake_flaggems"
 STUB = ROOT / "tests" / "fixtures" / "batch" / "stub_case.sh"
@@ -105,10 +107,18 @@ def dir_bytes(d: Path) -> int:
     return sum(p.stat().st_size for p in d.rglob("*") if p.is_file())
 
 
+def final(row: Dict[str, str]) -> bool:
+    """A row whose case ended (PASS, FAIL, TIMEOUT, SKIP, ...): not missing, pending, running
+    or interrupted."""
+    return bool(row.get("status")) and row["status"] not in UNFINISHED
+
+
 def summarize(out: Path, rcs: Dict[str, Optional[int]]) -> Dict:
+    """The comparison; with a case unfinished on either side it is incomplete: no verdict on
+    the statuses and no per-case overhead (a wall over cases not all run is not a rate)."""
     rows = {x: {r["run_name"]: r for r in read_rows(out / x / "ops_status.csv").values()} for x in EXECUTORS}
     walls = {x: read_walls(out / f"walls-{x}.json") for x in EXECUTORS}
-    nodes, diffs, sizes, packed, where = [], [], [], [], {}
+    nodes, diffs, sizes, packed, where, unfinished = [], [], [], [], {}, []
     for name in sorted(set(rows["local"]) | set(rows["ray"])):
         lo, ry = rows["local"].get(name, {}), rows["ray"].get(name, {})
         notes = dict(p.split("=", 1) for p in (ry.get("notes") or "").split(";") if "=" in p)
@@ -116,7 +126,9 @@ def summarize(out: Path, rcs: Dict[str, Optional[int]]) -> Dict:
         where[ran] = where.get(ran, 0) + 1
         e = {x: int(r["elapsed_ms"]) / 1000 if (r.get("elapsed_ms") or "").isdigit() else None
              for x, r in (("local", lo), ("ray", ry))}
-        if None not in e.values() and lo.get("status") not in ("", "PENDING", "RUNNING"):
+        if not (final(lo) and final(ry)):
+            unfinished.append(name)
+        elif None not in e.values():
             diffs.append(e["ray"] - e["local"])
         case = Path(ry.get("out_dir") or "")
         if ry.get("out_dir") and case.is_dir():
@@ -128,9 +140,9 @@ def summarize(out: Path, rcs: Dict[str, Optional[int]]) -> Dict:
     n = len(nodes)
     wall = {x: sum(walls[x]) for x in EXECUTORS}
     return {"nodes": nodes, "cases": n, "rc": rcs, "walls_s": {x: round(w, 1) for x, w in wall.items()},
-            "calls": {x: len(walls[x]) for x in EXECUTORS},
-            "statuses_identical": n > 0 and all(x["same"] for x in nodes),
-            "overhead_per_case_s": round((wall["ray"] - wall["local"]) / n, 2) if n else None,
+            "calls": {x: len(walls[x]) for x in EXECUTORS}, "unfinished": unfinished,
+            "statuses_identical": n > 0 and not unfinished and all(x["same"] for x in nodes),
+            "overhead_per_case_s": round((wall["ray"] - wall["local"]) / n, 2) if n and not unfinished else None,
             "median_elapsed_diff_s": round(float(np.median(diffs)), 2) if diffs else None,
             "ray_ran_on": where,
             "case_dir_kib": {"median": round(float(np.median(sizes)) / 1024, 1), "max": round(max(sizes) / 1024, 1)}
@@ -149,7 +161,9 @@ def report(s: Dict, share: int) -> str:
            f"| batch wall s (calls) | {s['walls_s']['local']} ({s['calls']['local']}) | "
            f"{s['walls_s']['ray']} ({s['calls']['ray']}) |",
            f"| run_batch.py exit | {s['rc']['local']} | {s['rc']['ray']} |", "",
-           f"- statuses identical: {'yes' if s['statuses_identical'] else 'NO'}",
+           "- statuses identical: " + (f"INCOMPLETE, {len(s['unfinished'])} node(s) without a final status "
+                                       f"under both executors: {' '.join(s['unfinished'])}" if s["unfinished"]
+                                       else "yes" if s["statuses_identical"] else "NO"),
            f"- Ray per-case overhead: {s['overhead_per_case_s']} s by wall; median per-case elapsed "
            f"difference (ray - local) {s['median_elapsed_diff_s']} s",
            f"- Ray cases ran on: " + ", ".join(f"{k} x{v}" for k, v in s["ray_ran_on"].items()),

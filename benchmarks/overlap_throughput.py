@@ -204,7 +204,8 @@ def summarize(k: int, bd: Path, rc: Optional[int]) -> Dict:
     walls = read_walls(bd.parent / f"walls-overlap-{k}.json")
     wall = round(sum(walls), 3)   # the figures below are computed from this value
     per_node = read_batch(bd)
-    ran = sum(1 for v in per_node.values() for s in v["status"].split("/") if s not in ("-", "PENDING", "NOT_RUN"))
+    # a side run is one that ended: an interrupted one was cut short and is rerun by --resume
+    ran = sum(1 for v in per_node.values() for s in v["status"].split("/") if s not in ("-", "NOT_RUN", *UNFINISHED))
     # a node is done when every side has a final status (NOT_RUN after a failed side A is
     # one): counting the PENDING ones too gave a batch cut by a time limit 40 nodes for 7 done
     done = sum(1 for v in per_node.values() if not set(v["status"].split("/")) & {"-", *UNFINISHED})

@@ -339,6 +339,23 @@ def test_executor_overhead_tool_reads_both_batches_of_the_same_nodes(cluster, tm
     redo = json.loads((out / "executor_overhead.json").read_text())
     assert {k: redo[k] for k in ("nodes", "walls_s", "overhead_per_case_s", "case_dir_kib", "rc")} == \
         {k: s[k] for k in ("nodes", "walls_s", "overhead_per_case_s", "case_dir_kib", "rc")}
+    # a case that never finished under one executor: the comparison says INCOMPLETE, no overhead
+    table = out / "ray" / "ops_status.csv"
+    with open(table, newline="") as fh:
+        reader = csv.DictReader(fh)
+        fields, rows = reader.fieldnames, list(reader)
+    rows[0]["status"] = "INTERRUPTED"
+    with open(table, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    cut = tool_run("--report-only", "--out", out)
+    assert cut.returncode == 0, cut.stderr
+    part = json.loads((out / "executor_overhead.json").read_text())
+    assert part["unfinished"] == [rows[0]["run_name"]] and not part["statuses_identical"]
+    assert part["overhead_per_case_s"] is None and part["walls_s"] == s["walls_s"]
+    assert f"statuses identical: INCOMPLETE, 1 node(s) without a final status under both executors: " \
+        f"{rows[0]['run_name']}" in cut.stdout
     bad = tool_run("--ops", "relu", "--out", tmp_path / "o")
     assert bad.returncode == 2 and "--ray-address" in bad.stderr
     assert tool_run("--report-only", "--out", tmp_path / "none").returncode == 2

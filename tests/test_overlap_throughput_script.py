@@ -1,6 +1,7 @@
 """benchmarks/overlap_throughput.py on the batch stub: one A/A screen per --overlap value over
 the same nodes, the figures it reports computed from what the batches wrote."""
 
+import csv
 import json
 import signal
 import subprocess
@@ -66,6 +67,23 @@ def test_each_overlap_gets_its_screen_and_the_report_reads_the_batches(tmp_path)
     assert redo["nodes"] == ["relu", "softmax", "abs"]
     assert [x["wall_s"] for x in redo["results"]] == [x["wall_s"] for x in second]
     assert redo["results"][1]["nodes"]["softmax"]["aa_median_abs_delta"] == again["nodes"]["softmax"]["aa_median_abs_delta"]
+    # an interrupted side did not end: neither a side run nor a finished node
+    table = moved / "overlap-2" / "after" / "ops_status.csv"
+    with open(table, newline="") as fh:
+        reader = csv.DictReader(fh)
+        fields, rows = reader.fieldnames, list(reader)
+    cut = next(row for row in rows if row["run_name"] == "relu")
+    cut["status"] = "INTERRUPTED"
+    with open(table, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    r = run(tmp_path, "--report-only", "--overlap", "1", "2", "--out", moved)
+    assert r.returncode == 0, r.stdout + r.stderr
+    part = json.loads((moved / "overlap_throughput.json").read_text())["results"][1]
+    assert part["nodes"]["relu"]["status"] == "PASS/INTERRUPTED"
+    assert part["side_runs"] == redo["results"][1]["side_runs"] - 1
+    assert part["nodes_finished"] == redo["results"][1]["nodes_finished"] - 1
     r = run(tmp_path, "--report-only", "--overlap", "1", "4", "--out", moved)
     assert r.returncode == 2 and "holds no batch for every --overlap value" in r.stderr
 
