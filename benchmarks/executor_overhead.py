@@ -222,7 +222,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(text)
     atomic.write_json(args.out / "executor_overhead.json", dict(s, share_device=share),
                       indent=1, sort_keys=False)
-    (args.out / "executor_overhead.md").write_text(text + "\n")
+    atomic.write_text(args.out / "executor_overhead.md", text + "\n")
     return 3 if not args.report_only and any(rc not in (None, 0) for rc in rcs.values()) else 0
 
 

@@ -388,7 +388,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     atomic.write_json(args.out / "overlap_throughput.json",
                       {"nodes": nodes, "switch": SWITCH, "dtypes": args.dtypes, "results": results,
                        "upstream": upstream}, indent=1, sort_keys=False)
-    (args.out / "overlap_throughput.md").write_text(text + "\n")
+    atomic.write_text(args.out / "overlap_throughput.md", text + "\n")
     return 3 if any(r["rc"] == 3 for r in results) else 0
 
 

@@ -382,7 +382,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     text = markdown(rep)
     print(text)
     atomic.write_json(out / "verdict_evidence.json", rep, indent=1, sort_keys=False)
-    (out / "verdict_evidence.md").write_text(text + "\n")
+    atomic.write_text(out / "verdict_evidence.md", text + "\n")
     return 0
 
 
