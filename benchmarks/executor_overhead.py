@@ -58,7 +58,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from overlap_throughput import add_node_options, draw, interrupt_on_sigterm, read_walls, run_batch_call  # noqa: E402
 from zl import atomic  # noqa: E402
 from zl.batch.ray_executor import pack  # noqa: E402
-from zl.batch.status import UNFINISHED, read_rows  # noqa: E402
+from zl.batch.status import UNFINISHED, note_value, read_rows  # noqa: E402
+from zl.report import views  # noqa: E402
 
 FAKE = ROOT / "tests" / "fake_flaggems"
 STUB = ROOT / "tests" / "fixtures" / "batch" / "stub_case.sh"
@@ -121,8 +122,8 @@ def summarize(out: Path, rcs: Dict[str, Optional[int]]) -> Dict:
     nodes, diffs, sizes, packed, where, unfinished = [], [], [], [], {}, []
     for name in sorted(set(rows["local"]) | set(rows["ray"])):
         lo, ry = rows["local"].get(name, {}), rows["ray"].get(name, {})
-        notes = dict(p.split("=", 1) for p in (ry.get("notes") or "").split(";") if "=" in p)
-        ran = f"{notes.get('host', '?')}:{notes.get('device_name', '?')}"
+        notes = ry.get("notes") or ""
+        ran = f"{note_value(notes, 'host') or '?'}:{views.device_of_row(None, notes)[0] or '?'}"
         where[ran] = where.get(ran, 0) + 1
         e = {x: int(r["elapsed_ms"]) / 1000 if (r.get("elapsed_ms") or "").isdigit() else None
              for x, r in (("local", lo), ("ray", ry))}

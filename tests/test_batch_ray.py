@@ -632,3 +632,11 @@ class TestNodeChecks:
         workers = {n.node_id[:8] for n in cluster.workers}
         st = status(tmp_path / "rb")
         assert all(v["status"] == "PASS" and notes(v)["node"] in workers for v in st.values())
+
+
+def test_note_value_reads_one_key_of_a_rows_notes():
+    from zl.batch.status import note_value
+    notes = "attempt=2;host=gpu-a;node=abc;device_name=NVIDIA H200;device_arch=9.0"
+    assert note_value(notes, "host") == "gpu-a" and note_value(notes, "device_name") == "NVIDIA H200"
+    # a key is matched whole, never as a suffix of another key; a missing key reads ''
+    assert note_value("xhost=a;host=b", "host") == "b" and note_value(notes, "gpu") == "" and note_value("", "host") == ""

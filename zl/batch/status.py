@@ -88,3 +88,13 @@ def blank_row(repo: str, op: str, op_file: str, run_name: str, backend: str, dev
 
 def join_notes(*parts: Optional[str]) -> str:
     return ";".join(p for p in parts if p)
+
+
+def note_value(notes: str, key: str) -> str:
+    """The value of `key=` in a row's ;-joined notes (e.g. host, node, device_name that
+    --executor ray writes), else ''."""
+    for part in (notes or "").split(";"):
+        k, sep, v = part.partition("=")
+        if sep and k == key:
+            return v
+    return ""
