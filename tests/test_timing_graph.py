@@ -416,7 +416,7 @@ def test_the_benchmarks_call_is_timed_by_the_graph(timer):
     assert di.log.count("replay") > 0
 
 
-# --- exclusive timing (--overlap): the lock only around the GPU-timed stretches --------------
+# --- exclusive timing (--overlap): the whole graph call under the lock -----------------------
 
 @pytest.fixture
 def exclusive(timer, tmp_path):
@@ -440,19 +440,19 @@ def exclusive(timer, tmp_path):
         session.graph = timer.graph
         session.make_exclusive(lock, 2)
         sessions.append(session)
-        assert triton.testing.do_bench is session.exclusive and timer.graph.lock is session.exclusive
+        assert triton.testing.do_bench is session.exclusive
         return session.exclusive
 
     yield types.SimpleNamespace(make=make, locked=locked)
     for session in sessions:
         session.pytest_unconfigure(None)
-    assert timer.graph is None or timer.graph.lock is None
     os.close(probe)
 
 
-def test_under_exclusive_timing_the_capture_runs_outside_the_lock(timer, exclusive):
-    """Warmup and estimate, then the replays, hold the lock; the capture and its synchronize
-    do not (host work: another run may time meanwhile); the compiling pre-call does not."""
+def test_under_exclusive_timing_the_capture_holds_the_lock_with_warmup_and_replays(timer, exclusive):
+    """Past the compiling pre-call, the lock holds sync, warmup, estimate, capture and
+    replays. Released for the capture (at overlap 8), six H200 nodes read A/A 3.6-19 %
+    against 0.1-1.4 % held (overlap 4), and no side held the lock much shorter."""
     di = timer.setup(di=make_interface(replay_ms=0.5))
     bench = exclusive.make()
     trace = []
@@ -462,10 +462,6 @@ def test_under_exclusive_timing_the_capture_runs_outside_the_lock(timer, exclusi
             trace.append(("capture_begin", exclusive.locked()))
             super().capture_begin()
 
-        def capture_end(self):
-            super().capture_end()
-            trace.append(("capture_end", exclusive.locked()))
-
         def replay(self):
             trace.append(("replay", exclusive.locked()))
             super().replay()
@@ -473,37 +469,16 @@ def test_under_exclusive_timing_the_capture_runs_outside_the_lock(timer, exclusi
     di.MUSAGraph = Probed
     sync = di.synchronize
     di.synchronize = lambda device=None: (trace.append(("sync", exclusive.locked())), sync())[1]
-    out = run(lambda: (trace.append(("fn", exclusive.locked())), time.sleep(0.0005)),
-              warmup=5, rep=5)
+    out = run(lambda: (trace.append(("fn", exclusive.locked())), time.sleep(0.0005)), warmup=5, rep=5)
     assert out > 0 and not exclusive.locked()
     assert trace[:2] == [("fn", False), ("sync", False)]          # ExclusiveBench's pre-call
-    begin, end = trace.index(("capture_begin", False)), trace.index(("capture_end", False))
-    first, captured, second = trace[2:begin], trace[begin:end + 2], trace[end + 2:]
-    # sync, 1 discarded + >= 3 settled warmup calls, the estimate's 1 + 5 calls: one stretch
-    assert first[0] == ("sync", True) and all(held for _, held in first)
-    assert [w for w, _ in first].count("fn") >= 1 + capture.WARMUP_SETTLED + 6
-    assert captured[-1] == ("sync", False) and not any(held for _, held in captured)
-    assert [w for w, _ in captured].count("fn") >= 1
-    assert all(held for _, held in second) and [w for w, _ in second].count("replay") == capture.N_REPLAYS
-    assert bench.stats["calls"] == 1 and bench.stats["stretches"] == 2
+    rest = trace[2:]
+    assert ("capture_begin", True) in rest and [w for w, _ in rest].count("replay") == capture.N_REPLAYS
+    assert all(held for _, held in rest)
+    assert bench.stats["calls"] == 1 and bench.stats["held_s"] > 0
 
 
-def test_under_exclusive_timing_torch_cuda_takes_the_port_not_upstreams_call(timer, exclusive,
-                                                                             monkeypatch):
-    """Upstream's do_bench_cudagraph cannot release the lock for its capture; without
-    exclusive timing it stays verbatim (test_forward_capture_on_torch_cuda_stays_upstream_verbatim)."""
-    di = make_interface()
-    timer.setup(di=di)
-    monkeypatch.setattr(device, "is_torch_cuda", lambda d: d is di)
-    monkeypatch.setattr(triton.testing, "do_bench_cudagraph",
-                        lambda *a, **k: pytest.fail("upstream's call used under the lock"))
-    bench = exclusive.make()
-    assert run(return_mode="median") > 0
-    assert di.log.count("capture_begin") == 1 and di.log.count("replay") == capture.N_REPLAYS
-    assert bench.stats["stretches"] == 2
-
-
-def test_under_exclusive_timing_a_tuners_call_and_a_fallback_row_hold_the_lock_whole(
+def test_under_exclusive_timing_a_tuners_call_and_a_fallback_row_hold_the_lock(
         timer, exclusive, monkeypatch, capsys):
     timer.setup(di=make_interface(graph=False))    # no graph type: every benchmark row falls back
     bench = exclusive.make()
@@ -517,24 +492,5 @@ def test_under_exclusive_timing_a_tuners_call_and_a_fallback_row_hold_the_lock_w
     assert _call_from("triton.runtime.autotuner", warmup=1, rep=1) == 0.5
     assert run(return_mode="median") == 0.5
     assert held == [True, True] and len(marker_lines(capsys)) == 1
-    g = timer.graph.ledger
-    assert g["tuner_calls"] == 1 and g["fallbacks"] == 1
-    assert bench.stats["calls"] == 2 and bench.stats["stretches"] == 2
+    assert bench.stats["calls"] == 2
     assert not exclusive.locked()
-
-
-def test_under_exclusive_timing_a_cold_call_holds_the_lock_whole(timer, exclusive, monkeypatch):
-    """ZL_L2=cold keeps its capture inside the one stretch of its warmup and replays."""
-    di = timer.setup(di=make_interface())
-    timer.graph.l2 = "cold"
-    monkeypatch.setattr(timer.graph.flush, "ensure", lambda di: None)
-    monkeypatch.setattr(timer.graph.flush, "flush", lambda: None)
-    bench = exclusive.make()
-    seen = []
-    sync = di.synchronize
-    di.synchronize = lambda device=None: (seen.append(exclusive.locked()), sync())[1]
-    assert run(return_mode="median") is not None
-    assert di.log.count("capture_begin") == 2                     # (flush, call) and flushes alone
-    assert seen[0] is False and all(seen[1:])                     # past the pre-call, all held
-    assert bench.stats["stretches"] == 1
-

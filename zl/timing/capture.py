@@ -228,7 +228,7 @@ def _estimate_ms(di, fn, grad_to_none) -> float:
 
 
 def graph_bench_port(di, graph_cls, step, fn, rep, grad_to_none, quantiles, return_mode,
-                     stream=None, held=contextlib.nullcontext, release=None):
+                     stream=None):
     """Upstream do_bench_cudagraph's steps through the device interface.
 
     Estimate one call, unroll enough calls into one graph to fill `rep` ms so host
@@ -237,15 +237,9 @@ def graph_bench_port(di, graph_cls, step, fn, rep, grad_to_none, quantiles, retu
     "mean" raise and quantile requests return tensors that do not serialise.
     `stream`: capture on this stream (a backward benchmark's forward stream) instead
     of a fresh one. `step["phase"]` says how far it got, for the fallback marker.
-    `held()` is entered around the GPU-timed parts, the estimate and the replays (exclusive
-    timing's lock; the capture and its synchronize run outside it); `release()`, when given,
-    is called after the estimate: it ends a stretch the caller opened for its warmup.
     """
     with di.stream(_capture_stream(di, stream)):
-        with held():
-            estimate = _estimate_ms(di, fn, grad_to_none)
-        if release is not None:
-            release()
+        estimate = _estimate_ms(di, fn, grad_to_none)
         n_repeat = 1000 if estimate == 0 else max(1, int(rep / estimate))
         graph = graph_cls()
         with capturing(di, graph, stream):
@@ -255,17 +249,13 @@ def graph_bench_port(di, graph_cls, step, fn, rep, grad_to_none, quantiles, retu
         di.synchronize()
         step["phase"] = "replay"
         times = []
-        # Under exclusive timing another run may have timed its kernels since the estimate
-        # (its L2 contents, its clocks); upstream's flow already leaves the GPU idle for the
-        # capture at this point, and no extra replay is added to hide either.
-        with held():
-            for _ in range(N_REPLAYS):
-                start, end = di.Event(enable_timing=True), di.Event(enable_timing=True)
-                start.record()
-                graph.replay()
-                end.record()
-                di.synchronize()
-                times.append(start.elapsed_time(end) / n_repeat)
+        for _ in range(N_REPLAYS):
+            start, end = di.Event(enable_timing=True), di.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            di.synchronize()
+            times.append(start.elapsed_time(end) / n_repeat)
     return summarize(times, quantiles, return_mode)
 
 

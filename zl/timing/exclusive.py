@@ -1,4 +1,4 @@
-"""Exclusive timing on a device that several runs share: only the timed stretches are serialised.
+"""Exclusive timing on a device that several runs share: only the timed stretch is serialised.
 
 run_batch.py --overlap N runs N cases per device at once, each with ZL_TIMING_LOCK (a lock
 file per device) and ZL_DEVICE_OVERLAP=N. Process start, imports, collection and Triton
@@ -8,15 +8,8 @@ autotuner's) is wrapped, outermost, by `ExclusiveBench`:
 1. one call of fn and a device synchronize, outside the lock: the kernels it launches are
    compiled now (an autotuner's candidates compile in their own nested do_bench calls,
    each wrapped the same way), CPU work that may overlap another process's timing;
-2. the timer's do_bench under fcntl.flock(LOCK_EX) on the lock file (`held()`, blocking).
-   The direct timer and timer=none hold it for the whole call. The graph timer is
-   lock-aware (`delegate`) and holds it only while the GPU is timed: (a) its sync, warmup
-   and 5-call estimate, (b) its replays. The capture between them launches nothing (stream
-   capture records; instantiation is host work) and is host-bound: rep / estimate unrolled
-   Python launches, thousands for a microsecond kernel. Tuner calls it forwards to Triton's
-   do_bench, its fallback rows and a cold-L2 (ZL_L2=cold) graph call are held whole.
-   Between (a) and (b) another run may time its kernels, so the replays can start on its
-   L2 contents and clock state; upstream's own flow already leaves the GPU idle there.
+2. fcntl.flock(LOCK_EX) on the lock file, blocking; the timer's own do_bench (warmup,
+   capture, replays; or Triton's benchmark of one autotune candidate); release.
 
 A do_bench called while this process holds the lock runs inside it. GPU work outside the
 lock: the benchmark's input generation, the results plugin's comparisons and the one call
@@ -28,11 +21,10 @@ overlapped the same way.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import time
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Optional
 
 from zl.device import parse_count
 
@@ -61,50 +53,19 @@ def parse_overlap(text: Optional[str], lock_path: Optional[str], share: int = 1)
 
 
 class ExclusiveBench:
-    """A do_bench that takes the device's timing lock for `inner` (see the module doc).
+    """A do_bench that takes the device's timing lock around `inner` (see the module doc)."""
 
-    `delegate=False`: the lock is held for the whole inner call. `delegate=True`: `inner` is
-    lock-aware and takes `held()` stretches itself. stats: `calls` do_bench calls, `stretches`
-    acquisitions of the lock, held/waited seconds summed over the acquisitions."""
-
-    def __init__(self, inner: Callable, lock_path: str, synchronize: Callable[[], Any],
-                 delegate: bool = False) -> None:
+    def __init__(self, inner: Callable, lock_path: str, synchronize: Callable[[], Any]) -> None:
         self.inner = inner
         self.lock_path = lock_path
         self.synchronize = synchronize
-        self.delegate = delegate
         try:
             self.fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             raise ExclusiveTimingError(f"{LOCK_ENV}={lock_path!r} cannot be opened: "
                                        f"{exc.strerror}") from None
         self.depth = 0
-        self.stats = {"calls": 0, "stretches": 0, "held_s": 0.0, "waited_s": 0.0,
-                      "precall_errors": 0}
-
-    @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
-        """The device's lock for the block; inside a block this process already holds, nothing
-        more is taken (re-entrant)."""
-        if self.depth:
-            self.depth += 1
-            try:
-                yield
-            finally:
-                self.depth -= 1
-            return
-        t0 = time.perf_counter()
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-        t1 = time.perf_counter()
-        self.depth += 1
-        try:
-            yield
-        finally:
-            self.depth -= 1
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
-            self.stats["stretches"] += 1
-            self.stats["waited_s"] += t1 - t0
-            self.stats["held_s"] += time.perf_counter() - t1
+        self.stats = {"calls": 0, "held_s": 0.0, "waited_s": 0.0, "precall_errors": 0}
 
     def __call__(self, fn, *args, **kwargs):
         if self.depth:   # inside this process's own locked stretch
@@ -115,11 +76,18 @@ class ExclusiveBench:
         except Exception:
             # the locked call meets the same error where the timer judges it
             self.stats["precall_errors"] += 1
-        self.stats["calls"] += 1
-        if self.delegate:
+        t0 = time.perf_counter()
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        t1 = time.perf_counter()
+        self.depth += 1
+        try:
             return self.inner(fn, *args, **kwargs)
-        with self.held():
-            return self.inner(fn, *args, **kwargs)
+        finally:
+            self.depth -= 1
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            self.stats["calls"] += 1
+            self.stats["waited_s"] += t1 - t0
+            self.stats["held_s"] += time.perf_counter() - t1
 
     def close(self) -> None:
         if self.fd is not None:
@@ -129,7 +97,6 @@ class ExclusiveBench:
     def summary(self, overlap: int) -> str:
         s = self.stats
         return (f"exclusive timing (overlap={overlap}, lock {self.lock_path}): {s['calls']} "
-                f"do_bench call(s) held the device {s['held_s']:.3f} s, waited {s['waited_s']:.3f} s "
-                f"over {s['stretches']} locked stretch(es)"
+                f"do_bench call(s) held the device {s['held_s']:.3f} s, waited {s['waited_s']:.3f} s"
                 + (f"; {s['precall_errors']} pre-call(s) raised and were retried under the lock"
                    if s["precall_errors"] else ""))

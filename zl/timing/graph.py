@@ -23,11 +23,6 @@ do not move, except for a backward benchmark, which is captured on its forward s
 (`backward`), and under ZL_L2=cold, which upstream cannot do. Elsewhere
 `capture.graph_bench_port` does the same steps through the device interface; an interface
 without a graph type falls back on every shape, with the marker.
-
-Under exclusive timing (`lock`, an ExclusiveBench: --overlap) the port is used on torch.cuda
-too, because upstream's single call cannot be split: the lock is held for the sync, warmup
-and estimate, released for the capture, and taken again for the replays (exclusive.py's
-module doc says why). A cold-L2 call, a fallback row and a tuner's call hold it whole.
 """
 
 from __future__ import annotations
@@ -103,16 +98,9 @@ class GraphTimer:
         # One bound method, so `triton.testing.do_bench is timer.do_bench` holds.
         self.do_bench = self.graph_do_bench
         self._patches = PatchStack()
-        # Where the timer's host seconds went, per phase: logged at the end. Under exclusive
-        # timing graph_s includes the wait for the replays' stretch (the lock's line has waits).
+        # Where the timer's host seconds went, per phase: logged at the end.
         self.ledger = {"calls": 0, "warmup_s": 0.0, "warmup_calls": 0, "graph_s": 0.0,
                        "fallbacks": 0, "fallback_s": 0.0, "tuner_calls": 0}
-        # The device's timing lock (an ExclusiveBench) under exclusive timing, else None.
-        self.lock = None
-
-    def held(self):
-        """A stretch that holds the device's timing lock; a no-op without exclusive timing."""
-        return self.lock.held() if self.lock is not None else contextlib.nullcontext()
 
     @property
     def installed(self) -> bool:
@@ -152,9 +140,8 @@ class GraphTimer:
             self.ledger["tuner_calls"] += 1
             import triton.testing as tt
             original = self.upstream if self.upstream is not None else tt.do_bench
-            with self.held():
-                return original(fn, warmup=warmup, rep=rep, grad_to_none=grad_to_none,
-                                quantiles=quantiles, return_mode=return_mode)
+            return original(fn, warmup=warmup, rep=rep, grad_to_none=grad_to_none,
+                            quantiles=quantiles, return_mode=return_mode)
         op = self.current_op()
         self.ledger["calls"] += 1
         args = (fn, warmup, rep, grad_to_none, quantiles, return_mode)
@@ -194,41 +181,34 @@ class GraphTimer:
         cold = self.l2 == "cold"
         # upstream verbatim on torch.cuda, except for a backward benchmark (upstream's own
         # cudagraph mode loses those rows entirely, so there is no upstream number to keep)
-        # and a cold L2 (upstream's graph has no flush in it); and under exclusive timing,
-        # whose lock is released during the capture, which upstream's one call cannot do
-        upstream = (device.is_torch_cuda(di) and forward_stream is None and not cold
-                    and self.lock is None)
+        # and a cold L2 (upstream's graph has no flush in it)
+        upstream = device.is_torch_cuda(di) and forward_stream is None and not cold
         graph_cls = None
         if not upstream:
             # Known before anything runs; failing here spares the warmup budget.
             step["phase"] = "capture"
             graph_cls = device.graph_type(di)
-        # Stretch 1 under exclusive timing: sync, warmup and the port's estimate (the port
-        # ends it with `release`); a cold call keeps it to the end.
-        with contextlib.ExitStack() as stretch:
-            stretch.enter_context(self.held())
-            step["phase"] = "sync"
-            di.synchronize()
-            step["phase"] = "warmup"
+        step["phase"] = "sync"
+        di.synchronize()
+        step["phase"] = "warmup"
+        if cold:
+            self.flush.ensure(di)  # allocated here: an allocation would break the capture
+        with self._spent("warmup_s"):
+            self.ledger["warmup_calls"] += capture.warmup_before_capture(
+                di, fn, warmup, grad_to_none, cap_ms=self.warmup_cap_ms)
+        step["phase"] = "capture"
+        with self._spent("graph_s"), capture.scratch_rng(di):
+            if upstream:
+                import triton.testing as tt
+                # A replay failure inside upstream's function reports phase=capture.
+                return tt.do_bench_cudagraph(fn, rep=rep, grad_to_none=grad_to_none,
+                                             quantiles=quantiles, return_mode=return_mode)
             if cold:
-                self.flush.ensure(di)  # allocated here: an allocation would break the capture
-            with self._spent("warmup_s"):
-                self.ledger["warmup_calls"] += capture.warmup_before_capture(
-                    di, fn, warmup, grad_to_none, cap_ms=self.warmup_cap_ms)
-            step["phase"] = "capture"
-            with self._spent("graph_s"), capture.scratch_rng(di):
-                if upstream:
-                    import triton.testing as tt
-                    # A replay failure inside upstream's function reports phase=capture.
-                    return tt.do_bench_cudagraph(fn, rep=rep, grad_to_none=grad_to_none,
-                                                 quantiles=quantiles, return_mode=return_mode)
-                if cold:
-                    return capture.graph_bench_cold(di, graph_cls, step, fn, rep, grad_to_none,
-                                                    quantiles, return_mode, self.flush.flush,
-                                                    stream=forward_stream, clock=self.cold_clock)
-                return capture.graph_bench_port(di, graph_cls, step, fn, rep, grad_to_none,
-                                                quantiles, return_mode, stream=forward_stream,
-                                                held=self.held, release=stretch.close)
+                return capture.graph_bench_cold(di, graph_cls, step, fn, rep, grad_to_none,
+                                                quantiles, return_mode, self.flush.flush,
+                                                stream=forward_stream, clock=self.cold_clock)
+            return capture.graph_bench_port(di, graph_cls, step, fn, rep, grad_to_none,
+                                            quantiles, return_mode, stream=forward_stream)
 
     def _judge(self, op, phase, exc):
         """Decide after a failed attempt: re-raise (fatal, poisoned) or -> marker fields.
@@ -260,7 +240,7 @@ class GraphTimer:
     def _fallback(self, op, phase, reason, detail, fn, warmup, rep, grad_to_none, quantiles,
                   return_mode):
         self.ledger["fallbacks"] += 1
-        with self.held(), self._spent("fallback_s"):
+        with self._spent("fallback_s"):
             repeat = self.repeat
             share = self._host_share(fn, grad_to_none)
             # do_bench zeroes its own 256 MB cache before every call: a cold row either way.

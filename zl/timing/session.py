@@ -120,19 +120,13 @@ class TimingSession:
                if self.l2 == "cold" else ""))
 
     def make_exclusive(self, lock_path: str, overlap: int) -> None:
-        """Wrap do_bench, outermost, so each call's timed stretches hold the device's lock; the
-        graph timer takes the lock itself, around its GPU-timed stretches only."""
+        """Wrap do_bench, outermost, so each call's timed stretch holds the device's lock."""
         import triton.testing as tt
-        bench = ExclusiveBench(tt.do_bench, lock_path, lambda: device.device_interface().synchronize(),
-                               delegate=self.graph is not None)
+        bench = ExclusiveBench(tt.do_bench, lock_path, lambda: device.device_interface().synchronize())
         self.patches.push(bench.close)
         self.patches.setattr(tt, "do_bench", bench)
-        if self.graph is not None:
-            self.patches.setattr(self.graph, "lock", bench)
         self.exclusive, self.overlap = bench, overlap
-        held = ("the graph timer holds it for its warmup, estimate and replays; the capture runs "
-                "outside it" if self.graph is not None else "each do_bench call holds it")
-        log(TIMING_LOG_TAG, f"exclusive timing on {lock_path}: {held} "
+        log(TIMING_LOG_TAG, f"exclusive timing: each do_bench call holds {lock_path} "
                             f"({overlap} run(s) overlap on this device)")
 
     def pytest_unconfigure(self, config):
