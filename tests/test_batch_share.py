@@ -5,7 +5,9 @@ run_batch.py --overlap N: N cases per device too, each handed the device's timin
 (zl/timing/exclusive.py), recorded as device_overlap, a caliber field kept across --resume."""
 
 import csv
+import fcntl
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -262,3 +264,39 @@ def test_progress_rate_and_eta_follow_the_wall_clock_not_the_cases_own_seconds(c
     assert capsys.readouterr().out.split("\n")[-2] == "4 9.0"    # 6 left at 40/h
     assert p.rate_per_hour() == 40.0
     assert Progress(3, clock=lambda: 5.0).eta_min() == 0.0          # nothing done yet: no guess
+
+
+def test_op_timeout_does_not_count_the_wait_for_the_timing_lock_up_to_another_op_timeout(tmp_path):
+    """Another run holds the device's lock: an overlapped case that waits for it longer than
+    --op-timeout still passes; a wait beyond twice the timeout is a TIMEOUT that says how long
+    it waited; a case that hangs without waiting times out at --op-timeout."""
+    def holding(seconds, *args, **env):
+        bd = args[args.index("--batch-dir") + 1]
+        lock = Path(bd) / ".timing-locks" / "device-0.lock"
+        lock.parent.mkdir(parents=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        release = threading.Timer(seconds, fcntl.flock, (fd, fcntl.LOCK_UN))
+        release.start()
+        try:
+            return batch(tmp_path, *args, **env)
+        finally:
+            release.cancel()
+            release.join()
+            os.close(fd)
+
+    r = holding(5.0, "--ops", "softmax", "--devices", "0", "--batch-dir", str(tmp_path / "b1"),
+                "--overlap", "2", "--op-timeout", "3", ZL_STUB_PLAN="softmax=lockwait")
+    row = status(tmp_path / "b1")["softmax"]
+    assert row["status"] == "PASS", (row, r.stdout + r.stderr)
+    waited = json.loads((tmp_path / "b1" / "main" / "softmax" / "lock_wait.json").read_text())
+    assert waited["waiting_since"] is None and 3.0 < waited["waited_s"] < 5.5
+    t0 = time.monotonic()
+    r = holding(9.0, "--ops", "softmax", "relu", "--devices", "0", "--batch-dir", str(tmp_path / "b2"),
+                "--overlap", "2", "--op-timeout", "2", "--kill-grace", "1",
+                ZL_STUB_PLAN="softmax=lockwait,relu=hang", ZL_STUB_STATE=str(tmp_path))
+    st = status(tmp_path / "b2")
+    assert st["softmax"]["status"] == "TIMEOUT" and "lock_waited_s=2" in st["softmax"]["notes"], st
+    assert st["relu"]["status"] == "TIMEOUT" and "lock_waited_s" not in st["relu"]["notes"], st
+    assert 3.5 <= int(st["softmax"]["elapsed_ms"]) / 1000 < 7.5 and 1.8 <= int(st["relu"]["elapsed_ms"]) / 1000 < 3.9
+    assert time.monotonic() - t0 < 9.0 + 20

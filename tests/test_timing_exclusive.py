@@ -6,10 +6,12 @@ Processes, not threads: the lock is fcntl.flock between the runs of one device."
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -131,3 +133,26 @@ def test_good_settings_and_an_unopenable_lock():
     assert parse_overlap("1", "", 4) == 1     # a shared run without overlap stays --share-device's
     with pytest.raises(ExclusiveTimingError, match="ZL_TIMING_LOCK='/proc/no-such-dir/l' cannot be opened"):
         ExclusiveBench(lambda fn: 0, "/proc/no-such-dir/l", lambda: None)
+
+
+def test_a_wait_is_written_for_the_batch_while_it_lasts_and_after(tmp_path):
+    from zl.timing.exclusive import WAIT_FILE, waited_s
+    lock = str(tmp_path / "device.lock")
+    other = os.open(lock, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(other, fcntl.LOCK_EX)
+    bench = ExclusiveBench(lambda fn, **kw: 1.0, lock, lambda: None, wait_file=str(tmp_path / WAIT_FILE))
+    assert waited_s(tmp_path) == 0.0                       # nothing recorded yet
+    t = threading.Thread(target=bench, args=(lambda: None,))
+    t.start()
+    time.sleep(0.5)
+    during = waited_s(tmp_path)
+    assert 0.3 < during < 5.0 and waited_s(tmp_path, now=time.time() + 10) > during + 9   # under way
+    fcntl.flock(other, fcntl.LOCK_UN)
+    t.join()
+    rec = json.loads((tmp_path / WAIT_FILE).read_text())
+    assert rec["waiting_since"] is None and rec["waited_s"] >= 0.4
+    assert waited_s(tmp_path, now=time.time() + 10) == rec["waited_s"]   # a finished wait stays put
+    (tmp_path / WAIT_FILE).write_text("{half")
+    assert waited_s(tmp_path) == 0.0
+    bench.close()
+    os.close(other)

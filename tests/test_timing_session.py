@@ -341,6 +341,9 @@ def test_subprocess_overlapped_run_times_every_call_under_the_lock(tmp_path, tim
     # outermost over whichever timer: all four do_bench calls went through the lock
     assert f"exclusive timing (overlap=2, lock {lock}): 4 do_bench call(s) held the device" in proc.stderr
     assert "pre-call" not in proc.stderr and lock.is_file()
+    # the waits are where the batch reads them (zl.batch.case credits them to --op-timeout)
+    waits = json.loads((tmp_path / "out" / "lock_wait.json").read_text())
+    assert waits["waiting_since"] is None and waits["waited_s"] >= 0
     # a lock without overlap: exclusive all the same, recorded as solo
     (tmp_path / "solo").mkdir()
     proc, ident = run_pytest(tmp_path / "solo", ZL_BACKEND="cuda", ZL_TIMING_LOCK=str(lock), **timer)

@@ -31,6 +31,7 @@ from zl.batch.status import blank_row, join_notes
 from zl.markers import CELL_TIMEOUT, COUNTED, format_marker
 from zl.runlog.caliber import caliber_of
 from zl.runlog.parse import RunLogError, read_run_log
+from zl.timing.exclusive import waited_s
 
 UNSUPPORTED_DTYPE = "can't be supported by this op"
 SKIP_RE = re.compile(r"(\d+) (skipped|xfailed)\b")
@@ -69,6 +70,7 @@ class Attempt:
     timed_out: bool
     interrupted: bool
     leftover: bool
+    lock_waited_s: float = 0.0      # credited to --op-timeout under --overlap (at a timeout)
 
 
 def _clean(text: str, limit: int = 160) -> str:
@@ -130,12 +132,15 @@ class CaseRunner:
                                     env=self.env(e, device, out_dir, dtypes, replay),
                                     stdin=subprocess.DEVNULL, stdout=fh, stderr=fh)
         deadline = time.monotonic() + self.cfg.op_timeout
+        credit = 0.0        # --overlap: the seconds this attempt waited for the timing lock
         timed_out = interrupted = False
         while proc.poll() is None:
             if self.stop.is_set():
                 interrupted = True
-            elif time.monotonic() >= deadline:
-                timed_out = True
+            elif time.monotonic() >= deadline + credit:
+                if self.cfg.device_overlap > 1:
+                    credit = min(self.cfg.op_timeout, waited_s(out_dir))
+                timed_out = time.monotonic() >= deadline + credit
             if timed_out or interrupted:
                 kill_group(proc.pid, proc, self.cfg.kill_grace)
                 break
@@ -148,7 +153,8 @@ class CaseRunner:
             with open(out_dir / "run.log", "a", encoding="utf-8") as fh:
                 fh.write("!!! " + format_marker(CELL_TIMEOUT, op=e.op, run_name=e.run_name,
                                                 timeout_s=f"{self.cfg.op_timeout:g}") + "\n")
-        return Attempt(rc=rc, timed_out=timed_out, interrupted=interrupted, leftover=leftover)
+        return Attempt(rc=rc, timed_out=timed_out, interrupted=interrupted, leftover=leftover,
+                       lock_waited_s=credit)
 
     # ------------------------------------------------------------------ reading the result
     def classify(self, e: Entry, out_dir: Path, rc: int, timed_out: bool) -> Dict[str, str]:
@@ -273,6 +279,8 @@ class CaseRunner:
                 row.update(status="INTERRUPTED", return_code=str(a.rc), notes="interrupted")
                 return row, True
             result = self.classify(e, out_dir, a.rc, a.timed_out)
+        if a.timed_out and a.lock_waited_s:
+            notes.append(f"lock_waited_s={a.lock_waited_s:.0f}")
         if len(rcs) > 1:
             notes.append("rc=" + "->".join(map(str, rcs)))
         if leftovers:

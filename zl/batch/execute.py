@@ -97,8 +97,10 @@ class BatchRun:
         n_todo = sum(len(v) for v in todo.values())
         self.progress = Progress(n_todo)
         self.t0 = time.monotonic()
-        # a case that starts now may end this late: both sides timed out, then the kill grace
-        self.worst_case = plan.args.op_timeout * len(plan.sides) + plan.args.kill_grace + 5
+        # a case that starts now may end this late: both sides timed out, then the kill grace;
+        # under --overlap each side may also be credited up to one --op-timeout of lock waits
+        self.per_side = plan.args.op_timeout * (2 if plan.args.overlap > 1 else 1)
+        self.worst_case = self.per_side * len(plan.sides) + plan.args.kill_grace + 5
         self.budget_refused_at: Optional[float] = None   # seconds in, when --budget-s first held a case back
 
     def _config(self, name: str, extra: Dict[str, str], batch_id: str) -> CaseConfig:
@@ -132,7 +134,8 @@ class BatchRun:
         a = self.plan.args
         return (f"--budget-s {a.budget_s:g} reached after {self.budget_refused_at:.0f} s: a case starts only if "
                 f"it can end within the budget, so each start reserves its worst case, --op-timeout "
-                f"{a.op_timeout:g} s x {len(self.plan.sides)} side(s) + --kill-grace {a.kill_grace:g} s + 5 s = "
+                f"{a.op_timeout:g} s" + (" x 2 (lock waits credited under --overlap)" if a.overlap > 1 else "")
+                + f" x {len(self.plan.sides)} side(s) + --kill-grace {a.kill_grace:g} s + 5 s = "
                 f"{self.worst_case:g} s; give a larger --budget-s or a smaller --op-timeout")
 
     def work(self, c: inv.Entry, device: str) -> None:

@@ -11,6 +11,12 @@ autotuner's) is wrapped, outermost, by `ExclusiveBench`:
 2. fcntl.flock(LOCK_EX) on the lock file, blocking; the timer's own do_bench (warmup,
    capture, replays; or Triton's benchmark of one autotune candidate); release.
 
+While a run waits for the lock its --op-timeout clock stops: the run writes its waits to
+`OUT_DIR/lock_wait.json` (WAIT_FILE: seconds waited, and since when it waits now) and the
+batch credits them, up to one more --op-timeout (`waited_s`). Measured on the H200 at
+--overlap 8: cases waited 5-49 s for the lock, and nodes that pass alone in 52 s timed out
+at --op-timeout 90, so a status depended on the overlap.
+
 A do_bench called while this process holds the lock runs inside it. GPU work outside the
 lock: the benchmark's input generation, the results plugin's comparisons and the one call
 of step 1. Whether that leaves the timings as good as solo is measured, not assumed
@@ -22,16 +28,20 @@ overlapped the same way.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import time
+from pathlib import Path
 from typing import Any, Callable, Optional
 
+from zl import atomic
 from zl.device import parse_count
 
 OVERLAP_ENV = "ZL_DEVICE_OVERLAP"
 LOCK_ENV = "ZL_TIMING_LOCK"
 OPT_OVERLAP = "--zl-device-overlap"
 OPT_LOCK = "--zl-timing-lock"
+WAIT_FILE = "lock_wait.json"
 
 
 class ExclusiveTimingError(ValueError):
@@ -55,10 +65,12 @@ def parse_overlap(text: Optional[str], lock_path: Optional[str], share: int = 1)
 class ExclusiveBench:
     """A do_bench that takes the device's timing lock around `inner` (see the module doc)."""
 
-    def __init__(self, inner: Callable, lock_path: str, synchronize: Callable[[], Any]) -> None:
+    def __init__(self, inner: Callable, lock_path: str, synchronize: Callable[[], Any],
+                 wait_file: Optional[str] = None) -> None:
         self.inner = inner
         self.lock_path = lock_path
         self.synchronize = synchronize
+        self.wait_file = wait_file      # where the batch reads this run's waits (None: nowhere)
         try:
             self.fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
@@ -76,9 +88,12 @@ class ExclusiveBench:
         except Exception:
             # the locked call meets the same error where the timer judges it
             self.stats["precall_errors"] += 1
+        self._note_wait(time.time())
         t0 = time.perf_counter()
         fcntl.flock(self.fd, fcntl.LOCK_EX)
         t1 = time.perf_counter()
+        self.stats["waited_s"] += t1 - t0
+        self._note_wait(None)
         self.depth += 1
         try:
             return self.inner(fn, *args, **kwargs)
@@ -86,8 +101,12 @@ class ExclusiveBench:
             self.depth -= 1
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             self.stats["calls"] += 1
-            self.stats["waited_s"] += t1 - t0
             self.stats["held_s"] += time.perf_counter() - t1
+
+    def _note_wait(self, since: Optional[float]) -> None:
+        if self.wait_file:
+            atomic.write_json(self.wait_file, {"waited_s": round(self.stats["waited_s"], 3),
+                                               "waiting_since": since})
 
     def close(self) -> None:
         if self.fd is not None:
@@ -100,3 +119,17 @@ class ExclusiveBench:
                 f"do_bench call(s) held the device {s['held_s']:.3f} s, waited {s['waited_s']:.3f} s"
                 + (f"; {s['precall_errors']} pre-call(s) raised and were retried under the lock"
                    if s["precall_errors"] else ""))
+
+
+def waited_s(out_dir: Path, now: Optional[float] = None) -> float:
+    """Seconds the run writing into `out_dir` has waited for the device's timing lock, the
+    wait under way included (0.0 when it recorded none; a half-read file counts as none)."""
+    try:
+        rec = json.loads((Path(out_dir) / WAIT_FILE).read_text(encoding="utf-8"))
+        total = float(rec.get("waited_s") or 0.0)
+        since = rec.get("waiting_since")
+    except (OSError, ValueError, TypeError, AttributeError):
+        return 0.0
+    if since is not None:
+        total += max(0.0, (time.time() if now is None else now) - float(since))
+    return total

@@ -8,6 +8,7 @@ objects, so one process can configure, unconfigure and configure again.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Optional
 
 import pytest
@@ -119,10 +120,12 @@ class TimingSession:
             + ("; l2=cold: do_bench zeroes its own 256 MB cache before every call"
                if self.l2 == "cold" else ""))
 
-    def make_exclusive(self, lock_path: str, overlap: int) -> None:
-        """Wrap do_bench, outermost, so each call's timed stretch holds the device's lock."""
+    def make_exclusive(self, lock_path: str, overlap: int, out_dir: str = "") -> None:
+        """Wrap do_bench, outermost, so each call's timed stretch holds the device's lock; the
+        waits go to out_dir's exclusive.WAIT_FILE (the batch credits them to --op-timeout)."""
         import triton.testing as tt
-        bench = ExclusiveBench(tt.do_bench, lock_path, lambda: device.device_interface().synchronize())
+        bench = ExclusiveBench(tt.do_bench, lock_path, lambda: device.device_interface().synchronize(),
+                               wait_file=str(Path(out_dir) / exclusive.WAIT_FILE) if out_dir else None)
         self.patches.push(bench.close)
         self.patches.setattr(tt, "do_bench", bench)
         self.exclusive, self.overlap = bench, overlap
@@ -200,7 +203,7 @@ def start(config: Any) -> TimingSession:
     session.install(config.pluginmanager)
     if lock:
         try:
-            session.make_exclusive(lock, overlap)
+            session.make_exclusive(lock, overlap, select.read_setting(config, "--zl-out-dir", "OUT_DIR")[0])
         except exclusive.ExclusiveTimingError as exc:
             raise pytest.UsageError(f"{TIMING_LOG_TAG} {exc}") from None
     if overlap > 1:
