@@ -31,7 +31,8 @@ what a case directory weighs on the way back (its files, and the gzip'd tar the 
 Nodes: --ops, or --sample N drawn with --seed from the inventory (as overlap_throughput.py draws).
 A batch directory that exists is resumed. Exit status: 0 report written; 2 bad arguments (no
 nodes, no --ray-address and no --stub, --report-only without both batches); 3 a batch left cases
-unrun or its run_batch.py failed (the console logs under OUT say why). A node without a final
+unrun or its run_batch.py failed (the console logs under OUT say why); 130 stopped by SIGTERM or
+Ctrl-C (call again to resume). A node without a final
 status under both executors makes the comparison INCOMPLETE: no statuses verdict, no per-case
 overhead. --report-only on a bundle without its case directories keeps the weights its
 executor_overhead.json recorded.
@@ -55,7 +56,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from overlap_throughput import add_node_options, draw, interrupt_on_sigterm, read_walls, run_batch_call  # noqa: E402
+from overlap_throughput import (add_node_options, draw, exit_status, interrupt_on_sigterm,  # noqa: E402
+                                read_walls, run_batch_call)
 from zl import atomic  # noqa: E402
 from zl.batch.ray_executor import pack  # noqa: E402
 from zl.batch.status import UNFINISHED, note_value, read_rows  # noqa: E402
@@ -228,4 +230,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_status(main))

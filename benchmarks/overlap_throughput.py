@@ -33,7 +33,8 @@ Nodes: --ops, or --sample N drawn with --seed from the inventory (ops/inventory_
 that are not marked skip or dismissed, repo main). A batch directory that exists is resumed
 (run_batch.py --resume), so the tool can be called again after a time limit. Exit status: 0
 report written; 2 bad arguments (no nodes, an overlap < 1); 3 a batch left cases unrun (the
-report covers what ran; call again to resume).
+report covers what ran; call again to resume); 130 stopped by SIGTERM or Ctrl-C (the running
+run_batch.py killed with its cases, its wall recorded; call again to resume).
 """
 
 from __future__ import annotations
@@ -169,6 +170,16 @@ def interrupt_on_sigterm() -> None:
     """SIGTERM to this tool unwinds like Ctrl-C, so wait_or_kill kills the child's process
     group (started in its own session, a kill of this tool's group would miss it)."""
     signal.signal(signal.SIGTERM, _raise_interrupt)
+
+
+def exit_status(main: Callable[[], int]) -> int:
+    """main()'s exit status; a stop (SIGTERM, Ctrl-C) is exit 130 with one line, not a traceback."""
+    try:
+        return main()
+    except KeyboardInterrupt:
+        print(f"!!! {Path(sys.argv[0]).name} stopped: its run_batch.py was killed with its cases; "
+              "call again with the same arguments to resume", file=sys.stderr, flush=True)
+        return 130
 
 
 def wait_or_kill(proc: subprocess.Popen, each_line: Optional[Callable[[str], None]] = None) -> int:
@@ -393,4 +404,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_status(main))

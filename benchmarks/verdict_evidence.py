@@ -64,7 +64,7 @@ another node set, switch, --held-out or --retune-ops than the output folder's, -
 a folder without the screens its options need); 3 a batch left cases unrun (no report: the
 later stages wait; call again to resume); 4 a stage's run_batch.py refused (exit 2: e.g. a
 resume whose conditions differ) or batch_summary.py could not read a stage (the stage and its
-log named).
+log named); 130 stopped by SIGTERM or Ctrl-C (call again to resume).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ from statistics import median
 from typing import Dict, List, Optional
 
 # the same inventory draw, options and run_batch.py call (this script's folder is on sys.path)
-from overlap_throughput import add_node_options, draw, interrupt_on_sigterm, read_walls, run_batch_call
+from overlap_throughput import add_node_options, draw, exit_status, interrupt_on_sigterm, read_walls, run_batch_call
 from zl import atomic
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -387,4 +387,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_status(main))

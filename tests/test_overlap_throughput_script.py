@@ -152,18 +152,20 @@ def test_upstream_runs_the_same_nodes_in_one_process_beside_the_batches(tmp_path
 
 def test_a_terminated_tool_takes_its_batch_with_it(tmp_path):
     """SIGTERM to the tool while a case hangs: run_batch.py (in its own session) and the case
-    are killed with it, nothing of the batch is left running."""
+    are killed with it, nothing of the batch is left running; exit 130 with one line."""
     out = tmp_path / "ovl"
     e = base_env(tmp_path, ZL_RUN_PYTEST=str(STUB), ZL_STUB_STATE=str(tmp_path), ZL_RUNS_ROOT=str(tmp_path / "runs"),
                  ZL_STUB_SWITCH="ZL_AA_NOOP", ZL_STUB_PLAN="relu=hang")
     proc = subprocess.Popen([sys.executable, str(TOOL), "--ops", "relu", "--overlap", "1", "--devices", "0",
-                             "--out", str(out)], env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "--out", str(out)], env=e, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while not (tmp_path / "relu.pids").exists() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert (tmp_path / "relu.pids").exists(), "the hanging case never started"
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=60) != 0
+    assert proc.wait(timeout=60) == 130
+    err = proc.stderr.read()
+    assert "overlap_throughput.py stopped" in err and "Traceback" not in err, err
     deadline = time.monotonic() + 30
     while procs_with_env(str(out)) and time.monotonic() < deadline:
         time.sleep(0.5)
