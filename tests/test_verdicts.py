@@ -58,6 +58,22 @@ def test_threshold_is_the_conformal_order_statistic():
         vd.check_false_alarm(0.0)
 
 
+def test_a_shape_below_one_microsecond_is_unclear_and_no_control():
+    """A graph with no kernel in it (unbind, resize_as_ on the H200: 0.000000-0.000010 ms)
+    is never FASTER/SLOWER, and its wild A/A ratios never widen a class's threshold."""
+    key = ("cuda_graph",)
+    real = [{"latency_ms": 0.005, "delta_pct": float(i % 5) / 10, "caliber": key, "pair": f"p{i}",
+             "source": "s"} for i in range(40)]
+    views = [{"latency_ms": 0.000002, "delta_pct": 900.0, "caliber": key, "pair": f"v{i}",
+              "source": "s"} for i in range(40)]
+    cal = vd.Calibration(real + views, key, "recorded", 0.05)
+    assert cal.classes[0]["controls"] == 40 and cal.classes[0]["threshold_pct"] == pytest.approx(0.4)
+    tiny = cal.judge(-150.0, 0.000001)
+    assert tiny["verdict"] == "UNCLEAR" and "below 1 us" in tiny["reason"]
+    assert cal.judge(-150.0, 0.001)["verdict"] == "SLOWER" and cal.judge(0.3, 0.002)["verdict"] == "SAME"
+    assert "below 1 us on side A" in cal.rule()["text"]
+
+
 def test_real_change_is_slower_where_its_slowdown_exceeds_the_aa_noise(tmp_path, capsys):
     d = run_json(tmp_path, "--ab-rounds", rounds(tmp_path), "--false-alarm", "0.1")
     v = d["verdicts"]

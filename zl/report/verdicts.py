@@ -13,6 +13,10 @@ rounds, the per-shape Mann-Whitney p < alpha: the rank test agrees), SAME when
 |delta| <= threshold, UNCLEAR otherwise, with the reason: no control with this caliber, too
 few controls in the class, rounds too few to reach alpha, or the two tests disagree.
 
+A shape measured below MEASURABLE_MS on side A is UNCLEAR and is no control: a graph with no
+kernel in it (a view, a metadata op) times as a few nanoseconds. Measured on the H200: unbind
+and resize_as_ read 0.000000-0.000010 ms per call, and their A/A ratios spanned 0.002-22.6.
+
 A pair is never calibrated from its own shapes: the judged pair's controls are left out (a
 pair that is itself an A/A is judged against the others; its verdicts are then the
 leave-one-out false-alarm measurement). With rounds, the controls are single-round deltas
@@ -29,6 +33,7 @@ VERDICTS = (FASTER, SLOWER, SAME, UNCLEAR)
 DEFAULT_FALSE_ALARM = 0.05
 CLASS_EDGES_MS = (0.01, 0.1, 1.0)
 CLASS_NAMES = ("< 10 us", "10-100 us", "100 us-1 ms", ">= 1 ms")
+MEASURABLE_MS = 0.001   # 1 us: below it no kernel work is resolved (see the module doc)
 
 Control = Dict  # {"latency_ms", "delta_pct", "caliber", "pair" (its pair's name), "source"}
 
@@ -127,7 +132,8 @@ class Calibration:
         self.other_caliber = len(every) - len(self.controls)
         self.classes = []
         for i, cname in enumerate(CLASS_NAMES):
-            vals = [c["delta_pct"] for c in self.controls if latency_class(c["latency_ms"]) == i]
+            vals = [c["delta_pct"] for c in self.controls
+                    if c["latency_ms"] >= MEASURABLE_MS and latency_class(c["latency_ms"]) == i]
             thr, bound = threshold(vals, self.false_alarm)
             judged, exceeded = _leave_one_out(vals, self.false_alarm)
             self.classes.append({"class": cname, "controls": len(vals), "threshold_pct": thr,
@@ -159,6 +165,10 @@ class Calibration:
         none = self.why_none()
         if none:
             return {**out, "verdict": UNCLEAR, "reason": none}
+        if not latency_ms >= MEASURABLE_MS:
+            return {**out, "verdict": UNCLEAR, "reason": (
+                f"side A measured {latency_ms:.6f} ms per call, below {MEASURABLE_MS * 1000:g} us: "
+                "no kernel work the timer resolves")}
         if cls["threshold_pct"] is None:
             return {**out, "verdict": UNCLEAR, "reason": (
                 f"{cls['controls']} A/A control(s) in class {cls['class']}; the rule needs "
@@ -185,7 +195,8 @@ class Calibration:
                          f"k-th smallest |A/A delta| of the class's n controls, k = ceil((n+1)"
                          f"(1-{self.false_alarm:g})): false-alarm rate <= {self.false_alarm:.0%} per "
                          f"shape); SAME within it; UNCLEAR below {min_controls(self.false_alarm)} "
-                         "controls in the class or without a control of this caliber"),
+                         "controls in the class, without a control of this caliber, or below "
+                         f"{MEASURABLE_MS * 1000:g} us on side A (no kernel work resolved)"),
                 "false_alarm_target": self.false_alarm,
                 "min_controls_per_class": min_controls(self.false_alarm),
                 "control_source": self.source, "controls": len(self.controls),
