@@ -82,6 +82,13 @@ def test_normalize_paths_covers_llvm_and_ptx_file_names():
     assert fp.normalize_paths('!DIFile(filename: "/a/b/x.py", directory: "/tmp/r1/code_cache")') \
         == '!DIFile(filename: "x.py", directory: "code_cache")'
     assert fp.normalize_paths('.file 1 "/tmp/r2/x.py"') == '.file 1 "x.py"'
+    # A writer's process id in a generated file's name does not count; what else the name
+    # says (rank, key, content hash) does.
+    pid = '#loc = loc("/c/code_cache/index_add_rank_2_pid_%s.py":12:0)'
+    assert fp.normalize_paths(pid % "8123") == fp.normalize_paths(pid % "77") \
+        == '#loc = loc("index_add_rank_2_pid_N.py":12:0)'
+    assert fp.normalize_paths(pid.replace("rank_2", "rank_3") % "8123") != fp.normalize_paths(pid % "8123")
+    assert fp.normalize_paths('"/c/x_pid_12b.py"') == '"x_pid_12b.py"'     # not a pid: left alone
     # Relative names and non-path strings are left alone.
     assert fp.normalize_paths('"ttg.target" = "cuda:90", "rel/x.py"') == '"ttg.target" = "cuda:90", "rel/x.py"'
 

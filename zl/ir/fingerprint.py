@@ -22,7 +22,11 @@ The rule:
   PTX's .file). FlagGems generates pointwise kernels into its cache directory, which
   the A/B drivers make private per run: on the H200 an A/A screen judged relu and abs
   IR_CHANGED from the source locations alone. The file name keeps the generated
-  source's content hash, so a change of generated source still counts.
+  source's content hash, so a change of generated source still counts. A process id in
+  that name (`index_add_rank_2_pid_8123.py`: about 29 FlagGems generators name their file
+  after the writing process) reads `_pid_N`: on the H200 an A/A screen judged index_add_
+  IR_CHANGED@ttgir, its TTGIR, LLVM IR and PTX differing and its binary (non-debug
+  sections) identical.
 - Zero `.ttgir` files is "no comparable IR", never "identical".
 
 CLI (exit codes are an interface):
@@ -143,9 +147,14 @@ def strip_switch_stamps(text: str, prefixes: Optional[Sequence[str]] = None) -> 
 _ABS_PATH_RE = re.compile(r'"/(?:[^"\n]*/)?([^"/\n]*)"')
 
 
+# A process id in a generated file's name (FlagGems: f"..._pid_{os.getpid()}.py").
+_PID_RE = re.compile(r"_pid_[0-9]+(?=[._])")
+
+
 def normalize_paths(text: str) -> str:
-    """Cut quoted absolute paths (source locations, debug file names) to their basename."""
-    return _ABS_PATH_RE.sub(lambda m: f'"{m.group(1)}"', text)
+    """Cut quoted absolute paths (source locations, debug file names) to their basename, with
+    a process id in it replaced by N."""
+    return _ABS_PATH_RE.sub(lambda m: '"' + _PID_RE.sub("_pid_N", m.group(1)) + '"', text)
 
 
 # A PTX debug section: `.section .debug_x` then a `{ ... }` block of .b8/.b32 data. The
