@@ -91,7 +91,7 @@ def test_dropout_aa_extra_i64_variant_is_variants_differ(tmp_path):
 
 def test_record_has_each_variant_identity_path_and_digest_per_level(tmp_path):
     doc = json.loads((make_run(tmp_path, "a", BEFORE) / "ttgir" / fp.FINGERPRINTS_NAME).read_text())
-    assert doc["schema_version"] == 2 and len(doc["per_variant"]) == doc["variants"] == 8
+    assert doc["schema_version"] == fp.SCHEMA_VERSION and len(doc["per_variant"]) == doc["variants"] == 8
     i64 = [v for v in doc["per_variant"] if v["identity"]["dtypes"].get("philox_offset") == "i64"]
     assert [v["path"] for v in i64] == ["4096x4096/dropout_forward_kernel/w16s3__i64"]
     assert set(i64[0]["levels"]) == {"ttgir", "llir", "ptx", "binary"}
@@ -222,3 +222,18 @@ def test_specialisation_partners():
     assert not same(constexprs={"BLOCK": 128})                            # a config
     assert not same(num_warps="8") and not same(num_stages="4")
     assert not same(dtypes={"x": "*fp16"}, constexprs={"BLOCK": 64, "n": 2})
+
+
+def test_records_of_two_normalisations_are_hashed_again_from_the_files(tmp_path):
+    """A record from before the pid normalisation (schema < 3) is not compared with a newer
+    one: both sides are hashed from their dumped files, so the same code reads NO_IR_DIFF."""
+    a, b = make_run(tmp_path, "a", BEFORE), make_run(tmp_path, "b", BEFORE)
+    path = b / "ttgir" / fp.FINGERPRINTS_NAME
+    doc = json.loads(path.read_text())
+    doc["levels"]["ttgir"]["hash"] = "0" * 64          # what an older normalisation recorded
+    path.write_text(json.dumps(doc))
+    assert fp.verdict(a, b)["verdict"] == "IR_CHANGED@ttgir"     # one normalisation: records trusted
+    doc["schema_version"] = 2
+    path.write_text(json.dumps(doc))
+    res = fp.verdict(a, b)
+    assert res["verdict"] == "NO_IR_DIFF" and "binary" not in res["compared"], res

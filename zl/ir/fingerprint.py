@@ -92,7 +92,11 @@ CONVERT_RE = re.compile(r"\bttg\.convert_layout\b")
 DEFAULT_LAUNCH_FLOOR = 1
 FINGERPRINTS_NAME = "ir_fingerprints.json"
 # 2: adds `per_variant` (each variant's identity, path and digest per level).
-SCHEMA_VERSION = 2
+# 3: a process id in a generated file's name is normalised (`_pid_N`): hashes of a record
+#    below 3 and one of 3 or more are not compared; both sides are hashed again from their
+#    dumped files (no binary level then).
+SCHEMA_VERSION = 3
+PID_NORMALISED_SINCE = 3
 # First-difference order: the verdict names the first of these that differs. ptx (NVIDIA)
 # and amdgcn (AMD) are the vendor assembly; "binary" is the cubin/hsaco/mubin.
 LEVEL_ORDER = ("ttgir", "llir", "ptx", "amdgcn", "binary")
@@ -262,6 +266,11 @@ def _variants_of(doc: Optional[Dict[str, Any]]) -> Optional[List[Dict[str, Any]]
     return records if isinstance(records, list) and records else None
 
 
+def _pid_normalised(doc: Dict[str, Any]) -> bool:
+    version = doc.get("schema_version")
+    return isinstance(version, int) and version >= PID_NORMALISED_SINCE
+
+
 def recorded_levels(run_dir: os.PathLike) -> Dict[str, str]:
     """{level: hash} of the complete levels in `<run>/ttgir/ir_fingerprints.json` ({} if none)."""
     return _levels_of(load_record(run_dir))
@@ -285,7 +294,11 @@ def verdict(run_a: os.PathLike, run_b: os.PathLike, ir: Optional[Sequence] = Non
     'variants_only'} (see the module docstring for VARIANTS_DIFFER). `ir`: each side's
     (run_levels, load_record) when the caller read them; else each record is read once here."""
     doc_a, doc_b = (ir[0][1], ir[1][1]) if ir else (load_record(run_a), load_record(run_b))
-    a, b = (ir[0][0], ir[1][0]) if ir else (run_levels(run_a, doc_a), run_levels(run_b, doc_b))
+    if doc_a is not None and doc_b is not None and _pid_normalised(doc_a) != _pid_normalised(doc_b):
+        doc_a = doc_b = ir = None       # recorded under two normalisations: hash the files again
+        a, b = run_levels(run_a, None), run_levels(run_b, None)
+    else:
+        a, b = (ir[0][0], ir[1][0]) if ir else (run_levels(run_a, doc_a), run_levels(run_b, doc_b))
     compared: List[str] = []
     one_sided = [lv for lv in LEVEL_ORDER if (lv in a) != (lv in b)]
     out: Dict[str, Any] = {"a": a, "b": b, "compared": compared, "one_sided": one_sided,
