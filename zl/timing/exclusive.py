@@ -14,13 +14,13 @@ autotuner's) is wrapped, outermost, by `ExclusiveBench`:
 While a run waits for the lock its --op-timeout clock stops: the run writes its waits to
 `OUT_DIR/lock_wait.json` (WAIT_FILE: seconds waited, and since when it waits now) and the
 batch credits them, up to one more --op-timeout (`waited_s`). Measured on the H200 at
---overlap 8: cases waited 5-49 s for the lock, and nodes that pass alone in 52 s timed out
-at --op-timeout 90, so a status depended on the overlap.
+--overlap 8: cases waited 5-49 s for the lock, and softmax_backward, which passed in 52 s
+at --overlap 4, timed out at --op-timeout 90: a status depended on the overlap.
 
 A do_bench called while this process holds the lock runs inside it. GPU work outside the
 lock: the benchmark's input generation, the results plugin's comparisons and the one call
 of step 1. Whether that leaves the timings as good as solo is measured, not assumed
-(docs/validation/speed.md: A/A of overlapped vs solo pairs). The identity records
+(docs/validation/speed.md: at --overlap 3 and 4 the A/A held, at 8 it did not). The identity records
 device_overlap=N (N > 1), a caliber field: an overlapped run compares only with a run
 overlapped the same way.
 """
