@@ -300,3 +300,15 @@ def test_op_timeout_does_not_count_the_wait_for_the_timing_lock_up_to_another_op
     assert st["relu"]["status"] == "TIMEOUT" and "lock_waited_s" not in st["relu"]["notes"], st
     assert 3.5 <= int(st["softmax"]["elapsed_ms"]) / 1000 < 7.5 and 1.8 <= int(st["relu"]["elapsed_ms"]) / 1000 < 3.9
     assert time.monotonic() - t0 < 9.0 + 20
+
+
+def test_budget_reserves_twice_the_op_timeout_per_side_under_overlap(tmp_path):
+    """A case may be credited one more --op-timeout of lock waits, so its worst case under
+    --overlap is 2 x 1 s + 0.5 s grace + 5 s = 7.5 s: a 7 s budget starts nothing (solo: 6.5 s)."""
+    args = ("--ops", "softmax", "--devices", "0", "--op-timeout", "1", "--kill-grace", "0.5", "--budget-s", "7")
+    r = batch(tmp_path, *args, "--batch-dir", tmp_path / "over", "--overlap", "2")
+    assert r.returncode == 3 and status(tmp_path / "over")["softmax"]["status"] == "PENDING", r.stdout + r.stderr
+    assert "x 2 (lock waits credited under --overlap) x 1 side(s)" in r.stdout + r.stderr
+    assert "= 7.5 s" in r.stdout + r.stderr
+    r = batch(tmp_path, *args, "--batch-dir", tmp_path / "solo")
+    assert r.returncode == 0 and status(tmp_path / "solo")["softmax"]["status"] == "PASS", r.stdout + r.stderr
