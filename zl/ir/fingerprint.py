@@ -1,32 +1,25 @@
 """One fingerprint of a run's generated code, and convert_layout counting.
 
-Every A/B tool (ab_repeat.sh, the screening driver, batch tools) asks this module,
-directly or through `_ir_fingerprint.sh`, whether two runs compiled the same code.
-The seed records why there must be exactly one rule: the screening step and the
-A/B step once disagreed, so an operator let through by one was stopped by the other.
+Every A/B tool (ab_repeat.sh, the screening driver, batch tools) asks this module, directly
+or through `_ir_fingerprint.sh`, whether two runs compiled the same code. There is exactly
+one rule: the screening and A/B steps once disagreed, and one stopped what the other passed.
 
 The rule:
-- Only `<run>/ttgir/**/*.ttgir` files count: sorted relative paths plus contents.
-  index.tsv and naming.md are left out because two runs that compiled nothing
-  still have identical copies of them, which once reported "the switch changed
-  nothing" for runs that generated no code at all.
-- Module attributes a switch stamps on whether or not it changed anything are
-  removed first (`"ttg.rlc-*" = N : i32`). FlagTree's RLC policy writes its knobs
-  into the module when the switch is on; left in, 7 of 24 operators (tanh gelu mul
-  softmax mm bmm replication_pad3d) that were otherwise byte-identical were judged
-  "changed", i.e. the screen excluded nothing. Extra prefixes: `ZL_IR_STRIP_ATTRS`
-  (comma separated attribute-name prefixes).
+- Only `<run>/ttgir/**/*.ttgir` files count: sorted relative paths plus contents. index.tsv
+  and naming.md are left out: two runs that compiled nothing have identical copies of them,
+  which once read "the switch changed nothing" for runs that generated no code at all.
+- Module attributes a switch stamps whether or not it changed anything are removed first
+  (`"ttg.rlc-*" = N : i32`). FlagTree's RLC policy writes its knobs into the module when the
+  switch is on; left in, 7 of 24 byte-identical operators (tanh gelu mul softmax mm bmm
+  replication_pad3d) read "changed". Extra prefixes: `ZL_IR_STRIP_ATTRS` (comma separated).
 - Absolute paths inside quoted strings are cut to their last component first
-  (`loc("/tmp/r1/.flaggems_cache/code_cache/pointwise_dynamic_<sha>_relu.py":61:0)`
-  -> `loc("pointwise_dynamic_<sha>_relu.py":61:0)`; the same for LLVM's DIFile and
-  PTX's .file). FlagGems generates pointwise kernels into its cache directory, which
-  the A/B drivers make private per run: on the H200 an A/A screen judged relu and abs
-  IR_CHANGED from the source locations alone. The file name keeps the generated
-  source's content hash, so a change of generated source still counts. A process id in
-  that name (`index_add_rank_2_pid_8123.py`: about 29 FlagGems generators name their file
-  after the writing process) reads `_pid_N`: on the H200 an A/A screen judged index_add_
-  IR_CHANGED@ttgir, its TTGIR, LLVM IR and PTX differing and its binary (non-debug
-  sections) identical.
+  (`loc("/tmp/r1/.flaggems_cache/code_cache/pointwise_dynamic_<sha>_relu.py":61:0)` ->
+  `loc("pointwise_dynamic_<sha>_relu.py":61:0)`; LLVM's DIFile and PTX's .file alike):
+  FlagGems generates kernels into its cache directory, private per run, and an H200 A/A
+  screen judged relu and abs IR_CHANGED from the locations alone. The name keeps the
+  source's content hash, so changed generated source still counts; a process id in it
+  (`index_add_rank_2_pid_8123.py`, about 29 generators) reads `_pid_N`: an H200 A/A read
+  index_add_ IR_CHANGED@ttgir with TTGIR, LLVM IR and PTX differing, binaries identical.
 - Zero `.ttgir` files is "no comparable IR", never "identical".
 
 CLI (exit codes are an interface):
@@ -42,25 +35,22 @@ CLI (exit codes are an interface):
     2 = usage error (bad arguments, RUN_DIR does not exist).
     `--level llir` (or ptx, ...) fingerprints another dumped IR level instead.
 
-Every level, by default (`levels.py`): at dump time the IR plugin hashes each level the
-run compiled (ttgir, llir, ptx or amdgcn, and the cubin/hsaco/mubin) from the Triton
-cache into `<run>/ttgir/ir_fingerprints.json`, over the same variants and relative paths
-as the dumped .ttgir files, so no level has to be dumped to be compared. The verdict
-walks LEVEL_ORDER and names the first level at which the two runs differ:
-`IR_CHANGED@ttgir`, `IR_CHANGED@llir`, `IR_CHANGED@ptx`, `BINARY_CHANGED` (only the
-binary differs) or `NO_IR_DIFF` (every level present on both sides equal; the levels
-compared are printed, and without a binary on both sides NO_IR_DIFF says so). This is
-the one rule: the screen, its RESCORE and ab_repeat.sh's round-1 check all call it.
+Every level, by default (`levels.py`): at dump time the IR plugin hashes each level the run
+compiled (ttgir, llir, ptx or amdgcn, the cubin/hsaco/mubin) from the Triton cache into
+`<run>/ttgir/ir_fingerprints.json`, over the dumped .ttgir files' variants and paths, so no
+level has to be dumped to be compared. The verdict names the first level of LEVEL_ORDER at
+which the runs differ: `IR_CHANGED@ttgir|llir|ptx`, `BINARY_CHANGED` (only the binary) or
+`NO_IR_DIFF` (every level on both sides equal; the levels compared are printed, and
+NO_IR_DIFF without a binary on both sides says so). The screen, its RESCORE and
+ab_repeat.sh's round-1 check all call this one rule.
 
-`VARIANTS_DIFFER`: the code of every variant both runs compiled is identical; the sets
-differ: argument-value specialisations (i32/i64, divisibility 16, ==1) follow the inputs
-and how often the timing loops called the kernel, not the code generator. Used when both
-runs recorded per-variant digests (schema 2), variants matched by identity, never by file
-name (zl.ir.per_variant): with common variants and one-sided ones that are all argument-value
-specialisations of the other side's, a level is judged on the common ones: IR_CHANGED@<level>
-/ BINARY_CHANGED name the first level at which a COMMON variant differs. Exit 0, like
-NO_IR_DIFF: no common code changed. Otherwise (no common variant, a one-sided config, schema 1,
-levels hashed from dumped files) the aggregate rule above.
+`VARIANTS_DIFFER`: every variant both runs compiled is identical; the sets differ by
+argument-value specialisations (i32/i64, divisibility 16, ==1), which follow the inputs and
+the timing loops, not the code generator. With per-variant digests on both sides (schema >= 2;
+matched by identity, never file name: zl.ir.per_variant), common variants and one-sided ones
+that specialise the other side's, a level is judged on the common ones (IR_CHANGED@<level> /
+BINARY_CHANGED: a COMMON variant differs; else exit 0 like NO_IR_DIFF). Otherwise (no common
+variant, a one-sided config, schema 1, levels hashed from files) the aggregate rule above.
 PTX loses its `.section .debug_*` blocks (line tables carrying the source path as bytes);
 a binary is hashed over its non-debug ELF sections (zl.ir.binary).
 """
@@ -91,10 +81,8 @@ STRIP_ENV = "ZL_IR_STRIP_ATTRS"
 CONVERT_RE = re.compile(r"\bttg\.convert_layout\b")
 DEFAULT_LAUNCH_FLOOR = 1
 FINGERPRINTS_NAME = "ir_fingerprints.json"
-# 2: adds `per_variant` (each variant's identity, path and digest per level).
-# 3: a process id in a generated file's name is normalised (`_pid_N`): hashes of a record
-#    below 3 and one of 3 or more are not compared; both sides are hashed again from their
-#    dumped files (no binary level then).
+# 2: adds `per_variant` (each variant's identity, path and digest per level). 3: `_pid_N`;
+# records below and from 3 are not compared: both sides are hashed again from their files.
 SCHEMA_VERSION = 3
 PID_NORMALISED_SINCE = 3
 # First-difference order: the verdict names the first of these that differs. ptx (NVIDIA)
@@ -267,8 +255,7 @@ def _variants_of(doc: Optional[Dict[str, Any]]) -> Optional[List[Dict[str, Any]]
 
 
 def _pid_normalised(doc: Dict[str, Any]) -> bool:
-    version = doc.get("schema_version")
-    return isinstance(version, int) and version >= PID_NORMALISED_SINCE
+    return isinstance(doc.get("schema_version"), int) and doc["schema_version"] >= PID_NORMALISED_SINCE
 
 
 def recorded_levels(run_dir: os.PathLike) -> Dict[str, str]:
@@ -350,26 +337,16 @@ def read_index(root: Path) -> Optional[List[Dict[str, str]]]:
         lines = index.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return None
-    if not lines:
-        return None
-    header = lines[0].split("\t")
+    header = lines[0].split("\t") if lines else []
     if not {"shape", "kernel", "file", "launches"} <= set(header):
         return None
-    rows = []
-    for raw in lines[1:]:
-        fields = raw.split("\t")
-        if len(fields) < len(header):
-            continue
-        rows.append(dict(zip(header, fields)))
-    return rows
+    return [dict(zip(header, fields)) for fields in (raw.split("\t") for raw in lines[1:])
+            if len(fields) >= len(header)]
 
 
 def indexed_launches(root: Path) -> Optional[Dict[str, int]]:
     """Relative IR file path (without extension) -> measured launches, from index.tsv.
-
-    Placeholder rows (file starting with "(") are autotune losers or variants whose
-    IR could not be copied: audit rows, no file to map.
-    """
+    Placeholder rows (file starting with "("): autotune losers or IR not copied, no file."""
     rows = read_index(root)
     if rows is None:
         return None
