@@ -99,8 +99,8 @@ class BatchRun:
         self.t0 = time.monotonic()
         # a case that starts now may end this late: both sides timed out, then the kill grace;
         # under --overlap each side may also be credited up to one --op-timeout of lock waits
-        self.per_side = plan.args.op_timeout * (2 if plan.args.overlap > 1 else 1)
-        self.worst_case = self.per_side * len(plan.sides) + plan.args.kill_grace + 5
+        per_side = plan.args.op_timeout * (2 if plan.args.overlap > 1 else 1)
+        self.worst_case = per_side * len(plan.sides) + plan.args.kill_grace + 5
         self.budget_refused_at: Optional[float] = None   # seconds in, when --budget-s first held a case back
 
     def _config(self, name: str, extra: Dict[str, str], batch_id: str) -> CaseConfig:
