@@ -22,17 +22,24 @@ utilization every 100 ms (where it exists). The report (stdout and OUT/overlap_t
 - with --upstream, beside them: FlagGems' own harness over the same nodes in one pytest
   process (`--level core --mode cudagraph`, cold caches of its own, nvidia-smi sampled), its
   wall, nodes finished per hour, GPU-busy share and each node's outcome and seconds (every
-  output line stamped as it is printed: zl.runlog.costs.node_seconds).
+  output line stamped as it is printed: zl.runlog.costs.node_seconds);
+- with --reference JSON: each node's A/A beside another run's (its overlap_throughput.json,
+  e.g. five of the nodes one case at a time), on the nodes both measured: the medians and on
+  how many nodes the A/A here is no higher.
 
     python benchmarks/overlap_throughput.py --sample 40 --seed 1 --overlap 1 4 --out runs/ovl
     python benchmarks/overlap_throughput.py --sample 40 --seed 1 --overlap 4 --upstream --out runs/ovl
     python benchmarks/overlap_throughput.py --ops relu softmax --overlap 1 2 --out runs/ovl
     python benchmarks/overlap_throughput.py --report-only --overlap 1 3 --out <unpacked bundle>/ovl
+    python benchmarks/overlap_throughput.py --ops relu softmax --overlap 1 --out runs/solo
+    python benchmarks/overlap_throughput.py --sample 40 --seed 1 --overlap 8 --out runs/ovl \
+        --reference runs/solo/overlap_throughput.json
 
 Nodes: --ops, or --sample N drawn with --seed from the inventory (ops/inventory_main.csv rows
 that are not marked skip or dismissed, repo main). A batch directory that exists is resumed
 (run_batch.py --resume), so the tool can be called again after a time limit. Exit status: 0
-report written; 2 bad arguments (no nodes, an overlap < 1); 3 a batch left cases unrun (the
+report written; 2 bad arguments (no nodes, an overlap < 1, a --reference that is not an
+overlap_throughput.json or lacks --reference-overlap); 3 a batch left cases unrun (the
 report covers what ran; call again to resume); 130 stopped by SIGTERM or Ctrl-C (the running
 run_batch.py killed with its cases, its wall recorded; call again to resume).
 """
@@ -343,6 +350,45 @@ def report(results: List[Dict], upstream: Optional[Dict] = None) -> str:
     return "\n".join(out)
 
 
+def load_reference(path: Path, k: Optional[int]) -> Dict:
+    """One overlap value's results from another overlap_throughput.json (default: its first)."""
+    try:
+        results = json.loads(path.read_text())["results"]
+        return next(r for r in results if k is None or r["overlap"] == k)
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ValueError(f"--reference {path}: not an overlap_throughput.json") from None
+    except StopIteration:
+        raise ValueError(f"--reference {path}: holds no overlap {k}") from None
+
+
+def against_reference(results: List[Dict], ref: Dict, path: Path) -> Dict:
+    """Each node's A/A here beside the reference's, on the nodes both measured (every side
+    PASS with an A/A), per overlap value: the medians, and on how many nodes it is no higher."""
+    out = {"path": str(path), "overlap": ref["overlap"], "per_overlap": {}}
+    for r in results:
+        common = sorted(n for n, v in r["nodes"].items() if v.get("aa_median_abs_delta") is not None
+                        and (ref["nodes"].get(n) or {}).get("aa_median_abs_delta") is not None)
+        pairs = {n: (ref["nodes"][n]["aa_median_abs_delta"], r["nodes"][n]["aa_median_abs_delta"]) for n in common}
+        out["per_overlap"][r["overlap"]] = {
+            "nodes": pairs, "median_reference": float(np.median([a for a, _ in pairs.values()])) if pairs else None,
+            "median": float(np.median([b for _, b in pairs.values()])) if pairs else None,
+            "no_higher": sum(1 for a, b in pairs.values() if b <= a)}
+    return out
+
+
+def reference_report(cmp: Dict) -> str:
+    out = [f"A/A against the reference ({cmp['path']}, overlap {cmp['overlap']}), on the nodes both measured:", "",
+           "| overlap | nodes | A/A median, reference | A/A median, here | nodes no higher than the reference |",
+           "|---|---|---|---|---|"]
+    pct = lambda x: "n/a" if x is None else format(x, ".2%")  # noqa: E731
+    for k, c in cmp["per_overlap"].items():
+        out.append(f"| {k} | {len(c['nodes'])} | {pct(c['median_reference'])} | {pct(c['median'])} | {c['no_higher']} |")
+    for k, c in cmp["per_overlap"].items():
+        out += ["", f"| node | reference A/A | overlap {k} A/A |", "|---|---|---|"]
+        out += [f"| {n} | {pct(a)} | {pct(b)} |" for n, (a, b) in c["nodes"].items()]
+    return "\n".join(out)
+
+
 def add_node_options(ap: argparse.ArgumentParser) -> None:
     """The nodes and the batch settings every stage of this tool (and verdict_evidence.py) runs."""
     ap.add_argument("--ops", nargs="+", default=[], help="inventory run names")
@@ -371,10 +417,18 @@ def main(argv: Optional[List[str]] = None) -> int:
                          "node of the process); the report names them")
     ap.add_argument("--report-only", action="store_true",
                     help="run nothing: the report of the batches already in --out (e.g. a returned bundle)")
+    ap.add_argument("--reference", type=Path, metavar="JSON",
+                    help="another run's overlap_throughput.json (e.g. the same nodes one case at a time): "
+                         "each node's A/A beside it")
+    ap.add_argument("--reference-overlap", type=int, metavar="K", help="its overlap value to use (default: its first)")
     args = ap.parse_args(argv)
     interrupt_on_sigterm()
     if any(k < 1 for k in args.overlap):
         ap.error("--overlap values must be >= 1")
+    try:    # checked before anything runs
+        ref = load_reference(args.reference, args.reference_overlap) if args.reference is not None else None
+    except ValueError as exc:
+        ap.error(str(exc))
     if args.report_only:
         if not all((args.out / f"overlap-{k}" / "batch.json").is_file() for k in args.overlap):
             ap.error(f"--report-only: {args.out} holds no batch for every --overlap value")
@@ -395,10 +449,14 @@ def main(argv: Optional[List[str]] = None) -> int:
             run_upstream(nodes, args, args.out)
     upstream = summarize_upstream(args.out)
     text = report(results, upstream)
+    cmp = None
+    if ref is not None:
+        cmp = against_reference(results, ref, args.reference)
+        text += "\n\n" + reference_report(cmp)
     print(text)
     atomic.write_json(args.out / "overlap_throughput.json",
                       {"nodes": nodes, "switch": SWITCH, "dtypes": args.dtypes, "results": results,
-                       "upstream": upstream}, indent=1, sort_keys=False)
+                       "upstream": upstream, "reference": cmp}, indent=1, sort_keys=False)
     atomic.write_text(args.out / "overlap_throughput.md", text + "\n")
     return 3 if any(r["rc"] == 3 for r in results) else 0
 

@@ -173,3 +173,28 @@ def test_a_terminated_tool_takes_its_batch_with_it(tmp_path):
     # the killed call's seconds count in the batch's wall, for the call that resumes it
     walls = json.loads((out / "walls-overlap-1.json").read_text())
     assert len(walls) == 1 and walls[0] > 0
+
+
+def test_reference_sets_each_nodes_aa_beside_another_runs(tmp_path):
+    """--reference: the A/A of the nodes both runs measured, beside each other; a reference
+    that is not an overlap_throughput.json exits 2 before any batch runs."""
+    ref = tmp_path / "solo"
+    r = run(tmp_path, "--ops", "relu", "softmax", "abs", "--overlap", "1", "--devices", "0", "--out", ref,
+            ZL_STUB_B_SCALE="relu=1.02,softmax=1.10", ZL_STUB_PLAN="abs=fail")
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = tmp_path / "over"
+    r = run(tmp_path, "--ops", "relu", "softmax", "abs", "--overlap", "2", "--devices", "0", "--out", out,
+            "--reference", ref / "overlap_throughput.json", ZL_STUB_B_SCALE="1.05")
+    assert r.returncode == 0, r.stdout + r.stderr
+    cmp = json.loads((out / "overlap_throughput.json").read_text())["reference"]
+    c = cmp["per_overlap"]["2"]
+    assert cmp["overlap"] == 1 and sorted(c["nodes"]) == ["relu", "softmax"]      # abs failed there
+    assert [round(x, 6) for x in c["nodes"]["relu"]] == [0.02, 0.05]
+    assert round(c["median_reference"], 6) == 0.06 and round(c["median"], 6) == 0.05 and c["no_higher"] == 1
+    assert "| 2 | 2 | 6.00% | 5.00% | 1 |" in r.stdout and "| softmax | 10.00% | 5.00% |" in r.stdout
+    for bad, needle in ((tmp_path / "nothing.json", "not an overlap_throughput.json"),
+                        (ref / "overlap_throughput.json", "holds no overlap 4")):
+        r = run(tmp_path, "--ops", "relu", "--overlap", "2", "--out", tmp_path / "never", "--reference", bad,
+                "--reference-overlap", "4")
+        assert r.returncode == 2 and needle in r.stderr, r.stderr
+        assert not (tmp_path / "never").exists()

@@ -452,7 +452,7 @@ def exclusive(timer, tmp_path):
 def test_under_exclusive_timing_the_capture_holds_the_lock_with_warmup_and_replays(timer, exclusive):
     """Past the compiling pre-call, the lock holds sync, warmup, estimate, capture and
     replays. Released for the capture (at overlap 8), eight H200 nodes read A/A 0.9-27 %
-    against 0.1-1.4 % held (overlap 4), for a median lock time per side of 7.1 s against 7.35 s."""
+    against 0.1-1.4 % held (overlap 4), for a median lock time per node of 14.2 s against 15.0 s."""
     di = timer.setup(di=make_interface(replay_ms=0.5))
     bench = exclusive.make()
     trace = []
