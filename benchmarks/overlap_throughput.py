@@ -305,6 +305,11 @@ def summarize_upstream(out: Path) -> Optional[Dict]:
             "gpu": utilization(out / "util-upstream.txt"), "nodes": per_node}
 
 
+def pct(x: Optional[float]) -> str:
+    """A share as the report prints it (an A/A delta: 0.0379 -> 3.79%), n/a for None."""
+    return "n/a" if x is None else format(x, ".2%")
+
+
 def report(results: List[Dict], upstream: Optional[Dict] = None) -> str:
     first = results[0]["nodes"]
     out = ["| overlap | wall s | side runs | side runs/h | nodes finished | nodes/h | GPU-busy share | "
@@ -317,7 +322,7 @@ def report(results: List[Dict], upstream: Optional[Dict] = None) -> str:
         aa = r["aa_median_over_nodes"]
         busy = "n/a" if not g else format(g["busy_share"], ".1%")
         util = "n/a" if not g else format(g["mean_util"], ".1f")
-        aa_s = "n/a" if aa is None else format(aa, ".2%")
+        aa_s = pct(aa)
         held = "n/a" if r["lock_held_share"] is None else format(r["lock_held_share"], ".1%")
         bound = "n/a" if r["lock_bound_side_runs_per_hour"] is None else r["lock_bound_side_runs_per_hour"]
         out.append(f"| {r['overlap']} | {r['wall_s']} | {r['side_runs']} | {r['side_runs_per_hour']} | "
@@ -340,7 +345,7 @@ def report(results: List[Dict], upstream: Optional[Dict] = None) -> str:
         for r in results:
             v = r["nodes"].get(n, {})
             aa = v.get("aa_median_abs_delta")
-            aa_s = "n/a" if aa is None else format(aa, ".2%")
+            aa_s = pct(aa)
             cells.append(f"{v.get('status', '-')} {v.get('verdict', '')} {aa_s}")
         if upstream is not None:
             u = upstream["nodes"].get(n)
@@ -380,7 +385,6 @@ def reference_report(cmp: Dict) -> str:
     out = [f"A/A against the reference ({cmp['path']}, overlap {cmp['overlap']}), on the nodes both measured:", "",
            "| overlap | nodes | A/A median, reference | A/A median, here | nodes no higher than the reference |",
            "|---|---|---|---|---|"]
-    pct = lambda x: "n/a" if x is None else format(x, ".2%")  # noqa: E731
     for k, c in cmp["per_overlap"].items():
         out.append(f"| {k} | {len(c['nodes'])} | {pct(c['median_reference'])} | {pct(c['median'])} | {c['no_higher']} |")
     for k, c in cmp["per_overlap"].items():

@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 import pytest
 
-from zl import markers
+from zl import markers, options
 from zl.backends import get_backend
 from zl.identity import update_identity
 from zl.patching import PatchStack
@@ -203,7 +203,7 @@ def start(config: Any) -> TimingSession:
     session.install(config.pluginmanager)
     if lock:
         try:
-            session.make_exclusive(lock, overlap, select.read_setting(config, "--zl-out-dir", "OUT_DIR")[0])
+            session.make_exclusive(lock, overlap, options.value(config, "--zl-out-dir").strip())
         except exclusive.ExclusiveTimingError as exc:
             raise pytest.UsageError(f"{TIMING_LOG_TAG} {exc}") from None
     if overlap > 1:
