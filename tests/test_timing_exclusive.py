@@ -1,5 +1,6 @@
-"""zl/timing/exclusive.py: the timed stretch of each do_bench call holds the device's lock,
-the call that compiles does not, and the settings refuse what would time a shared device.
+"""zl/timing/exclusive.py: the timed stretch of each do_bench call holds the device's lock
+alone, a test's GPU work holds it shared, compilation drops the share, a waiting timer is not
+starved, and the settings refuse what would time a shared device.
 
 Processes, not threads: the lock is fcntl.flock between the runs of one device."""
 
@@ -23,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # One process: `calls` do_bench calls; the pre-call and the timed stretch stamp a file.
 WORKER = textwrap.dedent('''
-    import sys, time
+    import os, sys, time
     from zl.timing.exclusive import ExclusiveBench
     lock, stamps, name, calls, hold = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
 
@@ -38,8 +39,16 @@ WORKER = textwrap.dedent('''
         return 1.0
 
     bench = ExclusiveBench(timed, lock, lambda: None)
-    for _ in range(calls):
-        bench(lambda: stamp("pre"))
+    if calls:                       # a timer: its test's run is GPU work too, like a case's
+        with bench.gpu_work():
+            for _ in range(calls):
+                bench(lambda: stamp("pre"))
+    else:                           # a run doing GPU work in stretches until told to stop
+        while not os.path.exists(stamps + ".stop"):
+            with bench.gpu_work():
+                stamp("win")
+                time.sleep(hold)
+                stamp("wout")
     print(bench.summary(2))
 ''')
 
@@ -64,9 +73,9 @@ def wait_for(pred, timeout=60.0):
     return pred()
 
 
-def test_the_compiling_call_runs_outside_the_lock_and_the_timed_stretch_waits_for_it(tmp_path):
+def test_the_pre_call_shares_the_device_and_the_timed_stretch_waits_for_the_others_work(tmp_path):
     with open(tmp_path / "device.lock", "w") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)        # another run is timing on this device
+        fcntl.flock(held, fcntl.LOCK_SH)        # another run's GPU work on this device
         proc = worker(tmp_path, "b")
         assert wait_for(lambda: any(w == "pre" for w, _, _ in stamps(tmp_path)))
         time.sleep(0.5)
@@ -76,6 +85,17 @@ def test_the_compiling_call_runs_outside_the_lock_and_the_timed_stretch_waits_fo
     assert proc.returncode == 0
     assert [w for w, _, _ in stamps(tmp_path)] == ["pre", "start", "end"]
     assert "1 do_bench call(s) held the device" in out and "waited 0.0" not in out
+
+
+def test_a_run_waits_to_start_its_gpu_work_while_another_times(tmp_path):
+    with open(tmp_path / "device.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)        # another run is timing on this device
+        proc = worker(tmp_path, "b")
+        time.sleep(1.0)
+        assert stamps(tmp_path) == [], "GPU work started while another run timed"
+        fcntl.flock(held, fcntl.LOCK_UN)
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and [w for w, _, _ in stamps(tmp_path)] == ["pre", "start", "end"]
 
 
 def test_timed_stretches_of_several_runs_never_overlap(tmp_path):
@@ -90,6 +110,76 @@ def test_timed_stretches_of_several_runs_never_overlap(tmp_path):
         running += step
         peak = max(peak, running)
     assert peak == 1
+
+
+def intervals(events, begin, end):
+    """{name: [(t_begin, t_end), ...]} from the stamps `begin`/`end` of each process."""
+    out, open_at = {}, {}
+    for what, name, t in events:
+        if what == begin:
+            open_at[name] = t
+        elif what == end:
+            out.setdefault(name, []).append((open_at.pop(name), t))
+    return out
+
+
+def test_a_timed_stretch_never_meets_another_runs_gpu_work_and_a_waiting_timer_gets_in(tmp_path):
+    """Three runs take back-to-back shared stretches (one always holds the lock shared) while
+    a fourth times: flock alone would starve the timer; the gate lets it in, and no stretch
+    of GPU work overlaps a timed one (H200, overlap 8: others' GPU work during replays read
+    A/A up to 27 %)."""
+    readers = [worker(tmp_path, f"w{i}", calls=0, hold=0.05) for i in range(3)]
+    assert wait_for(lambda: len({n for w, n, _ in stamps(tmp_path) if w == "win"}) == 3)
+    timer = worker(tmp_path, "t", calls=5, hold=0.03)
+    out, _ = timer.communicate(timeout=60)
+    (tmp_path / "stamps.stop").write_text("")
+    for p in readers:
+        p.communicate(timeout=60)
+        assert p.returncode == 0
+    assert timer.returncode == 0 and "5 do_bench call(s)" in out and "1 test run(s) held it shared" in out
+    events = stamps(tmp_path)
+    timed = intervals(events, "start", "end")["t"]
+    work = [iv for name, ivs in intervals(events, "win", "wout").items() for iv in ivs]
+    assert len(timed) == 5 and len(work) >= 6
+    clashes = [(t, w) for t in timed for w in work if w[0] < t[1] and t[0] < w[1]]
+    assert clashes == []
+    # the readers went on between the timer's calls: shared stretches interleave with timing
+    first, last = timed[0][0], timed[-1][1]
+    assert any(first < w[0] < last for w in work)
+
+
+def test_compiling_drops_the_share_and_takes_it_back(tmp_path, monkeypatch):
+    from triton.runtime.jit import JITFunction
+    from zl.patching import PatchStack
+    from zl.timing.exclusive import release_share_while_compiling
+    lock = str(tmp_path / "device.lock")
+    probe = os.open(lock, os.O_RDWR | os.O_CREAT)
+
+    def can_time():          # another run's exclusive try
+        try:
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(probe, fcntl.LOCK_UN)
+        return True
+
+    seen = []
+    monkeypatch.setattr(JITFunction, "_do_compile", lambda self, *a: seen.append(can_time()) or "kernel")
+    probe_compile = JITFunction._do_compile
+    bench = ExclusiveBench(lambda fn, **kw: 1.0, lock, lambda: None)
+    patches = PatchStack()
+    assert release_share_while_compiling(bench, patches) is None
+    with bench.gpu_work():
+        assert not can_time()
+        assert JITFunction._do_compile(None, "key") == "kernel"
+        assert seen == [True] and not can_time()          # free while compiling, shared again after
+    assert can_time() and bench.stats["compiles"] == 1
+    patches.undo_all()
+    assert JITFunction._do_compile is probe_compile
+    JITFunction._do_compile(None)                          # outside any stretch: nothing to drop
+    assert seen == [True, True]
+    bench.close()
+    os.close(probe)
 
 
 def test_a_nested_call_runs_inside_the_held_lock_and_a_failing_pre_call_is_retried_under_it(tmp_path):

@@ -243,12 +243,31 @@ def test_plugin_modules_import_no_other_plugin_module(module):
 # --- real pytest subprocesses on the CPU driver ---------------------------------------------
 
 BENCH_FILE = textwrap.dedent('''
+    import fcntl, os
     import triton.testing
 
     def work():
         return sum(range(2000))
 
+    def lock_state():
+        """The device lock as another process sees it: free, shared or exclusive."""
+        path = os.environ.get("ZL_TIMING_LOCK")
+        if not path:
+            return "none"
+        fd = os.open(path, os.O_RDWR)
+        try:
+            for mode, held in ((fcntl.LOCK_EX, "free"), (fcntl.LOCK_SH, "shared")):
+                try:
+                    fcntl.flock(fd, mode | fcntl.LOCK_NB)
+                    return held
+                except BlockingIOError:
+                    pass
+            return "exclusive"
+        finally:
+            os.close(fd)
+
     def test_softmax():
+        print("BODY", lock_state())
         for i in range(3):
             ms = triton.testing.do_bench(work, warmup=1, rep=2, return_mode="median")
             print(f"ROW softmax shape{i} {ms:.6f}")
@@ -336,10 +355,12 @@ def test_subprocess_overlapped_run_times_every_call_under_the_lock(tmp_path, tim
     proc, ident = run_pytest(tmp_path, ZL_BACKEND="cuda", ZL_DEVICE_OVERLAP="2", ZL_TIMING_LOCK=str(lock),
                              **timer)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert ident["device_overlap"] == 2
+    assert ident["device_overlap"] == 2 and ident["overlap_protocol"] == "timed-alone"
     assert len([line for line in proc.stdout.splitlines() if "ROW " in line]) == 4
     # outermost over whichever timer: all four do_bench calls went through the lock
     assert f"exclusive timing (overlap=2, lock {lock}): 4 do_bench call(s) held the device" in proc.stderr
+    # each test's run held it shared: no other run could time during the body's GPU work
+    assert "BODY shared" in proc.stdout and "3 test run(s) held it shared" in proc.stderr
     assert "pre-call" not in proc.stderr and lock.is_file()
     # the waits are where the batch reads them (zl.batch.case credits them to --op-timeout)
     waits = json.loads((tmp_path / "out" / "lock_wait.json").read_text())
@@ -347,8 +368,12 @@ def test_subprocess_overlapped_run_times_every_call_under_the_lock(tmp_path, tim
     # a lock without overlap: exclusive all the same, recorded as solo
     (tmp_path / "solo").mkdir()
     proc, ident = run_pytest(tmp_path / "solo", ZL_BACKEND="cuda", ZL_TIMING_LOCK=str(lock), **timer)
-    assert proc.returncode == 0 and "device_overlap" not in ident
-    assert "exclusive timing (overlap=1" in proc.stderr
+    assert proc.returncode == 0 and "device_overlap" not in ident and "overlap_protocol" not in ident
+    assert "exclusive timing (overlap=1" in proc.stderr and "BODY shared" in proc.stdout
+    # without a lock nothing is held
+    (tmp_path / "free").mkdir()
+    proc, _ = run_pytest(tmp_path / "free", ZL_BACKEND="cuda", **timer)
+    assert proc.returncode == 0 and "BODY none" in proc.stdout and "exclusive timing" not in proc.stderr
 
 
 @pytest.mark.parametrize("env,message", [

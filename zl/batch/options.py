@@ -129,8 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "with --resume: the batch's)")
     d.add_argument("--overlap", type=_share_count, default=None, metavar="N",
                    help="run up to N cases at once per device with exclusive timing: each do_bench "
-                        "call holds the device's lock, start-up and compilation overlap (timings "
-                        "valid; identity device_overlap=N, compared only with runs overlapped alike; "
+                        "call holds the device's lock alone, each test's GPU work holds it shared, "
+                        "start-up and compilation overlap (timings valid; identity device_overlap=N "
+                        "and overlap_protocol, compared only with runs overlapped alike; "
                         "default 1; with --resume: the batch's)")
     r = p.add_argument_group("running")
     r.add_argument("--batch-dir", type=Path, help="output directory (default <runs>/batch_<timestamp>)")

@@ -31,6 +31,9 @@ because changing it alone moved a measured result (seed, S5000 / H200):
   device_overlap   N runs overlapped on one GPU (run_batch.py --overlap N), each do_bench
                    call exclusive under a per-device lock, compilation and start-up
                    concurrent: absent on a solo run, so overlapped vs solo is a mismatch
+  overlap_protocol what an overlapped run kept out of its timed stretches (`timed-alone`:
+                   every other run's GPU work, zl/timing/exclusive.py); absent on runs
+                   overlapped before it existed, which timed beside others' GPU work
 
 A field absent on one side only is a mismatch (one run cannot show it matched); absent
 on every side is accepted, so runs written before a field existed still compare.
@@ -75,7 +78,7 @@ from zl.switches import SwitchError, parse_switch
 CALIBER_FIELDS = (
     "backend", "device", "device_name", "device_arch", "timer", "bench_level", "shape_mode",
     "tuner_cache", "direct_repeat", "use_flagtune", "seed", "shape_source",
-    "graph_warmup_ms", "l2", "cold_clock", "device_share", "device_overlap",
+    "graph_warmup_ms", "l2", "cold_clock", "device_share", "device_overlap", "overlap_protocol",
 )
 # Fields whose value names the operator itself (`softmax=yaml`): equal within one A/B pair,
 # different across the rows of a screen or a batch by construction.

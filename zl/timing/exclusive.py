@@ -1,38 +1,51 @@
-"""Exclusive timing on a device that several runs share: only the timed stretch is serialised.
+"""Exclusive timing on a device that several runs share: a timed stretch runs alone.
 
 run_batch.py --overlap N runs N cases per device at once, each with ZL_TIMING_LOCK (a lock
 file per device) and ZL_DEVICE_OVERLAP=N. Process start, imports, collection and Triton
-compilation overlap; every triton.testing.do_bench call (the benchmark's timing and the
-autotuner's) is wrapped, outermost, by `ExclusiveBench`:
+compilation overlap. The lock file is a reader-writer lock (fcntl.flock on one file, a
+second `<lock>.gate` file giving waiting timers priority):
 
-1. one call of fn and a device synchronize, outside the lock: the kernels it launches are
-   compiled now (an autotuner's candidates compile in their own nested do_bench calls,
-   each wrapped the same way), CPU work that may overlap another process's timing;
-2. fcntl.flock(LOCK_EX) on the lock file, blocking; the timer's own do_bench (warmup,
-   capture, replays; or Triton's benchmark of one autotune candidate); release.
+- shared: each test's run (setup, body, teardown: input generation, the results plugin's
+  outputs and upcast references, the pre-call below) holds the lock shared, so the
+  overlapped runs' GPU work may overlap each other but never a timed stretch. A Triton
+  compilation (`JITFunction._do_compile`) drops the share while it runs: it is CPU work;
+- exclusive: every triton.testing.do_bench call (the benchmark's and the autotuner's) is
+  wrapped, outermost, by `ExclusiveBench`: one call of fn and a device synchronize under the
+  share (the kernels it launches compile now, share dropped), then the share is dropped and
+  the lock taken exclusively for the timer's own do_bench (warmup, capture, replays; or
+  Triton's benchmark of one autotune candidate); then the share is taken back.
 
-While a run waits for the lock its --op-timeout clock stops: the run writes its waits to
-`OUT_DIR/lock_wait.json` (WAIT_FILE: seconds waited, and since when it waits now) and the
-batch credits them, up to one more --op-timeout (`waited_s`). Measured on the H200 at
---overlap 8: cases waited 5-49 s for the lock, and softmax_backward, which passed in 52 s
-at --overlap 4, timed out at --op-timeout 90: a status depended on the overlap.
+A taker passes the gate (held only while it waits for the lock), so once a timer waits, no
+new share is granted: the timer waits for the current shares to reach their next compile,
+do_bench or test end, not for a stream of them. Nobody blocks on the gate while holding the
+lock, so the protocol cannot deadlock.
 
-A do_bench called while this process holds the lock runs inside it. GPU work outside the
-lock: the benchmark's input generation, the results plugin's comparisons and the one call
-of step 1. Whether that leaves the timings as good as solo is measured, not assumed
-(docs/validation/speed.md: at --overlap 3 and 4 the A/A held, at 8 it did not). The identity records
-device_overlap=N (N > 1), a caliber field: an overlapped run compares only with a run
-overlapped the same way.
+Why shared stretches exist: on the H200 at --overlap 8 with only do_bench under the lock,
+A/A went from 0.1-1.4 % (overlap 4) to 0.9-27 % on the same nodes, medium and large shapes
+slowing, 64x64 ones not: another run's GPU work (references, inputs) ran during replays.
+Left outside every stretch: CUDA context creation while a process imports flag_gems, and the
+results plugin's prewarm thread during collection (one small tensor per dtype).
+
+While a run waits for the lock (either way) its --op-timeout clock stops: the run writes its
+waits to `OUT_DIR/lock_wait.json` (WAIT_FILE: seconds waited, and since when it waits now)
+and the batch credits them, up to one more --op-timeout (`waited_s`). Measured at --overlap
+8: cases waited 5-49 s, and softmax_backward timed out at --op-timeout 90 where it passed in
+52 s at --overlap 4: a status depended on the overlap.
+
+The identity records device_overlap=N and overlap_protocol=PROTOCOL (N > 1), caliber
+fields: an overlapped run compares only with a run overlapped the same way.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import functools
 import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from zl import atomic
 from zl.device import parse_count
@@ -42,6 +55,8 @@ LOCK_ENV = "ZL_TIMING_LOCK"
 OPT_OVERLAP = "--zl-device-overlap"
 OPT_LOCK = "--zl-timing-lock"
 WAIT_FILE = "lock_wait.json"
+GATE_SUFFIX = ".gate"
+PROTOCOL = "timed-alone"   # identity overlap_protocol: the shared/exclusive protocol above
 
 
 class ExclusiveTimingError(ValueError):
@@ -63,7 +78,8 @@ def parse_overlap(text: Optional[str], lock_path: Optional[str], share: int = 1)
 
 
 class ExclusiveBench:
-    """A do_bench that takes the device's timing lock around `inner` (see the module doc)."""
+    """A do_bench that times alone on the device, and the shared stretches of GPU work that
+    keep other runs' timings out (see the module doc)."""
 
     def __init__(self, inner: Callable, lock_path: str, synchronize: Callable[[], Any],
                  wait_file: Optional[str] = None) -> None:
@@ -71,13 +87,19 @@ class ExclusiveBench:
         self.lock_path = lock_path
         self.synchronize = synchronize
         self.wait_file = wait_file      # where the batch reads this run's waits (None: nowhere)
+        self.fd: Optional[int] = None
+        self.gate: Optional[int] = None
         try:
-            self.fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            self.fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            self.gate = os.open(lock_path + GATE_SUFFIX, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
+            self.close()
             raise ExclusiveTimingError(f"{LOCK_ENV}={lock_path!r} cannot be opened: "
                                        f"{exc.strerror}") from None
         self.depth = 0
-        self.stats = {"calls": 0, "held_s": 0.0, "waited_s": 0.0, "precall_errors": 0}
+        self.shared = False             # this process holds the lock shared (GPU work under way)
+        self.stats = {"calls": 0, "held_s": 0.0, "waited_s": 0.0, "precall_errors": 0,
+                      "stretches": 0, "compiles": 0}
 
     def __call__(self, fn, *args, **kwargs):
         if self.depth:   # inside this process's own locked stretch
@@ -88,20 +110,73 @@ class ExclusiveBench:
         except Exception:
             # the locked call meets the same error where the timer judges it
             self.stats["precall_errors"] += 1
+        with self._share_dropped():
+            t1 = self._take(fcntl.LOCK_EX)
+            self.depth += 1
+            try:
+                return self.inner(fn, *args, **kwargs)
+            finally:
+                self.depth -= 1
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
+                self.stats["calls"] += 1
+                self.stats["held_s"] += time.perf_counter() - t1
+
+    def _take(self, mode: int) -> float:
+        """Pass the gate and flock the lock in `mode`; the wait is recorded. -> when taken."""
         self._note_wait(time.time())
         t0 = time.perf_counter()
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        fcntl.flock(self.gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self.fd, mode)
+        finally:
+            fcntl.flock(self.gate, fcntl.LOCK_UN)
         t1 = time.perf_counter()
         self.stats["waited_s"] += t1 - t0
         self._note_wait(None)
-        self.depth += 1
+        return t1
+
+    @contextlib.contextmanager
+    def gpu_work(self) -> Iterator[None]:
+        """Hold the lock shared for a stretch of GPU work (a test's run); nested or inside a
+        timed stretch it is already covered."""
+        if self.shared or self.depth:
+            yield
+            return
+        self._take(fcntl.LOCK_SH)
+        self.shared = True
+        self.stats["stretches"] += 1
         try:
-            return self.inner(fn, *args, **kwargs)
+            yield
         finally:
-            self.depth -= 1
+            if self.shared:
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
+                self.shared = False
+
+    @contextlib.contextmanager
+    def _share_dropped(self) -> Iterator[None]:
+        """Drop this process's share for CPU work or a timed stretch; take it back after."""
+        was = self.shared
+        if was:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
-            self.stats["calls"] += 1
-            self.stats["held_s"] += time.perf_counter() - t1
+            self.shared = False
+        try:
+            yield
+        finally:
+            if was:
+                self._take(fcntl.LOCK_SH)
+                self.shared = True
+
+    def compiling(self, compile_fn: Callable) -> Callable:
+        """`compile_fn` (JITFunction._do_compile) run with the share dropped: compiling is
+        CPU work that may overlap another run's timing."""
+        bench = self
+
+        @functools.wraps(compile_fn)
+        def compile_outside_share(*args, **kwargs):
+            bench.stats["compiles"] += 1
+            with bench._share_dropped():
+                return compile_fn(*args, **kwargs)
+        return compile_outside_share
 
     def _note_wait(self, since: Optional[float]) -> None:
         if self.wait_file:
@@ -109,16 +184,33 @@ class ExclusiveBench:
                                                "waiting_since": since})
 
     def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+        for name in ("fd", "gate"):
+            fd = getattr(self, name)
+            if fd is not None:
+                os.close(fd)
+                setattr(self, name, None)
 
     def summary(self, overlap: int) -> str:
         s = self.stats
         return (f"exclusive timing (overlap={overlap}, lock {self.lock_path}): {s['calls']} "
-                f"do_bench call(s) held the device {s['held_s']:.3f} s, waited {s['waited_s']:.3f} s"
+                f"do_bench call(s) held the device {s['held_s']:.3f} s, waited {s['waited_s']:.3f} s; "
+                f"{s['stretches']} test run(s) held it shared, {s['compiles']} compile(s) outside"
                 + (f"; {s['precall_errors']} pre-call(s) raised and were retried under the lock"
                    if s["precall_errors"] else ""))
+
+
+def release_share_while_compiling(bench: ExclusiveBench, patches: Any) -> Optional[str]:
+    """Wrap triton's JITFunction._do_compile (triton 3.6 to 3.9 have it) on `patches`
+    (a PatchStack); None when done, else why compilation keeps the share."""
+    try:
+        from triton.runtime.jit import JITFunction
+    except ImportError as exc:
+        return f"triton.runtime.jit not importable ({exc})"
+    original = getattr(JITFunction, "_do_compile", None)
+    if not callable(original):
+        return "this triton has no JITFunction._do_compile"
+    patches.setattr(JITFunction, "_do_compile", bench.compiling(original))
+    return None
 
 
 def waited_s(out_dir: Path, now: Optional[float] = None) -> float:

@@ -128,9 +128,21 @@ class TimingSession:
                                wait_file=str(Path(out_dir) / exclusive.WAIT_FILE) if out_dir else None)
         self.patches.push(bench.close)
         self.patches.setattr(tt, "do_bench", bench)
+        why = exclusive.release_share_while_compiling(bench, self.patches)
         self.exclusive, self.overlap = bench, overlap
-        log(TIMING_LOG_TAG, f"exclusive timing: each do_bench call holds {lock_path} "
-                            f"({overlap} run(s) overlap on this device)")
+        log(TIMING_LOG_TAG, f"exclusive timing: each do_bench call holds {lock_path} alone, each "
+                            f"test's run holds it shared ({overlap} run(s) overlap on this device; "
+                            + ("compilation drops the share)" if why is None
+                               else f"compilation keeps the share: {why})"))
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        """Under exclusive timing a test's setup, body and teardown are GPU work: shared."""
+        if self.exclusive is None:
+            yield
+            return
+        with self.exclusive.gpu_work():
+            yield
 
     def pytest_unconfigure(self, config):
         """Put back whatever do_bench and Benchmark methods this session replaced."""
@@ -207,7 +219,7 @@ def start(config: Any) -> TimingSession:
         except exclusive.ExclusiveTimingError as exc:
             raise pytest.UsageError(f"{TIMING_LOG_TAG} {exc}") from None
     if overlap > 1:
-        update_identity(device_overlap=overlap)
+        update_identity(device_overlap=overlap, overlap_protocol=exclusive.PROTOCOL)
     update_identity(timer=timer, graph_capture=capture, direct_repeat=repeat,
                     graph_warmup_ms=select.warmup_label(warmup_cap), l2=l2,
                     cold_clock=clock if l2 == "cold" and timer == select.TIMER_GRAPH else None)
