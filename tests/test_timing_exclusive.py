@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -96,6 +97,8 @@ def test_a_run_waits_to_start_its_gpu_work_while_another_times(tmp_path):
         fcntl.flock(held, fcntl.LOCK_UN)
         out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0 and [w for w, _, _ in stamps(tmp_path)] == ["pre", "start", "end"]
+    share_wait = re.search(r"\(([0-9.]+) s of it for GPU work while others timed\)", out)
+    assert share_wait and float(share_wait.group(1)) >= 0.8, out
 
 
 def test_timed_stretches_of_several_runs_never_overlap(tmp_path):

@@ -99,7 +99,7 @@ class ExclusiveBench:
         self.depth = 0
         self.shared = False             # this process holds the lock shared (GPU work under way)
         self.stats = {"calls": 0, "held_s": 0.0, "waited_s": 0.0, "precall_errors": 0,
-                      "stretches": 0, "compiles": 0}
+                      "stretches": 0, "compiles": 0, "share_waited_s": 0.0}
 
     def __call__(self, fn, *args, **kwargs):
         if self.depth:   # inside this process's own locked stretch
@@ -132,6 +132,8 @@ class ExclusiveBench:
             fcntl.flock(self.gate, fcntl.LOCK_UN)
         t1 = time.perf_counter()
         self.stats["waited_s"] += t1 - t0
+        if mode == fcntl.LOCK_SH:
+            self.stats["share_waited_s"] += t1 - t0
         self._note_wait(None)
         return t1
 
@@ -193,7 +195,8 @@ class ExclusiveBench:
     def summary(self, overlap: int) -> str:
         s = self.stats
         return (f"exclusive timing (overlap={overlap}, lock {self.lock_path}): {s['calls']} "
-                f"do_bench call(s) held the device {s['held_s']:.3f} s, waited {s['waited_s']:.3f} s; "
+                f"do_bench call(s) held the device {s['held_s']:.3f} s, waited {s['waited_s']:.3f} s "
+                f"({s['share_waited_s']:.3f} s of it for GPU work while others timed); "
                 f"{s['stretches']} test run(s) held it shared, {s['compiles']} compile(s) outside"
                 + (f"; {s['precall_errors']} pre-call(s) raised and were retried under the lock"
                    if s["precall_errors"] else ""))
