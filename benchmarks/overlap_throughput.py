@@ -107,16 +107,19 @@ def utilization(path: Path) -> Optional[Dict[str, float]]:
 
 
 LOCK_LINE = re.compile(r"exclusive timing \(overlap=\d+, lock .*\): \d+ do_bench call\(s\) held the device "
-                       r"([0-9.]+) s, waited ([0-9.]+) s")
+                       r"([0-9.]+) s, waited ([0-9.]+) s(?: \(([0-9.]+) s of it for GPU work while others timed\))?")
 
 
 def lock_seconds(run_dir: Path) -> Optional[tuple]:
-    """(held, waited) seconds of the run's timing lock, from its run.log; None without the line."""
+    """(held, waited, of it waited for GPU work or None) seconds of the run's timing lock, from
+    its run.log (a run before the shared stretches wrote no third figure); None without the line."""
     try:
         m = LOCK_LINE.search((run_dir / "run.log").read_text(errors="replace"))
     except OSError:
         return None
-    return (float(m.group(1)), float(m.group(2))) if m else None
+    if not m:
+        return None
+    return float(m.group(1)), float(m.group(2)), None if m.group(3) is None else float(m.group(3))
 
 
 def gems_rows(run_dir: Path) -> Dict[str, float]:
@@ -142,8 +145,11 @@ def read_batch(bd: Path) -> Dict:
         nodes[name] = {"status": f"{row['status']}/{b.get(name, {}).get('status', '-')}",
                        "verdict": verdicts.get(name, ""), "shapes": len(deltas),
                        "aa_median_abs_delta": float(np.median(deltas)) if deltas else None,
-                       "lock_held_s": round(sum(h for h, _ in locks), 3) if locks else None,
-                       "lock_waited_s": round(sum(w for _, w in locks), 3) if locks else None}
+                       "lock_held_s": round(sum(h for h, _, _ in locks), 3) if locks else None,
+                       "lock_waited_s": round(sum(w for _, w, _ in locks), 3) if locks else None,
+                       # the part of those waits that held back this node's GPU work while others timed
+                       "share_waited_s": round(sum(x for _, _, x in locks), 3)
+                       if locks and all(x is not None for _, _, x in locks) else None}
     return nodes
 
 
@@ -229,6 +235,7 @@ def summarize(k: int, bd: Path, rc: Optional[int]) -> Dict:
     done = sum(1 for v in per_node.values() if not set(v["status"].split("/")) & {"-", *UNFINISHED})
     aa = [v["aa_median_abs_delta"] for v in per_node.values() if v["aa_median_abs_delta"] is not None]
     held = [v["lock_held_s"] for v in per_node.values() if v["lock_held_s"] is not None]
+    waits = [(v["lock_waited_s"], v["share_waited_s"]) for v in per_node.values() if v["lock_waited_s"] is not None]
     return {"overlap": k, "rc": rc, "wall_s": wall, "calls": len(walls), "side_runs": ran,
             "side_runs_per_hour": round(ran / wall * 3600, 1) if wall else None, "nodes_finished": done,
             "nodes_per_hour": round(done / wall * 3600, 1) if wall else None,
@@ -236,6 +243,11 @@ def summarize(k: int, bd: Path, rc: Optional[int]) -> Dict:
             # the lock's busy share of the wall, and the rate if the lock were never idle
             "lock_held_share": round(sum(held) / wall, 3) if held and wall else None,
             "lock_bound_side_runs_per_hour": round(ran / sum(held) * 3600, 1) if held else None,
+            # seconds cases waited for the lock, and of them the waits to start GPU work while
+            # another case timed (None: some run predates the shared stretches)
+            "lock_waited_s": round(sum(w for w, _ in waits), 3) if waits else None,
+            "share_waited_s": round(sum(x for _, x in waits), 3)
+            if waits and all(x is not None for _, x in waits) else None,
             "aa_median_over_nodes": float(np.median(aa)) if aa else None, "nodes": per_node}
 
 
@@ -327,6 +339,11 @@ def report(results: List[Dict], upstream: Optional[Dict] = None) -> str:
         bound = "n/a" if r["lock_bound_side_runs_per_hour"] is None else r["lock_bound_side_runs_per_hour"]
         out.append(f"| {r['overlap']} | {r['wall_s']} | {r['side_runs']} | {r['side_runs_per_hour']} | "
                    f"{r['nodes_finished']} | {r['nodes_per_hour']} | {busy} | {util} | {held} | {bound} | {aa_s} | {same_s} | {same_v} |")
+    for r in results:
+        if r.get("share_waited_s") is not None and r.get("lock_waited_s"):
+            out.append(f"\nOverlap {r['overlap']}: cases waited {r['lock_waited_s']:.1f} s for the lock in all, "
+                       f"{r['share_waited_s']:.1f} s of it ({r['share_waited_s'] / r['lock_waited_s']:.1%}) "
+                       "to start GPU work while another case timed.")
     if upstream is not None:
         g = upstream["gpu"] or {}
         out += ["", "Upstream, one pytest process over the same nodes, cold caches, each node run once (a screen runs two sides per node):", "",

@@ -45,6 +45,10 @@ def test_each_overlap_gets_its_screen_and_the_report_reads_the_batches(tmp_path)
     assert solo["lock_held_share"] is None and solo["nodes"]["relu"]["lock_held_s"] is None
     # overlapped: the stub's lock line, 0.5 s held per side run (5 side runs wrote one)
     assert over["nodes"]["relu"]["lock_held_s"] == 1.0 and over["nodes"]["abs"]["lock_waited_s"] == 0.25
+    # of the waits, the stub's 0.1 s per side run held back its GPU work while another timed
+    assert over["nodes"]["relu"]["share_waited_s"] == 0.2 and over["share_waited_s"] == 0.5
+    assert over["lock_waited_s"] == 1.25 and solo["share_waited_s"] is None
+    assert "cases waited 1.2 s for the lock in all, 0.5 s of it (40.0%) to start GPU work" in r.stdout
     assert over["lock_held_share"] == round(2.5 / over["wall_s"], 3)
     assert over["lock_bound_side_runs_per_hour"] == 7200.0
     ident = json.loads((out / "overlap-2/before/main/relu/run_identity.json").read_text())
@@ -198,3 +202,20 @@ def test_reference_sets_each_nodes_aa_beside_another_runs(tmp_path):
                 "--reference-overlap", "4")
         assert r.returncode == 2 and needle in r.stderr, r.stderr
         assert not (tmp_path / "never").exists()
+
+
+def test_the_lock_line_is_read_with_and_without_the_shared_stretch_figure(tmp_path):
+    """Runs overlapped before the shared stretches wrote no third figure: read as unknown,
+    never as zero (raw bundles of those runs are reread with --report-only)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("overlap_throughput", REPO_ROOT / "benchmarks" / "overlap_throughput.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    head = "[timing-plugin] exclusive timing (overlap=8, lock /b/.timing-locks/device-0.lock): 12 do_bench call(s) "
+    (tmp_path / "run.log").write_text(head + "held the device 7.125 s, waited 20.500 s\n")
+    assert tool.lock_seconds(tmp_path) == (7.125, 20.5, None)
+    (tmp_path / "run.log").write_text(head + "held the device 7.125 s, waited 20.500 s (3.250 s of it for GPU "
+                                      "work while others timed); 1 test run(s) held it shared, 9 compile(s) outside\n")
+    assert tool.lock_seconds(tmp_path) == (7.125, 20.5, 3.25)
+    (tmp_path / "run.log").write_text("no lock line\n")
+    assert tool.lock_seconds(tmp_path) is None
