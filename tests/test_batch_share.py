@@ -318,3 +318,27 @@ def test_budget_reserves_twice_the_op_timeout_per_side_under_overlap(tmp_path):
     assert "= 7.5 s" in r.stdout + r.stderr
     r = batch(tmp_path, *args, "--batch-dir", tmp_path / "solo")
     assert r.returncode == 0 and status(tmp_path / "solo")["softmax"]["status"] == "PASS", r.stdout + r.stderr
+
+
+def test_a_real_overlapped_screen_holds_each_tests_gpu_work_shared_and_records_the_protocol(tmp_path):
+    """The fake FlagGems tree with the real plugins, two nodes at --overlap 2: every side run
+    times under the device's lock, holds it shared over its test, and says so; its identity
+    carries the protocol, so the pair compares with itself and never with an older overlap."""
+    bd = tmp_path / "b"
+    r = batch(tmp_path, "--ops", "abs", "relu", "--devices", "0", "--dtypes", "float16", "--overlap", "2",
+              "--switch", "ZL_AA_NOOP", "--batch-dir", bd, "--op-timeout", "200", stub=False, timeout=400)
+    assert r.returncode == 0, r.stdout + r.stderr
+    locks = bd / ".timing-locks"
+    assert sorted(p.name for p in locks.iterdir()) == ["device-0.lock", "device-0.lock.gate"]
+    for side in ("before", "after"):
+        st = status(bd / side)
+        assert {n: v["status"] for n, v in st.items()} == {"abs": "PASS", "relu": "PASS"}, st
+        for name in st:
+            case = bd / side / "main" / name
+            ident = json.loads((case / "run_identity.json").read_text())
+            assert (ident["device_overlap"], ident["overlap_protocol"]) == (2, "timed-alone")
+            log = (case / "run.log").read_text()
+            line = [ln for ln in log.splitlines() if "exclusive timing (overlap=2" in ln]
+            assert line and " 1 test run(s) held it shared" in line[-1] and "do_bench call(s) held" in line[-1], log
+    pair = [("before", bd / "before/main/abs"), ("after", bd / "after/main/abs")]
+    assert [c for c in complaints(pair) if "overlap" in c] == []

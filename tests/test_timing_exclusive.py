@@ -185,6 +185,42 @@ def test_compiling_drops_the_share_and_takes_it_back(tmp_path, monkeypatch):
     os.close(probe)
 
 
+def test_a_share_is_released_only_after_this_runs_queued_work_finished(tmp_path):
+    """Kernels still queued when the share drops would run beside another run's timing: the
+    synchronize comes first, while the share still keeps timers out, at a test's end and
+    before a compile; a synchronize that raises is counted and the share still released."""
+    lock = str(tmp_path / "device.lock")
+    probe = os.open(lock, os.O_RDWR | os.O_CREAT)
+
+    def can_time():
+        try:
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(probe, fcntl.LOCK_UN)
+        return True
+
+    syncs, fail = [], {"on": False}
+
+    def synchronize():
+        syncs.append(can_time())
+        if fail["on"]:
+            raise RuntimeError("an illegal memory access was encountered")
+
+    bench = ExclusiveBench(lambda fn, **kw: 1.0, lock, synchronize)
+    with bench.gpu_work():
+        bench.compiling(lambda: syncs.append("compile " + str(can_time())))()
+        assert syncs == [False, "compile True"]
+    assert syncs == [False, "compile True", False] and can_time()
+    fail["on"] = True
+    with bench.gpu_work():
+        pass
+    assert can_time() and bench.stats["settle_errors"] == 1
+    assert "1 synchronize(s) before releasing the share raised" in bench.summary(2)
+    bench.close()
+    os.close(probe)
+
+
 def test_a_nested_call_runs_inside_the_held_lock_and_a_failing_pre_call_is_retried_under_it(tmp_path):
     calls = []
 

@@ -15,6 +15,9 @@ second `<lock>.gate` file giving waiting timers priority):
   the lock taken exclusively for the timer's own do_bench (warmup, capture, replays; or
   Triton's benchmark of one autotune candidate); then the share is taken back.
 
+A share is released only after a device synchronize (skipped while the stream captures a
+graph), so no kernel of this run is still queued when another run starts timing.
+
 A taker passes the gate (held only while it waits for the lock), so once a timer waits, no
 new share is granted: the timer waits for the current shares to reach their next compile,
 do_bench or test end, not for a stream of them. Nobody blocks on the gate while holding the
@@ -99,7 +102,7 @@ class ExclusiveBench:
         self.depth = 0
         self.shared = False             # this process holds the lock shared (GPU work under way)
         self.stats = {"calls": 0, "held_s": 0.0, "waited_s": 0.0, "precall_errors": 0,
-                      "stretches": 0, "compiles": 0, "share_waited_s": 0.0}
+                      "stretches": 0, "compiles": 0, "share_waited_s": 0.0, "settle_errors": 0}
 
     def __call__(self, fn, *args, **kwargs):
         if self.depth:   # inside this process's own locked stretch
@@ -151,16 +154,25 @@ class ExclusiveBench:
             yield
         finally:
             if self.shared:
-                fcntl.flock(self.fd, fcntl.LOCK_UN)
-                self.shared = False
+                self._drop_share()
+
+    def _drop_share(self) -> None:
+        """Release the share once this process's queued GPU work has finished: kernels still
+        in flight after the release would run beside another run's timing."""
+        try:
+            self.synchronize()
+        except Exception:
+            # a failed launch resurfaces at the benchmark's own next synchronize
+            self.stats["settle_errors"] += 1
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        self.shared = False
 
     @contextlib.contextmanager
     def _share_dropped(self) -> Iterator[None]:
         """Drop this process's share for CPU work or a timed stretch; take it back after."""
         was = self.shared
         if was:
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
-            self.shared = False
+            self._drop_share()
         try:
             yield
         finally:
@@ -199,7 +211,9 @@ class ExclusiveBench:
                 f"({s['share_waited_s']:.3f} s of it for GPU work while others timed); "
                 f"{s['stretches']} test run(s) held it shared, {s['compiles']} compile(s) outside"
                 + (f"; {s['precall_errors']} pre-call(s) raised and were retried under the lock"
-                   if s["precall_errors"] else ""))
+                   if s["precall_errors"] else "")
+                + (f"; {s['settle_errors']} synchronize(s) before releasing the share raised"
+                   if s["settle_errors"] else ""))
 
 
 def release_share_while_compiling(bench: ExclusiveBench, patches: Any) -> Optional[str]:

@@ -124,7 +124,7 @@ class TimingSession:
         """Wrap do_bench, outermost, so each call's timed stretch holds the device's lock; the
         waits go to out_dir's exclusive.WAIT_FILE (the batch credits them to --op-timeout)."""
         import triton.testing as tt
-        bench = ExclusiveBench(tt.do_bench, lock_path, lambda: device.device_interface().synchronize(),
+        bench = ExclusiveBench(tt.do_bench, lock_path, _settle,
                                wait_file=str(Path(out_dir) / exclusive.WAIT_FILE) if out_dir else None)
         self.patches.push(bench.close)
         self.patches.setattr(tt, "do_bench", bench)
@@ -153,6 +153,16 @@ class TimingSession:
         self.patches.undo_all()
         self.graph = None
         self.exclusive = None
+
+
+def _settle() -> None:
+    """Wait for this process's queued device work, unless the current stream is capturing a
+    graph (a synchronize would invalidate the capture)."""
+    di = device.device_interface()
+    capturing = getattr(di, "is_current_stream_capturing", None)
+    if callable(capturing) and capturing():
+        return
+    di.synchronize()
 
 
 def _choose(config: Any):
