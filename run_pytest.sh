@@ -194,6 +194,17 @@ CHILD_PID=$!
 wait "$CHILD_PID"
 status=$?
 CHILD_PID=""
+# CPU of the run's processes waited for so far (pytest, its supervisor, the preparation
+# steps; not the log tee) for costs.tsv: with several cases per GPU the host's cores, not the
+# GPU, may be what runs out. Read from this shell's own /proc stat (`read` forks nothing; a
+# `$(times)` would report a subshell's zero): cutime and cstime, in Linux's USER_HZ of 100.
+if read -r PROC_STAT < "/proc/$$/stat" 2>/dev/null; then
+  read -ra PROC_FIELDS <<< "${PROC_STAT##*) }"
+  if [[ "${PROC_FIELDS[13]:-}" =~ ^[0-9]+$ && "${PROC_FIELDS[14]:-}" =~ ^[0-9]+$ ]]; then
+    printf "[run] the run's processes used CPU: user %d.%02d s sys %d.%02d s\n" \
+      $((PROC_FIELDS[13] / 100)) $((PROC_FIELDS[13] % 100)) $((PROC_FIELDS[14] / 100)) $((PROC_FIELDS[14] % 100))
+  fi
+fi
 if (( status == 0 )); then
   echo "${C_GREEN}>>> done. outputs in $OUT_DIR${C_RESET}"
 else

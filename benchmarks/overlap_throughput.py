@@ -17,6 +17,11 @@ utilization every 100 ms (where it exists). The report (stdout and OUT/overlap_t
 - statuses and screen verdicts per node, and whether they equal the first K's;
 - the timing lock (overlap > 1): the seconds it was held, as a share of the wall, and the side
   runs per hour if it were never idle (the GPU-bound limit of these nodes under exclusive timing);
+  the seconds cases waited for it, and how many of them held back a case's GPU work while
+  another timed (the shared stretches of zl/timing/exclusive.py);
+- CPU: the median CPU seconds of a side run's processes (run_pytest.sh's CPU line) and the
+  cores they kept busy on average over the wall: near the host's core count, the batch is
+  short of CPU, not of GPU;
 - A/A noise per node: the median over shapes of |B/A - 1| of the gems latency, and its median
   over nodes;
 - with --upstream, beside them: FlagGems' own harness over the same nodes in one pytest
@@ -122,6 +127,15 @@ def lock_seconds(run_dir: Path) -> Optional[tuple]:
     return float(m.group(1)), float(m.group(2)), None if m.group(3) is None else float(m.group(3))
 
 
+def cpu_seconds(run_dir: Path) -> Optional[float]:
+    """CPU seconds of a side run's processes (run_pytest.sh's line); None without it."""
+    from zl.runlog.costs import zl_costs
+    try:
+        return zl_costs((run_dir / "run.log").read_text(errors="replace")).get("cpu_s")
+    except OSError:
+        return None
+
+
 def gems_rows(run_dir: Path) -> Dict[str, float]:
     from zl.runlog.parse import RunLogError, parse_run_log
     try:
@@ -147,6 +161,7 @@ def read_batch(bd: Path) -> Dict:
                        "aa_median_abs_delta": float(np.median(deltas)) if deltas else None,
                        "lock_held_s": round(sum(h for h, _, _ in locks), 3) if locks else None,
                        "lock_waited_s": round(sum(w for _, w, _ in locks), 3) if locks else None,
+                       "cpu_s": [c for c in (cpu_seconds(da), cpu_seconds(db)) if c is not None],
                        # the part of those waits that held back this node's GPU work while others timed
                        "share_waited_s": round(sum(x for _, _, x in locks), 3)
                        if locks and all(x is not None for _, _, x in locks) else None}
@@ -236,6 +251,7 @@ def summarize(k: int, bd: Path, rc: Optional[int]) -> Dict:
     aa = [v["aa_median_abs_delta"] for v in per_node.values() if v["aa_median_abs_delta"] is not None]
     held = [v["lock_held_s"] for v in per_node.values() if v["lock_held_s"] is not None]
     waits = [(v["lock_waited_s"], v["share_waited_s"]) for v in per_node.values() if v["lock_waited_s"] is not None]
+    cpu = [c for v in per_node.values() for c in v.get("cpu_s", [])]
     return {"overlap": k, "rc": rc, "wall_s": wall, "calls": len(walls), "side_runs": ran,
             "side_runs_per_hour": round(ran / wall * 3600, 1) if wall else None, "nodes_finished": done,
             "nodes_per_hour": round(done / wall * 3600, 1) if wall else None,
@@ -248,6 +264,10 @@ def summarize(k: int, bd: Path, rc: Optional[int]) -> Dict:
             "lock_waited_s": round(sum(w for w, _ in waits), 3) if waits else None,
             "share_waited_s": round(sum(x for _, x in waits), 3)
             if waits and all(x is not None for _, x in waits) else None,
+            # CPU of the side runs' processes: per run, and the cores they kept busy over the wall
+            # (above the host's core count less a margin, the batch waits on the CPU, not the GPU)
+            "cpu_s_median": float(np.median(cpu)) if cpu else None,
+            "cores_busy": round(sum(cpu) / wall, 2) if cpu and wall else None,
             "aa_median_over_nodes": float(np.median(aa)) if aa else None, "nodes": per_node}
 
 
@@ -340,6 +360,9 @@ def report(results: List[Dict], upstream: Optional[Dict] = None) -> str:
         out.append(f"| {r['overlap']} | {r['wall_s']} | {r['side_runs']} | {r['side_runs_per_hour']} | "
                    f"{r['nodes_finished']} | {r['nodes_per_hour']} | {busy} | {util} | {held} | {bound} | {aa_s} | {same_s} | {same_v} |")
     for r in results:
+        if r.get("cores_busy") is not None:
+            out.append(f"\nOverlap {r['overlap']}: the side runs' processes used a median {r['cpu_s_median']:.1f} CPU-s "
+                       f"each, {r['cores_busy']:.2f} cores on average over the wall.")
         if r.get("share_waited_s") is not None and r.get("lock_waited_s"):
             out.append(f"\nOverlap {r['overlap']}: cases waited {r['lock_waited_s']:.1f} s for the lock in all, "
                        f"{r['share_waited_s']:.1f} s of it ({r['share_waited_s'] / r['lock_waited_s']:.1%}) "

@@ -361,6 +361,9 @@ def test_real_run_pytest_dtype_fallback_and_runtime_skip(tmp_path):
     with open(bd / "costs.tsv", newline="") as fh:
         costs = {row["run_name"]: row for row in csv.DictReader(fh, delimiter="\t")}
     assert float(costs["abs"]["timer_fallback_s"]) > 0 and float(costs["abs"]["results_s"]) >= 0
+    # the CPU of each case's processes (run_pytest.sh's `times` line): pytest imported torch
+    assert float(costs["abs"]["cpu_s"]) > 0.5 and float(costs["zl_hang"]["cpu_s"]) > 0.5
+    assert "(CPU of the run's processes, 1 case(s))" in r.stdout
     assert float(costs["zl_hang"]["timer_s"]) == 0 and costs["zl_hang"]["status"] == "SKIP"
     assert "[batch] costs: 1 PASS case(s) with cost lines" in r.stdout
 

@@ -62,7 +62,7 @@ def test_summary_tables_from_stage_outputs(tmp_path):
     md = _summary(work, tmp_path / "o")
     assert ("| clamp | 20.0 (10.0) | 27.0 (17.0) | 21.0 (10.5) | 21.0 (10.4) | 1.05, 1.04 | 1.05, 1.05 "
             "| 1.70 | 1.00 (1.00) | 2.00 (2.00) |") in md
-    assert "| clamp | after1 | 1.0 | 0.250 | 3.500 | - | 0.600 | - | - | - | - | - |\n" in md
+    assert "| clamp | after1 | 1.0 | 0.250 | 3.500 | - | 0.600 | - | - | - | - | - | - |\n" in md
     # start-up + end: 10.0 s against upstream's 9.5 s
     assert "| clamp | after1 | 21.0 | 7.50 | 11.00 | 2.50 | +0.50 |" in md
     assert "| clamp | upstream | 20.0 | 8.00 | 10.50 | 1.50 | +0.00 |" in md

@@ -24,7 +24,7 @@ def run(tmp_path, *args, **env):
 def test_each_overlap_gets_its_screen_and_the_report_reads_the_batches(tmp_path):
     out = tmp_path / "ovl"
     r = run(tmp_path, "--ops", "relu", "softmax", "abs", "--overlap", "1", "2", "--devices", "0", "--out", out,
-            ZL_STUB_B_SCALE="1.05", ZL_STUB_PLAN="abs=fail")
+            ZL_STUB_B_SCALE="1.05", ZL_STUB_PLAN="abs=fail", ZL_STUB_CPU="1.5,0.5")
     assert r.returncode == 0, r.stdout + r.stderr
     data = json.loads((out / "overlap_throughput.json").read_text())
     assert data["nodes"] == ["relu", "softmax", "abs"] and data["switch"] == "ZL_AA_NOOP"
@@ -49,6 +49,10 @@ def test_each_overlap_gets_its_screen_and_the_report_reads_the_batches(tmp_path)
     assert over["nodes"]["relu"]["share_waited_s"] == 0.2 and over["share_waited_s"] == 0.5
     assert over["lock_waited_s"] == 1.25 and solo["share_waited_s"] is None
     assert "cases waited 1.2 s for the lock in all, 0.5 s of it (40.0%) to start GPU work" in r.stdout
+    # each side run's processes: 1.5 + 0.5 CPU-s (the stub's CPU line); cores busy over the wall
+    for res in (solo, over):
+        assert res["cpu_s_median"] == 2.0 and res["cores_busy"] == round(5 * 2.0 / res["wall_s"], 2)
+    assert f"the side runs' processes used a median 2.0 CPU-s each, {over['cores_busy']:.2f} cores" in r.stdout
     assert over["lock_held_share"] == round(2.5 / over["wall_s"], 3)
     assert over["lock_bound_side_runs_per_hour"] == 7200.0
     ident = json.loads((out / "overlap-2/before/main/relu/run_identity.json").read_text())

@@ -44,6 +44,23 @@ def test_cost_lines_are_read_and_summed():
     assert "tuner_calls" not in zl_costs(LEDGER.split("; 10 autotuner")[0] + "\n")
     assert zl_costs(LEDGER.split("; 10 autotuner")[0] + "\n")["timer_fallback_s"] == 0.15
     assert zl_costs("nothing here") == {}
+    # run_pytest.sh's CPU line: user + sys
+    cpu = "[run] the run's processes used CPU: user 62.50 s sys 3.25 s\n"
+    assert zl_costs(LEDGER + cpu)["cpu_s"] == 65.75 and "cpu_s" not in zl_costs(LEDGER)
+
+
+def test_the_summary_gives_the_cases_cpu_where_their_logs_have_it(tmp_path):
+    cpu = "[run] the run's processes used CPU: user 12.00 s sys 2.00 s\n"
+    batch = _batch(tmp_path, [("clamp", "PASS", "20000", LEDGER + cpu), ("sum", "PASS", "12000", LEDGER)])
+    rows = batch_cost_rows(batch)
+    assert [r["cpu_s"] for r in rows] == [14.0, None]
+    assert "cpu_s              sum     14.0 s  median  14.000 s (CPU of the run's processes, 1 case(s))" \
+        in "\n".join(summarise(rows))
+    assert not any("cpu_s" in ln for ln in summarise(rows[1:]))
+    # a log with the CPU line only (no plugin ran its cost lines) is not a case "with cost lines"
+    bare = batch_cost_rows(_batch(tmp_path / "bare", [("gone", "PASS", "1000", cpu)]))
+    assert bare[0]["cpu_s"] == 14.0 and bare[0]["extra_s"] is None
+    assert summarise(bare) == ["no PASS case with zl_bench's cost lines"]
 
 
 def test_pytest_outcomes_with_and_without_s_and_a_cut_node_left_out():

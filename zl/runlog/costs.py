@@ -26,8 +26,11 @@ COST_LINES = (
     re.compile(r"\[ir-meta-plugin\] IR fingerprints \S+ recorded in (?P<fingerprints_ms>[0-9.]+) ms"),
     re.compile(r"IR plugin spent (?P<ir_hooks_s>[0-9.]+) s in Triton callbacks over (?P<ir_launches>\d+) "
                r"launch\(es\) and (?P<ir_dump_s>[0-9.]+) s writing the dump"))
+# run_pytest.sh's CPU line: the CPU seconds of its waited children (pytest, its supervisor,
+# the preparation steps), user and sys
+CPU_LINE = re.compile(r"\[run\] the run's processes used CPU: user ([0-9.]+) s sys ([0-9.]+) s")
 COSTS = ("timer_warmup_s", "timer_graph_s", "timer_fallback_s", "results_s", "fingerprints_s",
-         "ir_hooks_s", "ir_launches", "ir_dump_s", "tuner_calls")
+         "ir_hooks_s", "ir_launches", "ir_dump_s", "tuner_calls", "cpu_s")
 COUNTS = ("ir_launches", "tuner_calls")   # not seconds
 # the figures that are seconds (COUNTS are counts): the graph timer's replace upstream's
 # own cudagraph timing; the rest is work upstream does not do at all
@@ -52,6 +55,8 @@ def zl_costs(text: str) -> dict:
                 if key == "fingerprints_ms":
                     key, value = "fingerprints_s", float(value) / 1000
                 totals[key] = totals.get(key, 0.0) + float(value)
+    for m in CPU_LINE.finditer(text):
+        totals["cpu_s"] = totals.get("cpu_s", 0.0) + float(m.group(1)) + float(m.group(2))
     return {k: int(v) if k in COUNTS else round(v, 3) for k, v in totals.items()}
 
 
@@ -168,8 +173,10 @@ def batch_cost_rows(batch_dir: Path, upstream: dict | None = None) -> list[dict]
         r = {"run_name": row["run_name"], "status": row["status"],
              "elapsed_s": round(float(row["elapsed_ms"] or 0) / 1000, 1)}
         r.update({k: costs.get(k) for k in COSTS})
-        r["timer_s"] = round(sum(costs.get(k, 0.0) for k in TIMER), 3) if costs else None
-        r["extra_s"] = round(sum(costs.get(k, 0.0) for k in EXTRA), 3) if costs else None
+        # the plugins' lines, not run_pytest.sh's CPU line, make a case one "with cost lines"
+        plugins = any(k in costs for k in TIMER + EXTRA)
+        r["timer_s"] = round(sum(costs.get(k, 0.0) for k in TIMER), 3) if plugins else None
+        r["extra_s"] = round(sum(costs.get(k, 0.0) for k in EXTRA), 3) if plugins else None
         if upstream is not None:
             up = upstream.get((_file_stem(row["op_file"]), row["op"]))
             r["upstream_rc"], r["upstream_s"] = up if up else (None, None)
@@ -188,6 +195,10 @@ def summarise(rows: list[dict]) -> list[str]:
     for k in TIMER + ("timer_s",) + EXTRA + ("extra_s",):
         vals = [r[k] or 0.0 for r in full]
         lines.append(f"  {k:<18} sum {sum(vals):8.1f} s  median {statistics.median(vals):7.3f} s")
+    cpu = [r["cpu_s"] for r in full if r.get("cpu_s") is not None]
+    if cpu:   # CPU seconds, not wall: several cases at once share the host's cores
+        lines.append(f"  {'cpu_s':<18} sum {sum(cpu):8.1f} s  median {statistics.median(cpu):7.3f} s "
+                     f"(CPU of the run's processes, {len(cpu)} case(s))")
     paired = [r for r in full if r.get("excess_s") is not None]
     if paired:
         excess = sum(r["excess_s"] for r in paired)
