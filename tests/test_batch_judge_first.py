@@ -17,7 +17,7 @@ from zl.batch.judge_first import select
 
 OPS = ("softmax", "gelu_backward", "relu", "abs", "amax", "exp", "zl_skipped")
 ENV = dict(ZL_STUB_SWITCH="ZL_X", ZL_STUB_IR_MAP="relu=same,abs=same,amax=same",
-           ZL_STUB_PLAN="exp=fail,zl_skipped=skip")
+           ZL_STUB_PLAN="exp=fail,zl_skipped=skip", ZL_STUB_CPU="1.5,0.5")
 # stage 1's judgement of OPS under ENV, with side A run fresh or taken from a baseline
 CHANGED = ["main:gelu_backward", "main:softmax"]
 COUNTS = {"IR_CHANGED@ttgir": 2, "NO_IR_DIFF": 3, "NO_ROWS": 2}
@@ -62,6 +62,11 @@ def test_only_changed_nodes_and_controls_are_timed_after_an_untimed_judgement(tm
     assert [w["stage"] for w in summary["walls"]] == ["judge", "timed"]
     assert all(0 < w["wall_s"] < 120 for w in summary["walls"])
     assert "judge-first: stage judge took" in r.stdout
+    # and its CPU: 2 CPU-s per side run (the stub's line), 7 sides A and 5 sides B judged
+    cpu = summary["cpu"]["judge"]
+    assert (cpu["side_runs"], cpu["cpu_s"]) == (12, 24.0)
+    assert cpu["cores_busy"] == round(24.0 / summary["walls"][0]["wall_s"], 2)
+    assert "judge-first: stage judge: 12 side run(s) used 24 CPU-s" in r.stdout
     # one report of the timed stage: every timed node, controls included
     rep = json.loads((root / "report.json").read_text())
     assert (root / "report.html").is_file() and "judge-first report:" in r.stdout
@@ -164,6 +169,8 @@ def test_a_baseline_stands_for_side_a_of_the_untimed_stage(tmp_path):
     assert s1["changed"] == CHANGED and s1["counts"] == COUNTS
     b = summary["baseline"]
     assert b["linked"] == 5 and b["side_a"] == str(base)
+    # the linked sides A ran in the baseline's batch: their CPU is not this stage's
+    assert summary["cpu"]["judge"]["side_runs"] == 2 + 5
     assert b["fresh"] == {"main:exp": "baseline FAIL", "main:zl_skipped": "baseline SKIP"}
     # side A of a linked node is the baseline's files (hard links), never rerun; side B replays it
     linked = root / "judge/before/main/softmax"

@@ -8,7 +8,8 @@ Stage 2, `<batch>/timed`: the timed screen (record/replay, --rounds R of it, und
 them, so the report can call a changed node FASTER or SLOWER. Controls are the N nodes with
 the smallest hash of their name, so a resume draws the same ones.
 `<batch>/judge_first.json` (rewritten after each stage): the verdict counts of stage 1, the
-changed nodes, the controls, and every node stage 1 could not judge with its reason.
+changed nodes, the controls, every node stage 1 could not judge with its reason, each
+stage's wall per call (`walls`) and its cases' CPU seconds and cores busy (`cpu`).
 
 Each stage is an ordinary batch directory; `--resume --batch-dir <batch>` continues the first
 unfinished one under its recorded conditions.
@@ -50,6 +51,7 @@ from zl.batch.partition import REPEAT_VERDICTS, verdict_selected
 from zl.batch.screen import BASELINE_MISMATCH, baseline_differences, read_screen_rows
 from zl.batch.status import read_rows
 from zl.ir.fingerprint import NO_IR, NO_IR_DIFF, VARIANTS_DIFFER
+from zl.runlog.costs import zl_costs
 from zl.screen_verdict import WRONG_RESULTS, code_verdict
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -245,11 +247,38 @@ def _stage_args(args, batch_dir: Path, **changes):
     return out
 
 
-def _wall(record: Dict, stage: str, started: float, log: Callable[[str], None]) -> None:
-    """One `walls` entry per stage per call: the seconds this call spent in the stage."""
+def stage_cpu(stage_dir: Path) -> Dict:
+    """CPU seconds of the stage's side runs (each case's final attempt, run_pytest.sh's CPU
+    line), leaving out side A linked from a baseline: it ran in the baseline's batch."""
+    total, runs = 0.0, 0
+    for table in sorted(Path(stage_dir).glob("*/ops_status.csv")):
+        for row in read_rows(table).values():
+            case = table.parent / row["repo"] / Path(row["out_dir"]).name
+            if (case / BASELINE_MARK).is_file():
+                continue
+            try:
+                cpu = zl_costs((case / "run.log").read_text(errors="replace")).get("cpu_s")
+            except OSError:
+                continue
+            if cpu is not None:
+                total, runs = total + cpu, runs + 1
+    return {"cpu_s": round(total, 1), "side_runs": runs}
+
+
+def _wall(record: Dict, stage: str, started: float, log: Callable[[str], None], stage_dir: Path) -> None:
+    """One `walls` entry per stage per call (the seconds this call spent in the stage), and
+    the stage's CPU over its walls in all calls: the cores its cases kept busy on average (near
+    the host's core count, --judge-share is bounded by the CPU, not the GPU)."""
     wall = time.monotonic() - started
     record["walls"] = list(record.get("walls") or []) + [{"stage": stage, "wall_s": round(wall, 1)}]
     log(f"judge-first: stage {stage} took {wall / 60:.1f} min in this call")
+    cpu = stage_cpu(stage_dir)
+    walls = sum(w["wall_s"] for w in record["walls"] if w["stage"] == stage)
+    cpu["cores_busy"] = round(cpu["cpu_s"] / walls, 2) if walls > 0 and cpu["side_runs"] else None
+    record["cpu"] = {**(record.get("cpu") or {}), stage: cpu}
+    if cpu["cores_busy"] is not None:
+        log(f"judge-first: stage {stage}: {cpu['side_runs']} side run(s) used {cpu['cpu_s']:.0f} CPU-s, "
+            f"{cpu['cores_busy']:.1f} cores on average over its {walls / 60:.1f} min")
 
 
 def _baseline_verdict(check: Dict, log: Callable[[str], None]) -> int:
@@ -313,7 +342,7 @@ def run(args, run_stage: Callable[[object], int], log: Callable[[str], None]) ->
             atomic.write_json(summary_path, record)
             log(f"judge-first: side A of {record['baseline']['linked']} node(s) linked from the baseline, "
                 f"{len(record['baseline']['fresh'])} run fresh")
-        _wall(record, JUDGE, started, log)
+        _wall(record, JUDGE, started, log, root / JUDGE)
         atomic.write_json(summary_path, record)
         if code != 0:
             log(f"judge-first: stage 1 ended with exit {code}; nothing is timed until every node is judged")
@@ -336,7 +365,7 @@ def run(args, run_stage: Callable[[object], int], log: Callable[[str], None]) ->
             timed.ops = []      # the batch's own case list, as recorded
         started = time.monotonic()
         code = run_stage(timed)
-        _wall(record, TIMED, started, log)
+        _wall(record, TIMED, started, log, root / TIMED)
         record.update(stage2={"nodes": to_time, "exit": code})
         if base is not None and code == 0:
             record["baseline"]["check"] = check = drift(root, to_time)
