@@ -115,6 +115,20 @@ def test_timed_stretches_of_several_runs_never_overlap(tmp_path):
     assert peak == 1
 
 
+def other_runs_probe(lock):
+    """(fd, can_time): whether another run could take the device's lock exclusively now."""
+    probe = os.open(lock, os.O_RDWR | os.O_CREAT)
+
+    def can_time():
+        try:
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(probe, fcntl.LOCK_UN)
+        return True
+    return probe, can_time
+
+
 def intervals(events, begin, end):
     """{name: [(t_begin, t_end), ...]} from the stamps `begin`/`end` of each process."""
     out, open_at = {}, {}
@@ -156,16 +170,7 @@ def test_compiling_drops_the_share_and_takes_it_back(tmp_path, monkeypatch):
     from zl.patching import PatchStack
     from zl.timing.exclusive import release_share_while_compiling
     lock = str(tmp_path / "device.lock")
-    probe = os.open(lock, os.O_RDWR | os.O_CREAT)
-
-    def can_time():          # another run's exclusive try
-        try:
-            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        fcntl.flock(probe, fcntl.LOCK_UN)
-        return True
-
+    probe, can_time = other_runs_probe(lock)
     seen = []
     monkeypatch.setattr(JITFunction, "_do_compile", lambda self, *a: seen.append(can_time()) or "kernel")
     probe_compile = JITFunction._do_compile
@@ -190,16 +195,7 @@ def test_a_share_is_released_only_after_this_runs_queued_work_finished(tmp_path)
     synchronize comes first, while the share still keeps timers out, at a test's end and
     before a compile; a synchronize that raises is counted and the share still released."""
     lock = str(tmp_path / "device.lock")
-    probe = os.open(lock, os.O_RDWR | os.O_CREAT)
-
-    def can_time():
-        try:
-            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        fcntl.flock(probe, fcntl.LOCK_UN)
-        return True
-
+    probe, can_time = other_runs_probe(lock)
     syncs, fail = [], {"on": False}
 
     def synchronize():
