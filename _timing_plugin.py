@@ -27,7 +27,8 @@ time subtracted; fallback rows are flushed by do_bench itself), --zl-cold-clock
 kernel's in-graph start; events = the replay timed by events; auto, the default = kernels
 where CUPTI can read the graph, else events, said in the log). A bad timer word, warmup, L2
 mode, cold clock (or kernels where it cannot be read: warm L2, direct timer, no CUPTI) or an
-unknown ZL_BACKEND is a pytest usage error (exit 4). run_identity.json gets timer (cuda_graph|direct),
+unknown ZL_BACKEND is a pytest usage error (exit 4). --zl-time-torch (ZL_TIME_TORCH=off):
+the torch baseline is not timed (identity time_torch=off; zl.timing.session.TorchBaselineOff). run_identity.json gets timer (cuda_graph|direct),
 graph_capture (attempted|disabled|refused|unsupported), direct_repeat, graph_warmup_ms, l2
 and, when cold, cold_clock. Fallback markers carry host_share=<pct>|unknown: the
 measured host-dispatch share of the direct reading.

@@ -55,7 +55,6 @@ import argparse
 import json
 import os
 import random
-import re
 import shutil
 import signal
 import subprocess
@@ -69,6 +68,7 @@ import numpy as np
 from zl import atomic
 from zl.batch.screen import read_screen_rows
 from zl.batch.status import UNFINISHED, read_rows
+from zl.runlog.costs import lock_figures, zl_costs
 
 ROOT = Path(__file__).resolve().parents[1]
 SWITCH = "ZL_AA_NOOP"
@@ -111,29 +111,14 @@ def utilization(path: Path) -> Optional[Dict[str, float]]:
             "mean_util": float(np.mean(vals))}
 
 
-LOCK_LINE = re.compile(r"exclusive timing \(overlap=\d+, lock .*\): \d+ do_bench call\(s\) held the device "
-                       r"([0-9.]+) s, waited ([0-9.]+) s(?: \(([0-9.]+) s of it for GPU work while others timed\))?")
-
-
-def lock_seconds(run_dir: Path) -> Optional[tuple]:
-    """(held, waited, of it waited for GPU work or None) seconds of the run's timing lock, from
-    its run.log (a run before the shared stretches wrote no third figure); None without the line."""
+def log_figures(run_dir: Path) -> tuple:
+    """(timing lock: held, waited, of it for GPU work or None; CPU seconds) of a side run, from
+    its run.log (zl.runlog.costs); None for each figure the log lacks."""
     try:
-        m = LOCK_LINE.search((run_dir / "run.log").read_text(errors="replace"))
+        text = (run_dir / "run.log").read_text(errors="replace")
     except OSError:
-        return None
-    if not m:
-        return None
-    return float(m.group(1)), float(m.group(2)), None if m.group(3) is None else float(m.group(3))
-
-
-def cpu_seconds(run_dir: Path) -> Optional[float]:
-    """CPU seconds of a side run's processes (run_pytest.sh's line); None without it."""
-    from zl.runlog.costs import zl_costs
-    try:
-        return zl_costs((run_dir / "run.log").read_text(errors="replace")).get("cpu_s")
-    except OSError:
-        return None
+        return None, None
+    return lock_figures(text), zl_costs(text).get("cpu_s")
 
 
 def gems_rows(run_dir: Path) -> Dict[str, float]:
@@ -155,13 +140,14 @@ def read_batch(bd: Path) -> Dict:
         da, db = bd / "before" / row["repo"] / name, bd / "after" / row["repo"] / name
         ra, rb = gems_rows(da), gems_rows(db)
         deltas = [abs(rb[k] / ra[k] - 1) for k in ra if k in rb]
-        locks = [x for x in (lock_seconds(da), lock_seconds(db)) if x is not None]
+        figures = [log_figures(da), log_figures(db)]
+        locks = [lock for lock, _ in figures if lock is not None]
         nodes[name] = {"status": f"{row['status']}/{b.get(name, {}).get('status', '-')}",
                        "verdict": verdicts.get(name, ""), "shapes": len(deltas),
                        "aa_median_abs_delta": float(np.median(deltas)) if deltas else None,
                        "lock_held_s": round(sum(h for h, _, _ in locks), 3) if locks else None,
                        "lock_waited_s": round(sum(w for _, w, _ in locks), 3) if locks else None,
-                       "cpu_s": [c for c in (cpu_seconds(da), cpu_seconds(db)) if c is not None],
+                       "cpu_s": [cpu for _, cpu in figures if cpu is not None],
                        # the part of those waits that held back this node's GPU work while others timed
                        "share_waited_s": round(sum(x for _, _, x in locks), 3)
                        if locks and all(x is not None for _, _, x in locks) else None}

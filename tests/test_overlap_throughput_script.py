@@ -208,7 +208,7 @@ def test_reference_sets_each_nodes_aa_beside_another_runs(tmp_path):
         assert not (tmp_path / "never").exists()
 
 
-def test_the_lock_line_is_read_with_and_without_the_shared_stretch_figure(tmp_path):
+def test_the_lock_and_cpu_lines_are_read_with_and_without_the_shared_stretch_figure(tmp_path):
     """Runs overlapped before the shared stretches wrote no third figure: read as unknown,
     never as zero (raw bundles of those runs are reread with --report-only)."""
     import importlib.util
@@ -217,9 +217,10 @@ def test_the_lock_line_is_read_with_and_without_the_shared_stretch_figure(tmp_pa
     spec.loader.exec_module(tool)
     head = "[timing-plugin] exclusive timing (overlap=8, lock /b/.timing-locks/device-0.lock): 12 do_bench call(s) "
     (tmp_path / "run.log").write_text(head + "held the device 7.125 s, waited 20.500 s\n")
-    assert tool.lock_seconds(tmp_path) == (7.125, 20.5, None)
+    assert tool.log_figures(tmp_path) == ((7.125, 20.5, None), None)
     (tmp_path / "run.log").write_text(head + "held the device 7.125 s, waited 20.500 s (3.250 s of it for GPU "
                                       "work while others timed); 1 test run(s) held it shared, 9 compile(s) outside\n")
-    assert tool.lock_seconds(tmp_path) == (7.125, 20.5, 3.25)
-    (tmp_path / "run.log").write_text("no lock line\n")
-    assert tool.lock_seconds(tmp_path) is None
+    assert tool.log_figures(tmp_path) == ((7.125, 20.5, 3.25), None)
+    (tmp_path / "run.log").write_text("[run] the run's processes used CPU: user 2.50 s sys 0.50 s\n")
+    assert tool.log_figures(tmp_path) == (None, 3.0)
+    assert tool.log_figures(tmp_path / "missing") == (None, None)

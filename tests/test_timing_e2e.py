@@ -118,3 +118,33 @@ def test_a_judge_only_run_times_nothing_keeps_its_rows_and_the_tuners_picks(zl_r
     assert records and all(records), r.explain()     # the sweep's picks, recorded
     from zl.runlog.caliber import complaints
     assert "a judge-only run (timer=none)" in " ".join(complaints([("before", r.out_dir), ("after", r.out_dir)]))
+
+
+@pytest.mark.parametrize("op", ["softmax", "abs", "exp"])
+def test_with_the_torch_baseline_off_only_the_gems_side_is_timed(zl_run, op):
+    """ZL_TIME_TORCH=off: each shape's torch baseline prints nan untimed, its gems latency is
+    timed as before: softmax and exp have a gems_op, abs times torch_op inside use_gems()."""
+    common = dict(OP=op, OP_FILE=op, ZL_BACKEND="cuda", SHAPE_MODE="upstream", ZL_ENABLE_IR="0")
+    on = zl_run(**common)
+    off = zl_run(ZL_TIME_TORCH="off", **common)
+    assert on.returncode == 0 and off.returncode == 0, on.explain() + off.explain()
+    rows_on = ROW.findall(on.log_text)
+    rows_off = re.findall(r"^SUCCESS\s+nan\s+(\d+\.\d+)\s+nan\s", off.log_text, re.M)
+    assert rows_on and len(rows_off) == len(rows_on) and all(float(v) > 0 for v in rows_off), off.explain()
+    # the graph timer made half the calls: one per shape instead of two
+    n_on, n_off = (len(MARKER.findall(r.log_text)) for r in (on, off))
+    assert n_on == 2 * len(rows_on) and n_off == len(rows_on), off.explain()
+    assert f"torch baseline not timed: {len(rows_on)} get_latency call(s) of it returned nan" in off.log_text
+    assert identity(off)["time_torch"] == "off" and "time_torch" not in identity(on)
+    # the results check still captures both sides (it runs the torch op itself)
+    calls = [re.search(r"\[results-plugin\] outputs of .* \((\d+) calls", r.log_text) for r in (on, off)]
+    assert all(calls) and calls[0].group(1) == calls[1].group(1) == str(2 * len(rows_on)), off.explain()
+    # the caliber keeps them apart: an A/B of the two is refused
+    from zl.runlog.caliber import complaints
+    assert "time_torch differs: on=<missing>, off=off" in complaints([("on", on.out_dir), ("off", off.out_dir)])
+
+
+def test_a_bad_time_torch_word_is_a_usage_error(zl_run):
+    r = zl_run(OP="softmax", OP_FILE="softmax", ZL_BACKEND="cuda", ZL_TIME_TORCH="maybe")
+    assert r.returncode == 4, r.explain()
+    assert "ZL_TIME_TORCH='maybe'" in r.log_text or "ZL_TIME_TORCH='maybe'" in r.stderr, r.explain()

@@ -12,6 +12,8 @@ every vendor's CLI with no timeout at import, and one hanging tool blocks
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import os
 import shlex
 import subprocess
@@ -94,6 +96,42 @@ def find_benchmark_bases(*required: str) -> List[type]:
                 and all(callable(getattr(cls, attr, None)) for attr in required):
             found.append(cls)
     return found
+
+
+def timed_side(bench: object, op: object, in_gems: bool) -> str:
+    """'gems' or 'torch': the side of a FlagGems benchmark one get_latency call measures. The
+    gems side is the benchmark's gems_op, or any op inside use_gems() (a benchmark without a
+    gems_op times torch_op there, dispatched to FlagGems)."""
+    return "gems" if (op is not None and op is getattr(bench, "gems_op", None)) or in_gems else "torch"
+
+
+class UseGemsDepth:
+    """How deep the running code is inside flag_gems.use_gems(), counted by a wrapper that
+    `install` puts on the imported flag_gems module (undone with its PatchStack)."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+
+    def install(self, patches: PatchStack) -> bool:
+        """False when flag_gems is not imported or has no use_gems."""
+        use = getattr(sys.modules.get("flag_gems"), "use_gems", None)
+        if use is None:
+            return False
+        counter = self
+
+        # FlagGems' use_gems is a class (the fake tree's a generator function): wrap either
+        # as a context manager; `updated=()` keeps a class's __dict__ off the wrapper.
+        @contextlib.contextmanager
+        def counted(*args, **kwargs):
+            with use(*args, **kwargs):
+                counter.depth += 1
+                try:
+                    yield
+                finally:
+                    counter.depth -= 1
+        functools.update_wrapper(counted, use, updated=())
+        patches.setattr(sys.modules["flag_gems"], "use_gems", counted)
+        return True
 
 
 class BenchmarkMethodPatch:

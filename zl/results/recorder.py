@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List
 
-from zl.flaggems import BenchmarkMethodPatch
+from zl.flaggems import BenchmarkMethodPatch, timed_side
 from zl.patching import PatchStack
 from zl.results import capture
 
@@ -133,8 +133,7 @@ class ResultsRecorder:
             return
         if results.doc["status"] == "n/a":
             return
-        side = "gems" if (op is not None and op is getattr(bench, "gems_op", None)) or self.gems_depth > 0 \
-            else "torch"
+        side = timed_side(bench, op, self.gems_depth > 0)
         try:
             outputs, grad_of = self._call(bench, op, args, kwargs)
             if capture.aliases_input(outputs, list(args) + list(kwargs.values())):

@@ -60,6 +60,20 @@ def zl_costs(text: str) -> dict:
     return {k: int(v) if k in COUNTS else round(v, 3) for k, v in totals.items()}
 
 
+# _timing_plugin's closing line under --overlap (zl.timing.exclusive.ExclusiveBench.summary)
+LOCK_LINE = re.compile(r"exclusive timing \(overlap=\d+, lock .*\): \d+ do_bench call\(s\) held the device "
+                       r"([0-9.]+) s, waited ([0-9.]+) s(?: \(([0-9.]+) s of it for GPU work while others timed\))?")
+
+
+def lock_figures(text: str) -> tuple | None:
+    """(held, waited, of it waited for GPU work or None) seconds of an overlapped run's timing
+    lock (a run before the shared stretches wrote no third figure); None without the line."""
+    m = LOCK_LINE.search(text)
+    if not m:
+        return None
+    return float(m.group(1)), float(m.group(2)), None if m.group(3) is None else float(m.group(3))
+
+
 def pytest_finished(text: str) -> list[tuple[str, str]]:
     """(node id, outcome) of each node a `pytest -v` log finished, with or without -s.
 

@@ -56,6 +56,9 @@ TIMER_DIRECT = "direct"
 TIMER_NONE = "none"          # ZL_JUDGE_ONLY: code and results judged, nothing timed
 ENV_JUDGE = "ZL_JUDGE_ONLY"
 OPT_JUDGE = "--zl-judge-only"
+# Off: the torch baseline is not timed (zl.timing.session.TorchBaselineOff).
+ENV_TIME_TORCH = "ZL_TIME_TORCH"
+OPT_TIME_TORCH = "--zl-time-torch"
 
 
 class TimerConfigError(SwitchError):
@@ -98,12 +101,17 @@ def add_options(parser: Any) -> None:
                 "1 = time nothing: each benchmark do_bench call runs once and reports nan (the IR "
                 "and results plugins still judge the code); autotune sweeps stay Triton's; "
                 "identity timer=none, refused by every timing comparison", "0")
+    options.add(parser, OPT_TIME_TORCH, ENV_TIME_TORCH,
+                "0/off = do not time the torch baseline: FlagGems' get_latency of torch_op outside "
+                "use_gems() returns nan untimed (Torch Latency and speedup print nan; the gems "
+                "latencies an A/B compares are timed as always, at half the GPU time); identity "
+                "time_torch=off, a caliber field", "1")
     options.add(parser, exclusive.OPT_OVERLAP, exclusive.OVERLAP_ENV,
                 "runs overlapping on this device (run_batch.py --overlap N); N > 1 needs "
                 "--zl-timing-lock and is recorded as identity device_overlap", "1")
     options.add(parser, exclusive.OPT_LOCK, exclusive.LOCK_ENV,
-                "lock file that every run on this device takes around each do_bench call, so "
-                "only the timed stretch is exclusive (run_batch.py --overlap sets it)", "")
+                "lock file of the device's runs: each do_bench call holds it alone, each test's "
+                "GPU work shared (run_batch.py --overlap sets it)", "")
 
 
 def read_setting(config: Any, flag: str, env: str) -> Tuple[str, str]:

@@ -9,12 +9,13 @@ objects, so one process can configure, unconfigure and configure again.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import pytest
 
 from zl import markers, options
 from zl.backends import get_backend
+from zl.flaggems import BenchmarkMethodPatch, UseGemsDepth, timed_side
 from zl.identity import update_identity
 from zl.patching import PatchStack
 from zl.term import log
@@ -31,6 +32,39 @@ PLUGIN_NAME = "zl_timing"
 GRAPH_PLUGIN_NAME = "zl_cudagraph"
 # The `-p` module name that owns the timer choice (a name, never imported).
 TIMING_PLUGIN_MODULE = "_timing_plugin"
+
+
+class TorchBaselineOff:
+    """ZL_TIME_TORCH=off: FlagGems' get_latency of the torch baseline (torch_op outside
+    use_gems()) returns nan without timing; the gems side is timed as always. An A/B compares
+    gems latencies only, and the baseline's do_bench took half of each run's timed GPU time.
+    A benchmark that calls do_bench itself, not through get_latency, still times both."""
+
+    def __init__(self) -> None:
+        self.gems = UseGemsDepth()
+        self.skipped = 0
+        self.patches = PatchStack()
+        self._patch = BenchmarkMethodPatch("get_latency", self._wrap)
+
+    def apply(self) -> int:
+        """Once the benchmark modules are imported: -> how many Benchmark classes were wrapped."""
+        self.gems.install(self.patches)
+        return self._patch.apply()
+
+    def restore(self) -> None:
+        self._patch.restore()
+        self.patches.undo_all()
+
+    def _wrap(self, original: Callable) -> Callable:
+        off = self
+
+        def get_latency(bench, op, *args, **kwargs):
+            if timed_side(bench, op, off.gems.depth > 0) == "torch":
+                off.skipped += 1
+                return float("nan")
+            return original(bench, op, *args, **kwargs)
+
+        return get_latency
 
 
 class GraphHooks:
@@ -61,7 +95,7 @@ class TimingSession:
 
     def __init__(self, backend, timer: str, graph_capture: str, repeat: int,
                  warmup_cap_ms: Optional[float] = 25.0, l2: str = "warm",
-                 cold_clock: str = "events") -> None:
+                 cold_clock: str = "events", time_torch: bool = True) -> None:
         self.backend = backend
         self.timer = timer
         self.graph_capture = graph_capture
@@ -72,6 +106,7 @@ class TimingSession:
         self.graph: Optional[GraphTimer] = None
         self.exclusive: Optional[ExclusiveBench] = None
         self.overlap = 1
+        self.torch_off = None if time_torch else TorchBaselineOff()
         self.patches = PatchStack()
 
     def install(self, pluginmanager: Any) -> None:
@@ -135,6 +170,13 @@ class TimingSession:
                             + ("compilation drops the share)" if why is None
                                else f"compilation keeps the share: {why})"))
 
+    def pytest_collection_finish(self, session):
+        if self.torch_off is not None:
+            n = self.torch_off.apply()
+            self.patches.push(self.torch_off.restore)
+            log(TIMING_LOG_TAG, f"{select.ENV_TIME_TORCH}=off: the torch baseline is not timed "
+                                f"(get_latency hooked on {n} Benchmark class(es); Torch Latency prints nan)")
+
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item, nextitem):
         """Under exclusive timing a test's setup, body and teardown are GPU work: shared."""
@@ -150,6 +192,9 @@ class TimingSession:
             log(GRAPH_LOG_TAG, self.graph.ledger_line())
         if self.exclusive is not None:
             log(TIMING_LOG_TAG, self.exclusive.summary(self.overlap))
+        if self.torch_off is not None:
+            log(TIMING_LOG_TAG, f"torch baseline not timed: {self.torch_off.skipped} get_latency "
+                                f"call(s) of it returned nan ({select.ENV_TIME_TORCH}=off)")
         self.patches.undo_all()
         self.graph = None
         self.exclusive = None
@@ -220,7 +265,12 @@ def start(config: Any) -> TimingSession:
     patch do_bench accordingly, write the identity fields."""
     backend, timer, capture, repeat, warmup_cap, l2, clock = _choose(config)
     lock, overlap = _exclusive(config)
-    session = TimingSession(backend, timer, capture, repeat, warmup_cap, l2, clock)
+    raw, name = select.read_setting(config, select.OPT_TIME_TORCH, select.ENV_TIME_TORCH)
+    try:
+        time_torch = parse_switch(raw, True, name=name)
+    except SwitchError as exc:
+        raise pytest.UsageError(f"{TIMING_LOG_TAG} {exc}") from None
+    session = TimingSession(backend, timer, capture, repeat, warmup_cap, l2, clock, time_torch)
     config.pluginmanager.register(session, PLUGIN_NAME)
     session.install(config.pluginmanager)
     if lock:
@@ -230,6 +280,8 @@ def start(config: Any) -> TimingSession:
             raise pytest.UsageError(f"{TIMING_LOG_TAG} {exc}") from None
     if overlap > 1:
         update_identity(device_overlap=overlap, overlap_protocol=exclusive.PROTOCOL)
+    if not time_torch:
+        update_identity(time_torch="off")
     update_identity(timer=timer, graph_capture=capture, direct_repeat=repeat,
                     graph_warmup_ms=select.warmup_label(warmup_cap), l2=l2,
                     cold_clock=clock if l2 == "cold" and timer == select.TIMER_GRAPH else None)
