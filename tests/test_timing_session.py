@@ -419,3 +419,13 @@ def test_the_share_settles_its_queued_work_except_while_the_stream_captures(monk
     di.capturing = True
     zl_session._settle()
     assert calls == ["sync"]
+
+
+def test_time_torch_off_is_not_applied_where_flag_gems_is_not_imported(tmp_path):
+    """Without flag_gems.use_gems a gems side timing torch_op inside it could not be told from
+    the baseline: nothing is skipped, the log says why, and the identity stays a default run's."""
+    proc, ident = run_pytest(tmp_path, ZL_BACKEND="cuda", ZL_TIME_TORCH="off")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "ZL_TIME_TORCH=off not applied: flag_gems.use_gems is not imported" in proc.stderr
+    assert "time_torch" not in ident and "torch baseline not timed" not in proc.stderr
+    assert len([line for line in proc.stdout.splitlines() if "ROW " in line]) == 4

@@ -46,9 +46,12 @@ class TorchBaselineOff:
         self.patches = PatchStack()
         self._patch = BenchmarkMethodPatch("get_latency", self._wrap)
 
-    def apply(self) -> int:
-        """Once the benchmark modules are imported: -> how many Benchmark classes were wrapped."""
-        self.gems.install(self.patches)
+    def apply(self) -> Optional[int]:
+        """Once the benchmark modules are imported: -> how many Benchmark classes were wrapped,
+        None when flag_gems.use_gems cannot be counted: without it a gems side that times
+        torch_op inside use_gems() would read as the baseline, so nothing is skipped."""
+        if not self.gems.install(self.patches):
+            return None
         return self._patch.apply()
 
     def restore(self) -> None:
@@ -171,11 +174,18 @@ class TimingSession:
                                else f"compilation keeps the share: {why})"))
 
     def pytest_collection_finish(self, session):
-        if self.torch_off is not None:
-            n = self.torch_off.apply()
-            self.patches.push(self.torch_off.restore)
-            log(TIMING_LOG_TAG, f"{select.ENV_TIME_TORCH}=off: the torch baseline is not timed "
-                                f"(get_latency hooked on {n} Benchmark class(es); Torch Latency prints nan)")
+        if self.torch_off is None:
+            return
+        n = self.torch_off.apply()
+        self.patches.push(self.torch_off.restore)
+        if n is None:
+            log(TIMING_LOG_TAG, f"{select.ENV_TIME_TORCH}=off not applied: flag_gems.use_gems is not "
+                                "imported, so the gems side cannot be told from the baseline; both are timed")
+            self.torch_off = None
+            return
+        update_identity(time_torch="off")
+        log(TIMING_LOG_TAG, f"{select.ENV_TIME_TORCH}=off: the torch baseline is not timed "
+                            f"(get_latency hooked on {n} Benchmark class(es); Torch Latency prints nan)")
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item, nextitem):
@@ -280,8 +290,6 @@ def start(config: Any) -> TimingSession:
             raise pytest.UsageError(f"{TIMING_LOG_TAG} {exc}") from None
     if overlap > 1:
         update_identity(device_overlap=overlap, overlap_protocol=exclusive.PROTOCOL)
-    if not time_torch:
-        update_identity(time_torch="off")
     update_identity(timer=timer, graph_capture=capture, direct_repeat=repeat,
                     graph_warmup_ms=select.warmup_label(warmup_cap), l2=l2,
                     cold_clock=clock if l2 == "cold" and timer == select.TIMER_GRAPH else None)
