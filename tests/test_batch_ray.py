@@ -305,6 +305,38 @@ def test_share_device_puts_n_cases_on_one_gpu_and_marks_them(cluster, tmp_path):
     assert peak > 2      # two fake GPUs: more than two at once only if they are shared
 
 
+def test_overlap_puts_n_cases_on_one_gpu_each_under_its_nodes_lock(cluster, tmp_path):
+    """--overlap 2 on Ray: two cases per GPU at once, timing valid (no FUNCTIONAL ONLY), each
+    handed the lock file of its GPU in its node's temporary directory (the driver's batch
+    directory is not on the node), the same file for the cases that shared a GPU."""
+    ops = ("relu", "abs", "exp", "amax")
+    r = ray_batch(cluster, tmp_path, "--ops", *ops, "--overlap", "2", "--batch-dir", tmp_path / "rb",
+                  ZL_STUB_PLAN=",".join(f"{op}=slow" for op in ops), ZL_STUB_SLOW_S="2",
+                  ZL_STUB_TIMES=tmp_path / "times")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "FUNCTIONAL ONLY" not in r.stdout
+    st = status(tmp_path / "rb")
+    assert all(v["status"] == "PASS" and "overlap=2" in v["notes"] for v in st.values()), st
+    idents = {op: json.loads((tmp_path / "rb/main" / op / "run_identity.json").read_text()) for op in ops}
+    assert all(i["device_overlap"] == 2 for i in idents.values())
+    locks = {op: Path(i["stub_timing_lock"]) for op, i in idents.items()}
+    assert all(p.name.startswith("device-") and p.parent.name.startswith("zl_bench-timing-locks-rb-")
+               and tmp_path / "rb" not in p.parents for p in locks.values()), locks
+    # one lock per node and GPU: the cases that ran on one GPU of one node took one file, and
+    # the two nodes (one host here, each with its GPU 0) two files
+    by_gpu = defaultdict(set)
+    for op in ops:
+        by_gpu[(notes(st[op])["node"], st[op]["device"])].add(locks[op])
+    assert len(by_gpu) == 2 and all(len(files) == 1 for files in by_gpu.values()), (by_gpu, st)
+    assert len(set(locks.values())) == 2
+    edges = sorted((t, +1 if i == 0 else -1) for a, b in spans(tmp_path / "times").values() for i, t in enumerate((a, b)))
+    running = peak = 0
+    for _, step in edges:
+        running += step
+        peak = max(peak, running)
+    assert peak > 2      # two fake GPUs: more than two at once only two to a GPU
+
+
 def test_executor_overhead_tool_reads_both_batches_of_the_same_nodes(cluster, tmp_path):
     """benchmarks/executor_overhead.py: the local and the Ray batch of the same nodes, their
     statuses side by side (a planted failure fails under both), the per-case overhead from the

@@ -193,11 +193,8 @@ def test_overlap_runs_n_at_once_and_a_solo_run_is_not_its_peer(tmp_path):
 @pytest.mark.parametrize("args, needle", [
     (("--overlap", "0"), "must be >= 1"),
     (("--overlap", "2", "--share-device", "2"), "either shared (functional only) or overlapped"),
-    (("--overlap", "2", "--executor", "ray"), "--overlap runs on the local executor only"),
 ])
 def test_bad_overlap_exits_2(tmp_path, args, needle):
-    if "ray" in args:
-        pytest.importorskip("ray")
     r = batch(tmp_path, "--ops", "softmax", *args)
     assert r.returncode == 2 and needle in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and not (tmp_path / "runs").exists()

@@ -168,9 +168,6 @@ def check_args(args) -> None:
     if explicit is not None or args.balance is not None:
         raise UsageError("--executor ray places cases on the cluster's GPUs itself; "
                          "drop --devices/--gpus/--balance")
-    if args.overlap is not None and args.overlap > 1:
-        raise UsageError("--overlap runs on the local executor only (its timing lock is a file on "
-                         "this host); drop --overlap or --executor ray")
     require_ray()
 
 

@@ -5,8 +5,11 @@ each GPU node's FlagGems trees, interpreter, zl_bench checkout and device, judge
 the driver's) and keeps the nodes that pass.
 
 Each case (both sides of a screen) is one task holding one GPU of a node that passed (num_gpus=1;
-with --share-device N, 1/N: N cases per GPU, timings marked invalid as on one host), pinned
-to that node: the driver places the cases itself, so no case reaches a node it did not check.
+with --share-device N, 1/N: N cases per GPU, timings marked invalid as on one host; with
+--overlap N, 1/N too, timing exclusive as on one host under a lock file per GPU in the node's
+temporary directory, keyed by the batch and the Ray node: the tasks sharing a GPU share it;
+the two empty files per GPU stay there), pinned to that
+node: the driver places the cases itself, so no case reaches a node it did not check.
 The task runs the local executor's case function (zl.batch.execute.run_sides: run_pytest.sh
 in its own process group, --op-timeout kill, retries, dtype fallbacks) into a scratch
 directory on its node, under the environment the driver recorded in batch.json with the
@@ -103,6 +106,8 @@ def run_case_task(configs: Dict, names: List[str], case, dtypes: str, backend: s
         for n in names:
             cfg = replace(configs[n], batch_dir=dirs[n], roots=dict(roots),
                           replay_root=dirs[SIDES[0]] if replays_before(n) else configs[n].replay_root)
+            if cfg.device_overlap > 1:   # the lock of this node's GPU, not the driver's path
+                cfg = replace(cfg, timing_locks=node_timing_locks(cfg.batch_id, node_id))
             dirs[n].mkdir(parents=True)
             runners[n] = CaseRunner(cfg, guard, threading.Event())
         rows, dt = run_sides(runners, names, case, device, dtypes, backend, dirs.__getitem__)
@@ -115,6 +120,13 @@ def run_case_task(configs: Dict, names: List[str], case, dtypes: str, backend: s
     finally:
         guard.close()
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def node_timing_locks(batch_id: str, node_id: str) -> Path:
+    """This Ray node's directory of the batch's per-GPU timing lock files (--overlap): every
+    task of the batch that Ray gave the same GPU of this node takes the same file. The node id
+    is in the name: two Ray nodes on one host may both number their GPU 0."""
+    return Path(tempfile.gettempdir()) / f"zl_bench-timing-locks-{batch_id}-{node_id[:12]}"
 
 
 class Attempts:
@@ -295,7 +307,8 @@ class RayExecutor(Executor):
 
     def run(self, shards, work, may_start) -> None:
         ray, batch, plan = self.ray, self.batch, self.batch.plan
-        share = plan.args.share_device
+        from zl.batch.execute import slots_per_device
+        share = slots_per_device(plan.args)
         names = [n for n, _ in plan.sides]
         here = ray.get_runtime_context().get_node_id()
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
