@@ -112,3 +112,39 @@ def test_checkout_commit_only_for_the_top_of_a_git_checkout(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "zl.flaggems",
                            "--commit-of", str(outer / ".fg")], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout == "\n"
+
+
+def test_use_gems_depth_counts_calls_on_the_outermost_and_installs_once(monkeypatch):
+    import contextlib
+    import types
+
+    from zl.flaggems import UseGemsDepth, timed_side
+    from zl.patching import PatchStack
+    events = []
+
+    @contextlib.contextmanager
+    def use_gems(*args, **kwargs):
+        events.append("on")
+        yield
+        events.append("off")
+
+    gems = types.ModuleType("flag_gems")
+    gems.use_gems = use_gems
+    monkeypatch.setitem(sys.modules, "flag_gems", gems)
+    counter = UseGemsDepth(enter=lambda use, a, k: events.append(("enter", use, a, k)),
+                           leave=lambda: events.append("leave"))
+    other = UseGemsDepth()
+    patches = PatchStack()
+    assert counter.install(patches) and other.install(patches)
+    assert counter.install(patches)            # already in the chain under `other`: not wrapped twice
+    with gems.use_gems(exclude=["zero_"]):
+        with gems.use_gems():
+            assert (counter.depth, other.depth) == (2, 2)
+            assert timed_side(object(), None, counter.depth > 0) == "gems"
+    assert counter.depth == 0 and other.depth == 0
+    # the outermost call only: enter before FlagGems is on, leave once it is off again
+    assert events == [("enter", use_gems, (), {"exclude": ["zero_"]}), "on", "on", "off", "off", "leave"]
+    patches.undo_all()
+    assert gems.use_gems is use_gems
+    monkeypatch.delitem(sys.modules, "flag_gems")
+    assert UseGemsDepth().install(PatchStack()) is False

@@ -107,29 +107,47 @@ def timed_side(bench: object, op: object, in_gems: bool) -> str:
 
 class UseGemsDepth:
     """How deep the running code is inside flag_gems.use_gems(), counted by a wrapper that
-    `install` puts on the imported flag_gems module (undone with its PatchStack)."""
+    `install` puts on the imported flag_gems module (undone with its PatchStack). `enter`
+    (use_gems, args, kwargs) runs as the outermost use_gems() starts, `leave` once it has
+    ended (FlagGems off again)."""
 
-    def __init__(self) -> None:
+    def __init__(self, enter: Optional[Callable] = None, leave: Optional[Callable[[], None]] = None) -> None:
         self.depth = 0
+        self.enter = enter
+        self.leave = leave
 
     def install(self, patches: PatchStack) -> bool:
-        """False when flag_gems is not imported or has no use_gems."""
+        """False when flag_gems is not imported or has no use_gems; a second install while
+        this counter's wrapper is in the chain does nothing."""
         use = getattr(sys.modules.get("flag_gems"), "use_gems", None)
         if use is None:
             return False
+        inner = use
+        while inner is not None:
+            if getattr(inner, "_zl_counter", None) is self:
+                return True
+            inner = getattr(inner, "__wrapped__", None)
         counter = self
 
         # FlagGems' use_gems is a class (the fake tree's a generator function): wrap either
         # as a context manager; `updated=()` keeps a class's __dict__ off the wrapper.
         @contextlib.contextmanager
         def counted(*args, **kwargs):
-            with use(*args, **kwargs):
-                counter.depth += 1
-                try:
-                    yield
-                finally:
-                    counter.depth -= 1
+            outermost = counter.depth == 0
+            if outermost and counter.enter is not None:
+                counter.enter(use, args, kwargs)
+            try:
+                with use(*args, **kwargs):
+                    counter.depth += 1
+                    try:
+                        yield
+                    finally:
+                        counter.depth -= 1
+            finally:
+                if outermost and counter.leave is not None:
+                    counter.leave()
         functools.update_wrapper(counted, use, updated=())
+        counted._zl_counter = counter
         patches.setattr(sys.modules["flag_gems"], "use_gems", counted)
         return True
 

@@ -30,12 +30,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List
 
-from zl.flaggems import BenchmarkMethodPatch, timed_side
+from zl.flaggems import BenchmarkMethodPatch, UseGemsDepth, timed_side
 from zl.patching import PatchStack
 from zl.results import capture
 
@@ -45,7 +44,8 @@ class ResultsRecorder:
         self.run_dir = Path(run_dir)
         self.log = log
         self.files: Dict[str, capture.ResultsFile] = {}
-        self.gems_depth = 0
+        # flag_gems.use_gems() depth; captures made inside are described once it has ended
+        self.gems = UseGemsDepth(enter=self._entered_gems, leave=self.flush)
         self.patch = BenchmarkMethodPatch("get_latency", self._wrap, "run")
         self.stack = PatchStack()
         self.errors = 0
@@ -60,10 +60,7 @@ class ResultsRecorder:
     def install(self) -> None:
         """Wrap get_latency and flag_gems.use_gems once the benchmark modules are imported."""
         self.patch.apply()
-        gems = sys.modules.get("flag_gems")
-        use = getattr(gems, "use_gems", None)
-        if use is not None and not getattr(use, "_zl_results", False):
-            self.stack.setattr(gems, "use_gems", self._counting(use))
+        self.gems.install(self.stack)
 
     def uninstall(self) -> None:
         """Put originals back where our wrapper is still the class attribute. Where another
@@ -77,29 +74,17 @@ class ResultsRecorder:
         self.patch.patched.clear()
         self.stack.undo_all()
 
-    def _counting(self, use_gems: Callable) -> Callable:
-        recorder = self
+    @property
+    def gems_depth(self) -> int:
+        """How deep the benchmark is inside flag_gems.use_gems() (0: outside)."""
+        return self.gems.depth
 
-        # FlagGems' use_gems is a class (the fake tree's a generator function): wrap either
-        # as a context manager; `updated=()` keeps a class's __dict__ off the wrapper.
-        @contextlib.contextmanager
-        def counted(*args, **kwargs):
-            outermost = recorder.gems_depth == 0
-            if outermost:
-                recorder.gems_ctx = (use_gems, args, kwargs)
-            try:
-                with use_gems(*args, **kwargs):
-                    recorder.gems_depth += 1
-                    try:
-                        yield
-                    finally:
-                        recorder.gems_depth -= 1
-            finally:
-                if outermost:
-                    recorder.flush()
-        functools.update_wrapper(counted, use_gems, updated=())
-        counted._zl_results = True
-        return counted
+    @gems_depth.setter
+    def gems_depth(self, value: int) -> None:
+        self.gems.depth = value
+
+    def _entered_gems(self, use_gems: Callable, args: tuple, kwargs: dict) -> None:
+        self.gems_ctx = (use_gems, args, kwargs)
 
     def _wrap(self, original: Callable) -> Callable:
         recorder = self
