@@ -46,6 +46,19 @@ def trace(tmp_path):
     return [ln.split() for ln in p.read_text().splitlines()] if p.exists() else []
 
 
+def most_at_once(times_file: Path) -> int:
+    """The largest number of cases running at one instant, from the stub's start/end stamps."""
+    events = []
+    for line in times_file.read_text().splitlines():
+        what, _op, _dev, t = line.split()
+        events.append((float(t), 1 if what == "start" else -1))
+    running = peak = 0
+    for _, step in sorted(events, key=lambda e: (e[0], e[1])):   # an end before a start at a tie
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
 def pid_alive(pid):
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from harness.runner import FAKE_FLAGGEMS_DIR, REPO_ROOT, base_env
-from test_batch import STUB, batch, batch_processes, pid_alive, status, trace
+from test_batch import STUB, batch, batch_processes, most_at_once, pid_alive, status, trace
 
 SELECTION = ("softmax", "abs", "amax", "exp", "zl_flaky", "zl_skipped", "relu", "gelu_backward", "zl_hang")
 PLAN = "abs=dtype,amax=rescue,exp=fail,zl_flaky=flaky,zl_skipped=skip,relu=slow,gelu_backward=slow,zl_hang=hang"
@@ -297,12 +297,7 @@ def test_share_device_puts_n_cases_on_one_gpu_and_marks_them(cluster, tmp_path):
     st = status(tmp_path / "rb")
     assert all(v["status"] == "PASS" and "shared_device=2" in v["notes"] for v in st.values())
     assert all('"device_share": 2' in (tmp_path / "rb/main" / op / "run_identity.json").read_text() for op in ops)
-    edges = sorted((t, +1 if i == 0 else -1) for a, b in spans(tmp_path / "times").values() for i, t in enumerate((a, b)))
-    running = peak = 0
-    for _, step in edges:
-        running += step
-        peak = max(peak, running)
-    assert peak > 2      # two fake GPUs: more than two at once only if they are shared
+    assert most_at_once(tmp_path / "times") > 2   # two fake GPUs: more than two at once only if they are shared
 
 
 def test_overlap_puts_n_cases_on_one_gpu_each_under_its_nodes_lock(cluster, tmp_path):
@@ -329,12 +324,7 @@ def test_overlap_puts_n_cases_on_one_gpu_each_under_its_nodes_lock(cluster, tmp_
         by_gpu[(notes(st[op])["node"], st[op]["device"])].add(locks[op])
     assert len(by_gpu) == 2 and all(len(files) == 1 for files in by_gpu.values()), (by_gpu, st)
     assert len(set(locks.values())) == 2
-    edges = sorted((t, +1 if i == 0 else -1) for a, b in spans(tmp_path / "times").values() for i, t in enumerate((a, b)))
-    running = peak = 0
-    for _, step in edges:
-        running += step
-        peak = max(peak, running)
-    assert peak > 2      # two fake GPUs: more than two at once only two to a GPU
+    assert most_at_once(tmp_path / "times") > 2   # two fake GPUs: more than two at once only two to a GPU
 
 
 def test_executor_overhead_tool_reads_both_batches_of_the_same_nodes(cluster, tmp_path):

@@ -18,24 +18,11 @@ import _device_setup_plugin as dsp
 import batch_summary as bs
 from harness.fake_config import FakeConfig
 from harness.identity_links import link_fields
-from test_batch import batch, status
+from test_batch import batch, most_at_once, status
 from zl import identity as ri
 from zl.batch.executor import LocalExecutor
 from zl.flaggems import VENDOR_ENV_KEYS
 from zl.runlog.caliber import complaints
-
-
-def most_at_once(times_file: Path) -> int:
-    """The largest number of cases running at one instant, from the stub's start/end stamps."""
-    events = []
-    for line in times_file.read_text().splitlines():
-        what, _op, _dev, t = line.split()
-        events.append((float(t), 1 if what == "start" else -1))
-    running = peak = 0
-    for _, step in sorted(events, key=lambda e: (e[0], e[1])):   # an end before a start at a tie
-        running += step
-        peak = max(peak, running)
-    return peak
 
 
 def test_executor_runs_up_to_share_cases_per_device_and_keeps_each_on_its_device():

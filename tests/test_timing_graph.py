@@ -10,7 +10,6 @@ and the forward-stream capture of backward benchmarks.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import time
 import types
@@ -20,6 +19,7 @@ import torch
 import triton.testing
 
 from harness.fake_device import FakeStream, make_interface
+from test_timing_exclusive import other_runs_probe
 from zl import markers
 from zl.backends import get_backend
 from zl.timing import capture, device, graph
@@ -424,16 +424,11 @@ def exclusive(timer, tmp_path):
     `.locked()` says whether the device's lock file is held (a second open file's
     non-blocking flock fails while it is)."""
     lock = str(tmp_path / "device.lock")
-    probe = os.open(lock, os.O_RDWR | os.O_CREAT)
+    probe, can_time = other_runs_probe(lock)
     sessions = []
 
     def locked() -> bool:
-        try:
-            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(probe, fcntl.LOCK_UN)
-        return False
+        return not can_time()
 
     def make():
         session = TimingSession(timer.graph.backend, "cuda_graph", "enabled", 1)

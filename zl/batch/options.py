@@ -56,8 +56,9 @@ Outputs:
   <batch>/console/<repo>/<run_name>.log (run_pytest.sh's console, all attempts),
   <batch>/batch.json (the start's conditions and cases, one entry per call),
   <batch>/costs.tsv (per case: the graph timer's, the results check's and the IR plugin's
-  seconds, and the CPU seconds of the case's processes). Statuses: PASS, SKIP (runtime skip/xfail, no rows), NO_ROWS (exit 0, nothing
-  measured), FAIL, TIMEOUT; PENDING/RUNNING/INTERRUPTED for cases not finished.
+  seconds, and the CPU seconds of the case's processes). Statuses: PASS, SKIP (runtime
+  skip/xfail, no rows), NO_ROWS (exit 0, nothing measured), FAIL, TIMEOUT;
+  PENDING/RUNNING/INTERRUPTED for cases not finished.
 
 Exit codes:
   0    every case has a final status (the statuses carry the results)
