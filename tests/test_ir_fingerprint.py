@@ -89,6 +89,13 @@ def test_normalize_paths_covers_llvm_and_ptx_file_names():
         == '#loc = loc("index_add_rank_2_pid_N.py":12:0)'
     assert fp.normalize_paths(pid.replace("rank_2", "rank_3") % "8123") != fp.normalize_paths(pid % "8123")
     assert fp.normalize_paths('"/c/x_pid_12b.py"') == '"x_pid_12b.py"'     # not a pid: left alone
+    # LLVM's DIFile and PTX's .file name the file apart from its directory (the H100 A/A of
+    # index_add_ read IR_CHANGED@llir with TTGIR equal): the relative name loses its pid too.
+    difile = '!DIFile(filename: "index_add_rank_0_pid_%s.py", directory: "/r/code_cache")'
+    assert fp.normalize_paths(difile % "8123") == fp.normalize_paths(difile % "9") \
+        == '!DIFile(filename: "index_add_rank_0_pid_N.py", directory: "code_cache")'
+    assert fp.normalize_paths('.file 1 "/r/c" "g_pid_41.py"') == '.file 1 "c" "g_pid_N.py"'
+    assert fp.normalize_paths('call @f_pid_41.py "x"') == 'call @f_pid_41.py "x"'   # unquoted: kept
     # Relative names and non-path strings are left alone.
     assert fp.normalize_paths('"ttg.target" = "cuda:90", "rel/x.py"') == '"ttg.target" = "cuda:90", "rel/x.py"'
 

@@ -225,15 +225,16 @@ def test_specialisation_partners():
 
 
 def test_records_of_two_normalisations_are_hashed_again_from_the_files(tmp_path):
-    """A record from before the pid normalisation (schema < 3) is not compared with a newer
-    one: both sides are hashed from their dumped files, so the same code reads NO_IR_DIFF."""
+    """A record from an older normalisation (schema < 4) is not compared with a newer one:
+    both sides are hashed from their dumped files, so the same code reads NO_IR_DIFF."""
     a, b = make_run(tmp_path, "a", BEFORE), make_run(tmp_path, "b", BEFORE)
     path = b / "ttgir" / fp.FINGERPRINTS_NAME
     doc = json.loads(path.read_text())
     doc["levels"]["ttgir"]["hash"] = "0" * 64          # what an older normalisation recorded
     path.write_text(json.dumps(doc))
     assert fp.verdict(a, b)["verdict"] == "IR_CHANGED@ttgir"     # one normalisation: records trusted
-    doc["schema_version"] = 2
-    path.write_text(json.dumps(doc))
-    res = fp.verdict(a, b)
-    assert res["verdict"] == "NO_IR_DIFF" and "binary" not in res["compared"], res
+    for older in (2, 3):       # before the pid normalisation, and before it reached any quoted name
+        doc["schema_version"] = older
+        path.write_text(json.dumps(doc))
+        res = fp.verdict(a, b)
+        assert res["verdict"] == "NO_IR_DIFF" and "binary" not in res["compared"], (older, res)

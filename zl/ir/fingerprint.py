@@ -17,21 +17,17 @@ The rule:
   `loc("pointwise_dynamic_<sha>_relu.py":61:0)`; LLVM's DIFile and PTX's .file alike):
   FlagGems generates kernels into its cache directory, private per run, and an H200 A/A
   screen judged relu and abs IR_CHANGED from the locations alone. The name keeps the
-  source's content hash, so changed generated source still counts; a process id in it
-  (`index_add_rank_2_pid_8123.py`, about 29 generators) reads `_pid_N`: an H200 A/A read
-  index_add_ IR_CHANGED@ttgir with TTGIR, LLVM IR and PTX differing, binaries identical.
+  source's content hash, so changed generated source still counts; a process id in any quoted
+  name (`index_add_rank_2_pid_8123.py`, ~29 generators) reads `_pid_N`: A/As read index_add_
+  IR_CHANGED@ttgir, then @llir (DIFile names the file apart from its directory), same binary.
 - Zero `.ttgir` files is "no comparable IR", never "identical".
 
 CLI (exit codes are an interface):
     python -m zl.ir.fingerprint RUN_DIR              print the hash; 0, or 1 = no IR
-    python -m zl.ir.fingerprint compare RUN_A RUN_B  0 same, 10 different,
-                                                       1 no IR on either side
-    python -m zl.ir.fingerprint --converts RUN_DIR [--launch-floor N]
-                                                       JSON on stdout; 0, or 1 = no IR
+    python -m zl.ir.fingerprint compare RUN_A RUN_B  0 same, 10 different, 1 no IR on a side
+    python -m zl.ir.fingerprint --converts RUN_DIR [--launch-floor N]   JSON; 0, or 1 = no IR
     python -m zl.ir.fingerprint verdict RUN_A RUN_B [--tsv | --header]
-                                                       the first-difference verdict (below);
-                                                       0 NO_IR_DIFF or VARIANTS_DIFFER,
-                                                       10 changed, 1 no IR
+        the first-difference verdict (below); 0 NO_IR_DIFF or VARIANTS_DIFFER, 10 changed, 1 no IR
     2 = usage error (bad arguments, RUN_DIR does not exist).
     `--level llir` (or ptx, ...) fingerprints another dumped IR level instead.
 
@@ -41,8 +37,7 @@ compiled (ttgir, llir, ptx or amdgcn, the cubin/hsaco/mubin) from the Triton cac
 level has to be dumped to be compared. The verdict names the first level of LEVEL_ORDER at
 which the runs differ: `IR_CHANGED@ttgir|llir|ptx`, `BINARY_CHANGED` (only the binary) or
 `NO_IR_DIFF` (every level on both sides equal; the levels compared are printed, and
-NO_IR_DIFF without a binary on both sides says so). The screen, its RESCORE and
-ab_repeat.sh's round-1 check all call this one rule.
+NO_IR_DIFF without a binary on both sides says so).
 
 `VARIANTS_DIFFER`: every variant both runs compiled is identical; the sets differ by
 argument-value specialisations (i32/i64, divisibility 16, ==1), which follow the inputs and
@@ -51,8 +46,8 @@ matched by identity, never file name: zl.ir.per_variant), common variants and on
 that specialise the other side's, a level is judged on the common ones (IR_CHANGED@<level> /
 BINARY_CHANGED: a COMMON variant differs; else exit 0 like NO_IR_DIFF). Otherwise (no common
 variant, a one-sided config, schema 1, levels hashed from files) the aggregate rule above.
-PTX loses its `.section .debug_*` blocks (line tables carrying the source path as bytes);
-a binary is hashed over its non-debug ELF sections (zl.ir.binary).
+PTX loses its `.section .debug_*` blocks (line tables carrying the source path as bytes); a
+binary is hashed over its non-debug ELF sections (zl.ir.binary).
 """
 
 from __future__ import annotations
@@ -81,10 +76,11 @@ STRIP_ENV = "ZL_IR_STRIP_ATTRS"
 CONVERT_RE = re.compile(r"\bttg\.convert_layout\b")
 DEFAULT_LAUNCH_FLOOR = 1
 FINGERPRINTS_NAME = "ir_fingerprints.json"
-# 2: adds `per_variant` (each variant's identity, path and digest per level). 3: `_pid_N`;
-# records below and from 3 are not compared: both sides are hashed again from their files.
-SCHEMA_VERSION = 3
-PID_NORMALISED_SINCE = 3
+# 2: adds `per_variant` (each variant's identity, path and digest per level). 3: `_pid_N` in
+# absolute paths; 4: in any quoted name. Records of two normalisations are not compared: both
+# sides are hashed again from their files.
+SCHEMA_VERSION = 4
+NORMALISATION_CHANGES = (3, 4)
 # First-difference order: the verdict names the first of these that differs. ptx (NVIDIA)
 # and amdgcn (AMD) are the vendor assembly; "binary" is the cubin/hsaco/mubin.
 LEVEL_ORDER = ("ttgir", "llir", "ptx", "amdgcn", "binary")
@@ -143,10 +139,14 @@ _ABS_PATH_RE = re.compile(r'"/(?:[^"\n]*/)?([^"/\n]*)"')
 _PID_RE = re.compile(r"_pid_[0-9]+(?=[._])")
 
 
+_QUOTED_RE = re.compile(r'"[^"\n]*"')
+
+
 def normalize_paths(text: str) -> str:
-    """Cut quoted absolute paths (source locations, debug file names) to their basename, with
-    a process id in it replaced by N."""
-    return _ABS_PATH_RE.sub(lambda m: '"' + _PID_RE.sub("_pid_N", m.group(1)) + '"', text)
+    """Cut quoted absolute paths (source locations, debug file names) to their basename; a
+    process id in any quoted name reads N."""
+    text = _ABS_PATH_RE.sub(r'"\1"', text)
+    return _QUOTED_RE.sub(lambda m: _PID_RE.sub("_pid_N", m.group(0)), text)
 
 
 # A PTX debug section: `.section .debug_x` then a `{ ... }` block of .b8/.b32 data. The
@@ -254,8 +254,9 @@ def _variants_of(doc: Optional[Dict[str, Any]]) -> Optional[List[Dict[str, Any]]
     return records if isinstance(records, list) and records else None
 
 
-def _pid_normalised(doc: Dict[str, Any]) -> bool:
-    return isinstance(doc.get("schema_version"), int) and doc["schema_version"] >= PID_NORMALISED_SINCE
+def _normalisation(doc: Dict[str, Any]) -> int:
+    version = doc.get("schema_version")
+    return sum(isinstance(version, int) and version >= since for since in NORMALISATION_CHANGES)
 
 
 def recorded_levels(run_dir: os.PathLike) -> Dict[str, str]:
@@ -281,7 +282,7 @@ def verdict(run_a: os.PathLike, run_b: os.PathLike, ir: Optional[Sequence] = Non
     'variants_only'} (see the module docstring for VARIANTS_DIFFER). `ir`: each side's
     (run_levels, load_record) when the caller read them; else each record is read once here."""
     doc_a, doc_b = (ir[0][1], ir[1][1]) if ir else (load_record(run_a), load_record(run_b))
-    if doc_a is not None and doc_b is not None and _pid_normalised(doc_a) != _pid_normalised(doc_b):
+    if doc_a is not None and doc_b is not None and _normalisation(doc_a) != _normalisation(doc_b):
         doc_a = doc_b = ir = None       # recorded under two normalisations: hash the files again
         a, b = run_levels(run_a, None), run_levels(run_b, None)
     else:
