@@ -15,26 +15,24 @@ utilization every 100 ms (where it exists). The report (stdout and OUT/overlap_t
 - GPU-busy share: the share of samples with utilization > 0, and the mean utilization (this
   call's samples);
 - statuses and screen verdicts per node, and whether they equal the first K's;
-- the timing lock (overlap > 1): the seconds it was held, as a share of the wall, and the side
-  runs per hour if it were never idle (the GPU-bound limit of these nodes under exclusive timing);
-  the seconds cases waited for it, and how many of them held back a case's GPU work while
-  another timed (the shared stretches of zl/timing/exclusive.py);
+- the timing lock (overlap > 1): the seconds it was held alone, as a share of the wall, and the
+  side runs per hour if it were never idle (the GPU-bound limit under exclusive timing); the
+  seconds cases waited for it, how many held back GPU work while another timed, and the seconds
+  they held it shared (zl/timing/exclusive.py: what a waiting timer must outlast);
 - CPU: the median CPU seconds of a side run's processes (run_pytest.sh's CPU line) and the
   cores they kept busy on average over the wall: near the host's core count, the batch is
   short of CPU, not of GPU;
 - A/A noise per node: the median over shapes of |B/A - 1| of the gems latency, and its median
   over nodes;
 - with --upstream, beside them: FlagGems' own harness over the same nodes in one pytest
-  process (`--level core --mode cudagraph`, cold caches of its own, nvidia-smi sampled), its
-  wall, nodes finished per hour, GPU-busy share and each node's outcome and seconds (every
-  output line stamped as it is printed: zl.runlog.costs.node_seconds);
+  process (`--level core --mode cudagraph`, cold caches, nvidia-smi sampled): wall, nodes/h,
+  GPU-busy share, each node's outcome and seconds (zl.runlog.costs.node_seconds);
 - with --reference JSON: each node's A/A beside another run's (its overlap_throughput.json,
   e.g. five of the nodes one case at a time), on the nodes both measured: the medians and on
   how many nodes the A/A here is no higher.
 
     python benchmarks/overlap_throughput.py --sample 40 --seed 1 --overlap 1 4 --out runs/ovl
     python benchmarks/overlap_throughput.py --sample 40 --seed 1 --overlap 4 --upstream --out runs/ovl
-    python benchmarks/overlap_throughput.py --ops relu softmax --overlap 1 2 --out runs/ovl
     python benchmarks/overlap_throughput.py --report-only --overlap 1 3 --out <unpacked bundle>/ovl
     python benchmarks/overlap_throughput.py --ops relu softmax --overlap 1 --out runs/solo
     python benchmarks/overlap_throughput.py --sample 40 --seed 1 --overlap 8 --out runs/ovl \
@@ -68,7 +66,7 @@ import numpy as np
 from zl import atomic
 from zl.batch.screen import read_screen_rows
 from zl.batch.status import UNFINISHED, read_rows
-from zl.runlog.costs import lock_figures, zl_costs
+from zl.runlog.costs import figure_sum, lock_figures, zl_costs
 
 ROOT = Path(__file__).resolve().parents[1]
 SWITCH = "ZL_AA_NOOP"
@@ -112,8 +110,8 @@ def utilization(path: Path) -> Optional[Dict[str, float]]:
 
 
 def log_figures(run_dir: Path) -> tuple:
-    """(timing lock: held, waited, of it for GPU work or None; CPU seconds) of a side run, from
-    its run.log (zl.runlog.costs); None for each figure the log lacks."""
+    """(timing lock: held alone, waited, of it for GPU work, held shared; CPU seconds) of a side
+    run, from its run.log (zl.runlog.costs.lock_figures); None for each figure the log lacks."""
     try:
         text = (run_dir / "run.log").read_text(errors="replace")
     except OSError:
@@ -145,12 +143,12 @@ def read_batch(bd: Path) -> Dict:
         nodes[name] = {"status": f"{row['status']}/{b.get(name, {}).get('status', '-')}",
                        "verdict": verdicts.get(name, ""), "shapes": len(deltas),
                        "aa_median_abs_delta": float(np.median(deltas)) if deltas else None,
-                       "lock_held_s": round(sum(h for h, _, _ in locks), 3) if locks else None,
-                       "lock_waited_s": round(sum(w for _, w, _ in locks), 3) if locks else None,
+                       "lock_held_s": round(sum(lk[0] for lk in locks), 3) if locks else None,
+                       "lock_waited_s": round(sum(lk[1] for lk in locks), 3) if locks else None,
                        "cpu_s": [cpu for _, cpu in figures if cpu is not None],
-                       # the part of those waits that held back this node's GPU work while others timed
-                       "share_waited_s": round(sum(x for _, _, x in locks), 3)
-                       if locks and all(x is not None for _, _, x in locks) else None}
+                       # the part of those waits that held back this node's GPU work while others
+                       # timed; the seconds its shares kept others' timers out
+                       "share_waited_s": figure_sum(locks, 2), "share_held_s": figure_sum(locks, 3)}
     return nodes
 
 
@@ -236,7 +234,8 @@ def summarize(k: int, bd: Path, rc: Optional[int]) -> Dict:
     done = sum(1 for v in per_node.values() if not set(v["status"].split("/")) & {"-", *UNFINISHED})
     aa = [v["aa_median_abs_delta"] for v in per_node.values() if v["aa_median_abs_delta"] is not None]
     held = [v["lock_held_s"] for v in per_node.values() if v["lock_held_s"] is not None]
-    waits = [(v["lock_waited_s"], v["share_waited_s"]) for v in per_node.values() if v["lock_waited_s"] is not None]
+    waits = [(v["lock_waited_s"], v["share_waited_s"], v.get("share_held_s"))
+             for v in per_node.values() if v["lock_waited_s"] is not None]
     cpu = [c for v in per_node.values() for c in v.get("cpu_s", [])]
     return {"overlap": k, "rc": rc, "wall_s": wall, "calls": len(walls), "side_runs": ran,
             "side_runs_per_hour": round(ran / wall * 3600, 1) if wall else None, "nodes_finished": done,
@@ -247,9 +246,10 @@ def summarize(k: int, bd: Path, rc: Optional[int]) -> Dict:
             "lock_bound_side_runs_per_hour": round(ran / sum(held) * 3600, 1) if held else None,
             # seconds cases waited for the lock, and of them the waits to start GPU work while
             # another case timed (None: some run predates the shared stretches)
-            "lock_waited_s": round(sum(w for w, _ in waits), 3) if waits else None,
-            "share_waited_s": round(sum(x for _, x in waits), 3)
-            if waits and all(x is not None for _, x in waits) else None,
+            "lock_waited_s": round(sum(w[0] for w in waits), 3) if waits else None,
+            "share_waited_s": figure_sum(waits, 1),
+            # the seconds the cases held the lock shared: the stretches a timer had to wait out
+            "share_held_s": figure_sum(waits, 2),
             # CPU of the side runs' processes: per run, and the cores they kept busy over the wall
             # (above the host's core count less a margin, the batch waits on the CPU, not the GPU)
             "cpu_s_median": float(np.median(cpu)) if cpu else None,
@@ -352,7 +352,10 @@ def report(results: List[Dict], upstream: Optional[Dict] = None) -> str:
         if r.get("share_waited_s") is not None and r.get("lock_waited_s"):
             out.append(f"\nOverlap {r['overlap']}: cases waited {r['lock_waited_s']:.1f} s for the lock in all, "
                        f"{r['share_waited_s']:.1f} s of it ({r['share_waited_s'] / r['lock_waited_s']:.1%}) "
-                       "to start GPU work while another case timed.")
+                       "to start GPU work while another case timed"
+                       + ("." if r.get("share_held_s") is None else
+                          f"; they held it shared {r['share_held_s']:.1f} s in all "
+                          f"({r['share_held_s'] / max(r['side_runs'], 1):.1f} s per side run)."))
     if upstream is not None:
         g = upstream["gpu"] or {}
         out += ["", "Upstream, one pytest process over the same nodes, cold caches, each node run once (a screen runs two sides per node):", "",

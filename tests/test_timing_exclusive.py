@@ -190,6 +190,20 @@ def test_compiling_drops_the_share_and_takes_it_back(tmp_path, monkeypatch):
     os.close(probe)
 
 
+def test_the_share_total_counts_shared_stretches_not_compiles(tmp_path):
+    """What a waiting timer must outlast: the seconds held shared (0.2 s, then 0.3 s), not the
+    0.5 s compile between them, which dropped the share."""
+    bench = ExclusiveBench(lambda fn, **kw: 1.0, str(tmp_path / "device.lock"), lambda: None)
+    with bench.gpu_work():
+        time.sleep(0.2)
+        bench.compiling(lambda: time.sleep(0.5))()
+        time.sleep(0.3)
+    held, longest = bench.stats["share_held_s"], bench.stats["share_longest_s"]
+    assert 0.5 <= held < 0.95 and 0.3 <= longest < 0.5, bench.stats
+    assert f"1 test run(s) held it shared {held:.3f} s (longest stretch {longest:.3f} s)" in bench.summary(2)
+    bench.close()
+
+
 def test_a_share_is_released_only_after_this_runs_queued_work_finished(tmp_path):
     """Kernels still queued when the share drops would run beside another run's timing: the
     synchronize comes first, while the share still keeps timers out, at a test's end and

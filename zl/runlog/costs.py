@@ -62,16 +62,23 @@ def zl_costs(text: str) -> dict:
 
 # _timing_plugin's closing line under --overlap (zl.timing.exclusive.ExclusiveBench.summary)
 LOCK_LINE = re.compile(r"exclusive timing \(overlap=\d+, lock .*\): \d+ do_bench call\(s\) held the device "
-                       r"([0-9.]+) s, waited ([0-9.]+) s(?: \(([0-9.]+) s of it for GPU work while others timed\))?")
+                       r"([0-9.]+) s, waited ([0-9.]+) s(?: \(([0-9.]+) s of it for GPU work while others timed\))?"
+                       r"(?:; \d+ test run\(s\) held it shared ([0-9.]+) s)?")
 
 
 def lock_figures(text: str) -> tuple | None:
-    """(held, waited, of it waited for GPU work or None) seconds of an overlapped run's timing
-    lock (a run before the shared stretches wrote no third figure); None without the line."""
+    """(held alone, waited, of it waited for GPU work, held shared) seconds of an overlapped
+    run's timing lock; None without the line, a figure None where an older build wrote none
+    (no shared stretches before the third, no share total before the fourth)."""
     m = LOCK_LINE.search(text)
     if not m:
         return None
-    return float(m.group(1)), float(m.group(2)), None if m.group(3) is None else float(m.group(3))
+    return tuple(None if g is None else float(g) for g in m.groups())
+
+
+def figure_sum(rows: list, i: int) -> float | None:
+    """The sum of figure i over rows (lock_figures of several runs); None when a row lacks it."""
+    return round(sum(r[i] for r in rows), 3) if rows and all(r[i] is not None for r in rows) else None
 
 
 def pytest_finished(text: str) -> list[tuple[str, str]]:

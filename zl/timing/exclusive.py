@@ -102,7 +102,9 @@ class ExclusiveBench:
         self.depth = 0
         self.shared = False             # this process holds the lock shared (GPU work under way)
         self.stats = {"calls": 0, "held_s": 0.0, "waited_s": 0.0, "precall_errors": 0,
-                      "stretches": 0, "compiles": 0, "share_waited_s": 0.0, "settle_errors": 0}
+                      "stretches": 0, "compiles": 0, "share_waited_s": 0.0, "settle_errors": 0,
+                      "share_held_s": 0.0, "share_longest_s": 0.0}
+        self.share_since = 0.0          # when this process's current share was taken
 
     def __call__(self, fn, *args, **kwargs):
         if self.depth:   # inside this process's own locked stretch
@@ -147,14 +149,17 @@ class ExclusiveBench:
         if self.shared or self.depth:
             yield
             return
-        self._take(fcntl.LOCK_SH)
-        self.shared = True
+        self._take_share()
         self.stats["stretches"] += 1
         try:
             yield
         finally:
             if self.shared:
                 self._drop_share()
+
+    def _take_share(self) -> None:
+        self.share_since = self._take(fcntl.LOCK_SH)
+        self.shared = True
 
     def _drop_share(self) -> None:
         """Release the share once this process's queued GPU work has finished: kernels still
@@ -166,6 +171,10 @@ class ExclusiveBench:
             self.stats["settle_errors"] += 1
         fcntl.flock(self.fd, fcntl.LOCK_UN)
         self.shared = False
+        # how long others' timers could have waited on this share (the settle included)
+        held = time.perf_counter() - self.share_since
+        self.stats["share_held_s"] += held
+        self.stats["share_longest_s"] = max(self.stats["share_longest_s"], held)
 
     @contextlib.contextmanager
     def _share_dropped(self) -> Iterator[None]:
@@ -177,8 +186,7 @@ class ExclusiveBench:
             yield
         finally:
             if was:
-                self._take(fcntl.LOCK_SH)
-                self.shared = True
+                self._take_share()
 
     def compiling(self, compile_fn: Callable) -> Callable:
         """`compile_fn` (JITFunction._do_compile) run with the share dropped: compiling is
@@ -209,7 +217,8 @@ class ExclusiveBench:
         return (f"exclusive timing (overlap={overlap}, lock {self.lock_path}): {s['calls']} "
                 f"do_bench call(s) held the device {s['held_s']:.3f} s, waited {s['waited_s']:.3f} s "
                 f"({s['share_waited_s']:.3f} s of it for GPU work while others timed); "
-                f"{s['stretches']} test run(s) held it shared, {s['compiles']} compile(s) outside"
+                f"{s['stretches']} test run(s) held it shared {s['share_held_s']:.3f} s (longest "
+                f"stretch {s['share_longest_s']:.3f} s), {s['compiles']} compile(s) outside"
                 + (f"; {s['precall_errors']} pre-call(s) raised and were retried under the lock"
                    if s["precall_errors"] else "")
                 + (f"; {s['settle_errors']} synchronize(s) before releasing the share raised"
