@@ -12,8 +12,8 @@ utilization every 100 ms (where it exists). The report (stdout and OUT/overlap_t
 
 - side runs per hour and nodes finished (every side a final status) per hour by the batch's
   wall time (summed over the calls that made it, when resumed, killed ones included);
-- GPU-busy share: the share of samples with utilization > 0, and the mean utilization (this
-  call's samples);
+- GPU-busy share: the share of samples with utilization > 0, and the mean utilization (the
+  samples of every call that made the batch);
 - statuses and screen verdicts per node, and whether they equal the first K's;
 - the timing lock (overlap > 1): the seconds it was held alone, as a share of the wall, and the
   side runs per hour if it were never idle (the GPU-bound limit under exclusive timing); the
@@ -83,13 +83,14 @@ def draw(n: int, seed: int) -> List[str]:
 
 
 class Sampler:
-    """nvidia-smi utilization samples (one integer percent per line) while a batch runs."""
+    """nvidia-smi utilization samples (one integer percent per line) while a batch runs; a
+    resumed batch's samples follow its earlier calls' (append)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, append: bool = False) -> None:
         self.path, self.proc = path, None
         exe = shutil.which("nvidia-smi")
         if exe:
-            self.fh = open(path, "w")
+            self.fh = open(path, "a" if append else "w")
             self.proc = subprocess.Popen([exe, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
                                           "-lms", "100"], stdout=self.fh, stderr=subprocess.DEVNULL)
 
@@ -157,12 +158,13 @@ def run_one(k: int, nodes: List[str], args, bd: Path) -> int:
     walls-overlap-k.json, its utilization samples to util-overlap-k.txt. -> its exit status."""
     cmd = [sys.executable, str(ROOT / "run_batch.py"), "--switch", SWITCH, "--overlap", str(k),
            "--dtypes", args.dtypes, "--op-timeout", str(args.op_timeout), "--batch-dir", str(bd)]
-    cmd += ["--resume"] if (bd / "batch.json").is_file() else ["--ops", *nodes]
+    resume = (bd / "batch.json").is_file()
+    cmd += ["--resume"] if resume else ["--ops", *nodes]
     if args.devices:
         cmd += ["--devices", args.devices]
     if args.budget_s:
         cmd += ["--budget-s", str(args.budget_s)]
-    sampler = Sampler(bd.parent / f"util-overlap-{k}.txt")
+    sampler = Sampler(bd.parent / f"util-overlap-{k}.txt", append=resume)
     try:
         return run_batch_call(cmd, bd.parent / f"console-overlap-{k}.log", bd.parent / f"walls-overlap-{k}.json")
     finally:

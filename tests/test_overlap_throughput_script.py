@@ -3,6 +3,7 @@ the same nodes, the figures it reports computed from what the batches wrote."""
 
 import csv
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -116,6 +117,23 @@ def test_nodes_per_hour_counts_only_the_nodes_the_batch_finished(tmp_path):
     assert res["nodes_per_hour"] == round(1 / res["wall_s"] * 3600, 1)
     assert f"| {res['side_runs_per_hour']} | 1 | {res['nodes_per_hour']} |" in r.stdout
     assert "--budget-s 18 reached after" in (out / "console-overlap-1.log").read_text()
+
+
+def test_a_resumed_batch_keeps_every_calls_gpu_samples(tmp_path):
+    """The GPU-busy share of a batch made by several calls covers all of them: an H100 batch
+    resumed after its first call's time limit reported only its second call's samples."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    smi = bindir / "nvidia-smi"   # two samples per sampling call; anything else: no GPU here
+    smi.write_text('#!/bin/sh\ncase "$*" in *utilization.gpu*-lms*) echo 0; echo 40; exec sleep 60;; esac\nexit 1\n')
+    smi.chmod(0o755)
+    out = tmp_path / "ovl"
+    for call in (1, 2):
+        r = run(tmp_path, "--ops", "relu", "--overlap", "2", "--devices", "0", "--out", out,
+                PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}")
+        assert r.returncode == 0, r.stdout + r.stderr
+        res = json.loads((out / "overlap_throughput.json").read_text())["results"][0]
+        assert res["calls"] == call and res["gpu"] == {"samples": 2 * call, "busy_share": 0.5, "mean_util": 20.0}
 
 
 def test_bad_arguments_exit_2(tmp_path):
