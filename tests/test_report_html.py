@@ -486,16 +486,25 @@ def test_screen_band_only_from_pairs_identical_at_every_level(tmp_path, capsys):
     assert d["noise_band_pct"] is None and soft["code"]["aa"] is False
     assert "no binary hash on both sides" in soft["code"]["reason"]
     assert "no binary hash on both sides" in " ".join(parse_page(html).text)
-    # the run directories gone: the row's own columns decide (ir_levels, fp_* cells)
+    # the run directories kept without their IR (a raw bundle), then gone: the row's own
+    # columns decide (ir_levels, fp_* cells), its latencies still read from the run.logs
     import shutil as _sh
-    for side in ("before", "after"):
-        _sh.rmtree(root / f"softmax@float16_{side}")
     tsv = root / "screen.tsv"
     lines = tsv.read_text().splitlines()
     lines[0] += "\tir_levels\tfp_ttgir\tfp_llir\tfp_asm\tfp_binary"
     lines[1] += "\tttgir,llir,ptx,binary\taa\tbb\tcc\tdd"
     lines[2:] = [ln + "\t-\t-\t-\t-\t-" for ln in lines[2:]]
     tsv.write_text("\n".join(lines) + "\n")
+    for side in ("before", "after"):
+        _sh.rmtree(root / f"softmax@float16_{side}" / "ttgir")
+    assert run_bs("--screen", root, "--json", js) == 0
+    soft = next(o for o in json.loads(js.read_text())["ops"] if o["op"] == "softmax")
+    assert soft["code"]["aa"] is True and soft["code"]["source"] == "screen.tsv (the run directories hold no IR)"
+    d = json.loads(js.read_text())
+    assert soft["paired"] == 5 and d["noise_band_pct"] == [soft["min_pct"], soft["max_pct"]]
+    assert d["verdicts"]["rule"]["controls"] == 5     # its shapes calibrate the verdicts too
+    for side in ("before", "after"):
+        _sh.rmtree(root / f"softmax@float16_{side}")
     assert run_bs("--screen", root, "--json", js) == 0
     soft = next(o for o in json.loads(js.read_text())["ops"] if o["op"] == "softmax")
     assert soft["code"]["aa"] is True and soft["code"]["source"] == "screen.tsv"

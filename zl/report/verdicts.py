@@ -102,12 +102,13 @@ def caliber_key(identity: Optional[Dict]) -> Optional[Tuple]:
     return tuple((k, c.get(k)) for k in cal.CALIBER_FIELDS if k not in cal.PER_OPERATOR_FIELDS)
 
 
-def pair_controls(name: str, brun, arun) -> Tuple[List[Control], Optional[str]]:
-    """(controls, None) from an every-level A/A pair of LoadedRuns, or ([], why it is none)."""
+def pair_controls(name: str, brun, arun, code: Optional[Dict] = None) -> Tuple[List[Control], Optional[str]]:
+    """(controls, None) from an every-level A/A pair of LoadedRuns, or ([], why it is none);
+    `code`: the pair's code facts where the caller has them (a screen row's), else read here."""
     from zl.report.run import pair_code
     from zl.runlog.parse import RunLogError
     from zl.runlog.stats import pair_logs
-    code = pair_code(brun, arun)
+    code = code or pair_code(brun, arun)
     if not code["identical_everywhere"]:
         return [], f"{name}: not an A/A: {code['reason']}"
     try:
@@ -309,7 +310,7 @@ def screen_controls(root, ops: Sequence[Dict], runs) -> Tuple[List[Control], Lis
         if not o["code"].get("aa"):
             continue
         got, why = pair_controls(pair_name(o["dirs"]["before"]), runs.get(Path(o["dirs"]["before"])),
-                                 runs.get(Path(o["dirs"]["after"])))
+                                 runs.get(Path(o["dirs"]["after"])), o["code"])
         controls += got
         rejected += [why] if why else []
     return controls, rejected

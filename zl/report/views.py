@@ -306,15 +306,17 @@ def _tsv_code(r: Dict[str, str]) -> Dict:
 
 def _screen_code(r: Dict[str, str], before: LoadedRun, after: LoadedRun) -> Dict:
     """The operator's code facts (run.pair_code) from its run directories, else from its
-    screen.tsv row; `aa`: the row's verdict is NO_IR_DIFF and every recorded level, binary
-    included, is identical on both sides."""
-    if before.dir.is_dir() and after.dir.is_dir():
+    screen.tsv row: when they are gone, or both kept without their IR folder (a raw bundle:
+    compiled code is never committed); `aa`: the row's verdict is NO_IR_DIFF and every
+    recorded level, binary included, is identical on both sides."""
+    kept = before.dir.is_dir() and after.dir.is_dir()
+    if kept and any((run.dir / fp.IR_SUBDIR).is_dir() for run in (before, after)):
         code = {**pair_code(before, after), "source": "run directories"}
         if r["verdict"] == fp.NO_IR_DIFF and code["verdict"] != fp.NO_IR_DIFF:
             code["reason"] = (f"screen.tsv says NO_IR_DIFF, its run directories say "
                               f"{code['verdict']}: {code['reason']}")
     else:
-        code = {**_tsv_code(r), "source": "screen.tsv"}
+        code = {**_tsv_code(r), "source": "screen.tsv" + (" (the run directories hold no IR)" if kept else "")}
     code["aa"] = r["verdict"] == fp.NO_IR_DIFF and code["identical_everywhere"]
     return code
 
