@@ -44,6 +44,7 @@ import os
 import shlex
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -240,6 +241,36 @@ def watch_parent(pid: int, stop: threading.Event, poll: float = PARENT_POLL_S) -
                 log(f"parent process {pid} is gone; stopping")
                 stop.set()
     threading.Thread(target=loop, name="telemetry-parent-watch", daemon=True).start()
+
+
+class UtilizationSampler:
+    """The device's utilization every 100 ms (one integer percent per line) into `path` while
+    a batch runs (nvidia-smi; nothing where it is missing); `append`: a resumed batch's samples
+    follow its earlier calls'."""
+
+    def __init__(self, path: Path, append: bool = False) -> None:
+        self.path, self.proc = path, None
+        exe = shutil.which("nvidia-smi")
+        if exe:
+            self.fh = open(path, "a" if append else "w")
+            self.proc = subprocess.Popen([exe, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
+                                          "-lms", "100"], stdout=self.fh, stderr=subprocess.DEVNULL)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=10)
+            self.fh.close()
+
+
+def utilization_summary(path: Path) -> Optional[Dict[str, float]]:
+    """GPU-busy share (samples > 0) and mean utilization of a UtilizationSampler's file; None
+    without samples."""
+    vals = [float(v) for v in path.read_text().split() if v.replace(".", "", 1).isdigit()] if path.is_file() else []
+    if not vals:
+        return None
+    return {"samples": len(vals), "busy_share": statistics.fmean(v > 0 for v in vals),
+            "mean_util": statistics.fmean(vals)}
 
 
 def _build_parser() -> argparse.ArgumentParser:

@@ -22,6 +22,8 @@ utilization every 100 ms (where it exists). The report (stdout and OUT/overlap_t
 - CPU: the median CPU seconds of a side run's processes (run_pytest.sh's CPU line) and the
   cores they kept busy on average over the wall: near the host's core count, the batch is
   short of CPU, not of GPU;
+- case time: the side runs' own seconds (ops_status.csv) as a share of K slots over the wall,
+  and the parts of it lock waits and TIMEOUT sides took;
 - A/A noise per node: the median over shapes of |B/A - 1| of the gems latency, and its median
   over nodes;
 - with --upstream, beside them: FlagGems' own harness over the same nodes in one pytest
@@ -63,6 +65,7 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
+from telemetry import UtilizationSampler, utilization_summary
 from zl import atomic
 from zl.batch.screen import read_screen_rows
 from zl.batch.status import UNFINISHED, read_rows
@@ -80,34 +83,6 @@ def draw(n: int, seed: int) -> List[str]:
         raise SystemExit(f"!!! run_batch.py --list failed (exit {r.returncode}): {r.stderr.strip()[-400:]}")
     names = sorted(ln.split("\t", 1)[0].split(":", 1)[1] for ln in r.stdout.splitlines() if "\tdevice=" in ln)
     return random.Random(seed).sample(names, min(n, len(names)))
-
-
-class Sampler:
-    """nvidia-smi utilization samples (one integer percent per line) while a batch runs; a
-    resumed batch's samples follow its earlier calls' (append)."""
-
-    def __init__(self, path: Path, append: bool = False) -> None:
-        self.path, self.proc = path, None
-        exe = shutil.which("nvidia-smi")
-        if exe:
-            self.fh = open(path, "a" if append else "w")
-            self.proc = subprocess.Popen([exe, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
-                                          "-lms", "100"], stdout=self.fh, stderr=subprocess.DEVNULL)
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(timeout=10)
-            self.fh.close()
-
-
-def utilization(path: Path) -> Optional[Dict[str, float]]:
-    """GPU-busy share (samples > 0) and mean utilization of a sampler's file; None without one."""
-    vals = [float(v) for v in path.read_text().split() if v.replace(".", "", 1).isdigit()] if path.is_file() else []
-    if not vals:
-        return None
-    return {"samples": len(vals), "busy_share": float(np.mean([v > 0 for v in vals])),
-            "mean_util": float(np.mean(vals))}
 
 
 def log_figures(run_dir: Path) -> tuple:
@@ -141,6 +116,8 @@ def read_batch(bd: Path) -> Dict:
         deltas = [abs(rb[k] / ra[k] - 1) for k in ra if k in rb]
         figures = [log_figures(da), log_figures(db)]
         locks = [lock for lock, _ in figures if lock is not None]
+        # each side's own seconds (ops_status.csv), and those of the sides that timed out
+        secs = [(float(r.get("elapsed_ms") or 0) / 1000, r.get("status")) for r in (row, b.get(name, {}))]
         nodes[name] = {"status": f"{row['status']}/{b.get(name, {}).get('status', '-')}",
                        "verdict": verdicts.get(name, ""), "shapes": len(deltas),
                        "aa_median_abs_delta": float(np.median(deltas)) if deltas else None,
@@ -149,7 +126,9 @@ def read_batch(bd: Path) -> Dict:
                        "cpu_s": [cpu for _, cpu in figures if cpu is not None],
                        # the part of those waits that held back this node's GPU work while others
                        # timed; the seconds its shares kept others' timers out
-                       "share_waited_s": figure_sum(locks, 2), "share_held_s": figure_sum(locks, 3)}
+                       "share_waited_s": figure_sum(locks, 2), "share_held_s": figure_sum(locks, 3),
+                       "case_s": round(sum(t for t, _ in secs), 3),
+                       "timeout_case_s": round(sum(t for t, st in secs if st == "TIMEOUT"), 3)}
     return nodes
 
 
@@ -164,7 +143,7 @@ def run_one(k: int, nodes: List[str], args, bd: Path) -> int:
         cmd += ["--devices", args.devices]
     if args.budget_s:
         cmd += ["--budget-s", str(args.budget_s)]
-    sampler = Sampler(bd.parent / f"util-overlap-{k}.txt", append=resume)
+    sampler = UtilizationSampler(bd.parent / f"util-overlap-{k}.txt", append=resume)
     try:
         return run_batch_call(cmd, bd.parent / f"console-overlap-{k}.log", bd.parent / f"walls-overlap-{k}.json")
     finally:
@@ -239,10 +218,11 @@ def summarize(k: int, bd: Path, rc: Optional[int]) -> Dict:
     waits = [(v["lock_waited_s"], v["share_waited_s"], v.get("share_held_s"))
              for v in per_node.values() if v["lock_waited_s"] is not None]
     cpu = [c for v in per_node.values() for c in v.get("cpu_s", [])]
+    case = round(sum(v.get("case_s", 0.0) for v in per_node.values()), 3)
     return {"overlap": k, "rc": rc, "wall_s": wall, "calls": len(walls), "side_runs": ran,
             "side_runs_per_hour": round(ran / wall * 3600, 1) if wall else None, "nodes_finished": done,
             "nodes_per_hour": round(done / wall * 3600, 1) if wall else None,
-            "gpu": utilization(bd.parent / f"util-overlap-{k}.txt"),
+            "gpu": utilization_summary(bd.parent / f"util-overlap-{k}.txt"),
             # the lock's busy share of the wall, and the rate if the lock were never idle
             "lock_held_share": round(sum(held) / wall, 3) if held and wall else None,
             "lock_bound_side_runs_per_hour": round(ran / sum(held) * 3600, 1) if held else None,
@@ -256,6 +236,10 @@ def summarize(k: int, bd: Path, rc: Optional[int]) -> Dict:
             # (above the host's core count less a margin, the batch waits on the CPU, not the GPU)
             "cpu_s_median": float(np.median(cpu)) if cpu else None,
             "cores_busy": round(sum(cpu) / wall, 2) if cpu and wall else None,
+            # the cases' own seconds against k slots over the wall (below 1: slots stood empty,
+            # e.g. a killed call's cases, the ends of calls), and the TIMEOUT sides' part of them
+            "case_s": case, "slot_share": round(case / (k * wall), 3) if wall else None,
+            "timeout_case_s": round(sum(v.get("timeout_case_s", 0.0) for v in per_node.values()), 3),
             "aa_median_over_nodes": float(np.median(aa)) if aa else None, "nodes": per_node}
 
 
@@ -288,7 +272,7 @@ def run_upstream(nodes: List[str], args, out: Path) -> int:
            *[ids[n] for n in nodes if n in ids and n not in left_out], "--level", "core", "--mode", args.upstream_mode]
     for dt in args.dtypes.replace(",", " ").split():
         cmd += ["--dtypes", dt]
-    sampler = Sampler(out / "util-upstream.txt")
+    sampler = UtilizationSampler(out / "util-upstream.txt")
     t0 = time.monotonic()
     try:
         with open(out / "upstream.log", "w") as log:
@@ -322,7 +306,7 @@ def summarize_upstream(out: Path) -> Optional[Dict]:
                 for node, outcome, sec in node_seconds(stamped)}
     return {"rc": meta["rc"], "wall_s": wall, "nodes_finished": len(per_node), "left_out": meta.get("left_out", []),
             "nodes_per_hour": round(len(per_node) / wall * 3600, 1) if wall else None,
-            "gpu": utilization(out / "util-upstream.txt"), "nodes": per_node}
+            "gpu": utilization_summary(out / "util-upstream.txt"), "nodes": per_node}
 
 
 def pct(x: Optional[float]) -> str:
@@ -351,6 +335,11 @@ def report(results: List[Dict], upstream: Optional[Dict] = None) -> str:
         if r.get("cores_busy") is not None:
             out.append(f"\nOverlap {r['overlap']}: the side runs' processes used a median {r['cpu_s_median']:.1f} CPU-s "
                        f"each, {r['cores_busy']:.2f} cores on average over the wall.")
+        if r.get("case_s"):
+            waits = "" if not r.get("lock_waited_s") else f"lock waits {r['lock_waited_s'] / r['case_s']:.1%} of it, "
+            out.append(f"\nOverlap {r['overlap']}: the side runs' own seconds sum to {r['case_s']:.0f} s, "
+                       f"{r['slot_share']:.1%} of {r['overlap']} slot(s) over the wall; {waits}TIMEOUT sides "
+                       f"{r['timeout_case_s']:.0f} s ({r['timeout_case_s'] / r['case_s']:.1%}).")
         if r.get("share_waited_s") is not None and r.get("lock_waited_s"):
             out.append(f"\nOverlap {r['overlap']}: cases waited {r['lock_waited_s']:.1f} s for the lock in all, "
                        f"{r['share_waited_s']:.1f} s of it ({r['share_waited_s'] / r['lock_waited_s']:.1%}) "

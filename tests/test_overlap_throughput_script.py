@@ -59,6 +59,13 @@ def test_each_overlap_gets_its_screen_and_the_report_reads_the_batches(tmp_path)
         assert res["cpu_s_median"] == 2.0 and res["cores_busy"] == round(5 * 2.0 / res["wall_s"], 2)
     assert f"the side runs' processes used a median 2.0 CPU-s each, {over['cores_busy']:.2f} cores" in r.stdout
     assert over["lock_held_share"] == round(2.5 / over["wall_s"], 3)
+    # case time: the sides' own seconds from ops_status.csv, against 2 slots over the wall
+    case = sum(float(r["elapsed_ms"] or 0) / 1000 for side in ("before", "after")
+               for r in csv.DictReader(open(out / "overlap-2" / side / "ops_status.csv")))
+    assert over["case_s"] == round(case, 3) > 0 and over["timeout_case_s"] == 0.0
+    assert over["slot_share"] == round(over["case_s"] / (2 * over["wall_s"]), 3)
+    assert (f"the side runs' own seconds sum to {over['case_s']:.0f} s, {over['slot_share']:.1%} of 2 slot(s) "
+            f"over the wall; lock waits {1.25 / over['case_s']:.1%} of it, TIMEOUT sides 0 s (0.0%).") in r.stdout
     assert over["lock_bound_side_runs_per_hour"] == 7200.0
     ident = json.loads((out / "overlap-2/before/main/relu/run_identity.json").read_text())
     assert ident["device_overlap"] == 2
@@ -114,6 +121,7 @@ def test_nodes_per_hour_counts_only_the_nodes_the_batch_finished(tmp_path):
     assert {n: v["status"] for n, v in res["nodes"].items()} == {"relu": "TIMEOUT/NOT_RUN",
                                                                  "softmax": "PENDING/PENDING"}
     assert res["nodes_finished"] == 1 and res["wall_s"] > 0
+    assert res["timeout_case_s"] == res["nodes"]["relu"]["case_s"] >= 1.0     # relu's side A timed out
     assert res["nodes_per_hour"] == round(1 / res["wall_s"] * 3600, 1)
     assert f"| {res['side_runs_per_hour']} | 1 | {res['nodes_per_hour']} |" in r.stdout
     assert "--budget-s 18 reached after" in (out / "console-overlap-1.log").read_text()

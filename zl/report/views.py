@@ -299,16 +299,14 @@ def _tsv_code(r: Dict[str, str]) -> Dict:
                         "one_sided": [lv for lv in a.keys() ^ b.keys() if lv not in compared],
                         "variants_only": r.get("variants_only") or "-"})
     if not levels and r["verdict"] == fp.NO_IR_DIFF:
-        facts["reason"] = ("screen.tsv does not record which levels were compared (no ir_levels "
-                           "column) and its run directories are gone")
+        facts["reason"] = "screen.tsv does not record which levels were compared (no ir_levels column)"
     return facts
 
 
 def _screen_code(r: Dict[str, str], before: LoadedRun, after: LoadedRun) -> Dict:
-    """The operator's code facts (run.pair_code) from its run directories, else from its
-    screen.tsv row: when they are gone, or both kept without their IR folder (a raw bundle:
-    compiled code is never committed); `aa`: the row's verdict is NO_IR_DIFF and every
-    recorded level, binary included, is identical on both sides."""
+    """The operator's code facts (run.pair_code) from its run directories, else (gone, or kept
+    without IR: a raw bundle) from its screen.tsv row; `aa`: the row's verdict is NO_IR_DIFF
+    and every recorded level, binary included, is identical on both sides."""
     kept = before.dir.is_dir() and after.dir.is_dir()
     if kept and any((run.dir / fp.IR_SUBDIR).is_dir() for run in (before, after)):
         code = {**pair_code(before, after), "source": "run directories"}
