@@ -115,7 +115,7 @@ def test_false_alarm_rate_on_the_aa_controls_is_within_its_bound(tmp_path):
         (int(c.name[1]), c.name[-1]): runs.get(c) for c in root.iterdir() if c.is_dir()})
     more, why = vd.pair_controls("relu", runs.get(with_relu / "before"), runs.get(with_relu / "after"))
     assert len(controls) == 60 and len(more) == 5 and not rejected and why is None
-    key = vd.caliber_key(runs.get(with_relu / "before").identity)
+    key = vd.pair_key(runs.get(with_relu / "before"), runs.get(with_relu / "after"))
     for fa in (0.05, 0.1, 0.2):
         rule = vd.Calibration(controls + more, key, "recorded", fa).rule()
         assert rule["loo_judged"] > 0
@@ -478,3 +478,33 @@ def test_retune_names_a_record_that_is_not_its_runs_and_a_screen_without_side_c_
     assert "retune" not in d and not any("retune" in o for o in d["ops"])
     from zl.report.html import render_report
     assert 'id="retune"' not in render_report(d)[0]
+
+
+def test_a_pair_timed_on_the_direct_fallback_is_calibrated_only_with_such_pairs(tmp_path):
+    """The host is in the loop of the direct fallback timer: on an H100 at overlap 8 two such
+    nodes read A/A 9-15 % and widened a graph-timed class's threshold. A pair with a
+    BENCHMARK_DIRECT_NO_CUDAGRAPH event neither calibrates graph-timed pairs nor is judged by
+    them; the run.log's mention of the marker in a configure line does not count."""
+    root, relu = rounds(tmp_path), relu_aa(tmp_path)
+    runs = Runs()
+    graph, _ = vd.rounds_controls("softmax", {
+        (int(c.name[1]), c.name[-1]): runs.get(c) for c in root.iterdir() if c.is_dir()})
+    log = relu / "before" / "run.log"
+    log.write_text(log.read_text() + "[timing-plugin] timer=cuda_graph (fallback to do_bench with "
+                   "BENCHMARK_DIRECT_NO_CUDAGRAPH)\n")
+    assert vd.timing_of(Runs().get(relu / "before")) == "graph"      # a mention, not an event
+    log.write_text(log.read_text() + "BENCHMARK_DIRECT_NO_CUDAGRAPH op=relu phase=capture "
+                   "reason=AcceleratorError host_share=15%\n")
+    runs = Runs()
+    direct, why = vd.pair_controls("relu", runs.get(relu / "before"), runs.get(relu / "after"))
+    assert why is None and len(direct) == 5
+    relu_key = vd.pair_key(runs.get(relu / "before"), runs.get(relu / "after"))
+    graph_key = graph[0]["caliber"]
+    assert dict(relu_key)["timing"] == "direct" and dict(graph_key)["timing"] == "graph"
+    assert relu_key[:-1] == graph_key[:-1]                            # the same caliber otherwise
+    on_graph = vd.Calibration(graph + direct, graph_key, "recorded")
+    assert len(on_graph.controls) == 60 and on_graph.other_caliber == 5
+    on_direct = vd.Calibration(graph, relu_key, "recorded")
+    j = on_direct.judge(50.0, 0.05)
+    assert j["verdict"] == "UNCLEAR" and "caliber and timing (a shape on the direct fallback timer)" in j["reason"]
+    assert "(60 measured with another caliber or timing)" in j["reason"]

@@ -102,7 +102,7 @@ def _as_json(name: str, blog: Path, alog: Path, rep: PairReport, caliber: Tuple[
     }
 
 
-def _verdicts(name: str, brun: LoadedRun, paired: List[Dict], controls: Sequence[Path],
+def _verdicts(name: str, brun: LoadedRun, arun: LoadedRun, paired: List[Dict], controls: Sequence[Path],
               false_alarm: float, runs: Runs) -> Dict:
     """FASTER/SLOWER/SAME/UNCLEAR per shape (zl.report.verdicts), calibrated from --controls
     roots, else from the A/A cells of the screen root this pair sits in; this pair's own
@@ -122,7 +122,7 @@ def _verdicts(name: str, brun: LoadedRun, paired: List[Dict], controls: Sequence
     else:
         got, rejected = [], []
         source = "none (give --controls: a screen root or an --ab-rounds root measured alike)"
-    cal = verdicts.Calibration(got, verdicts.caliber_key(brun.identity), source, false_alarm,
+    cal = verdicts.Calibration(got, verdicts.pair_key(brun, arun), source, false_alarm,
                                exclude=[verdicts.pair_name(brun.dir)])
     block = verdicts.apply(paired, cal, "speedup_pct", "before_lat", rejected=rejected)
     for line in verdicts.text_lines(f"[ab] {name}", block["rule"], block["summary"]):
@@ -146,7 +146,7 @@ def report_ab(before: Path, after: Path, label: str, allow: bool, controls: Sequ
     # The verdicts first (after the results check): what a reviewer decides on.
     rows = [{**_row_keys(p["key"]), "before_lat": p["before_lat"], "after_lat": p["after_lat"],
              "speedup_pct": p["speedup_pct"]} for p in rep.paired]
-    block = _verdicts(name, brun, rows, controls, false_alarm, runs)
+    block = _verdicts(name, brun, arun, rows, controls, false_alarm, runs)
     _print_rows(name, rep, rows)
     _print_summary(name, rep, rep.summary())
     fallbacks = {"before": replay_fallback_facts(brun.identity, brun.parsed),

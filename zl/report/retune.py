@@ -204,7 +204,7 @@ def add_to_screen(result: Dict, runs: Runs, false_alarm: float = vd.DEFAULT_FALS
         if row.get("status") == "PASS" and c.log.is_file():
             pair = _a_vs_c(a, c)
             if pair["shapes"]:
-                calib = vd.Calibration(controls, vd.caliber_key(a.identity), where, false_alarm,
+                calib = vd.Calibration(controls, vd.pair_key(a, c), where, false_alarm,
                                        exclude=[vd.pair_name(a_dir)])
                 vd.apply(pair["shapes"], calib, "speedup_pct", "before_lat")
                 pair["aa_verdict_counts"] = {v: sum(s["aa_verdict"] == v for s in pair["shapes"])

@@ -160,7 +160,7 @@ def _verdicts(name: str, used: Dict[Cell, LoadedRun], out: Dict, res: Dict,
     source = "this campaign's same-side cells across rounds" + (
         f" and --controls {' '.join(map(str, controls))}" if controls else "")
     first = used.get((1, "A")) or next(iter(used.values()))
-    cal = verdicts.Calibration(own + more, verdicts.caliber_key(first.identity), source, false_alarm)
+    cal = verdicts.Calibration(own + more, verdicts.pair_key(first, *used.values()), source, false_alarm)
     block = verdicts.apply(out["shapes"], cal, "speedup_pct", "a_median", "p_value", ALPHA,
                            _underpowered(res), rejected + why)
     for line in verdicts.text_lines(f"[ab-rounds] {name}", block["rule"], block["summary"]):
@@ -350,7 +350,7 @@ def add_to_screen(result: Dict, runs: Runs, false_alarm: float = verdicts.DEFAUL
         if (1, "A") not in mine or not any(k > 1 for k, _ in mine):
             skipped[o["cell"]] = "no side of rounds 2..R has a run.log (round 1 did not pass both sides)"
             continue
-        cal = verdicts.Calibration(controls, verdicts.caliber_key(mine[(1, "A")].identity),
+        cal = verdicts.Calibration(controls, verdicts.pair_key(mine[(1, "A")], *mine.values()),
                                    f"{where}, of which this node's own cells are left out", false_alarm,
                                    exclude=[verdicts.pair_name(o["dirs"]["before"])])
         node, analysed[o["cell"]] = _screen_node(root, o["cell"], mine, cal, rejected, allow)

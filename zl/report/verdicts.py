@@ -17,6 +17,12 @@ A shape measured below MEASURABLE_MS on side A is UNCLEAR and is no control: a g
 kernel in it (a view, a metadata op) times as a few nanoseconds. Measured on the H200: unbind
 and resize_as_ read 0.000000-0.000010 ms per call, and their A/A ratios spanned 0.002-22.6.
 
+A pair that timed any shape on the direct fallback timer (BENCHMARK_DIRECT_NO_CUDAGRAPH: the
+host in the loop; the run.log does not say which shape) is calibrated and judged only with
+such pairs (`pair_key`). On an H100 at --overlap 8, fake_quantize_learnable_per_tensor_affine
+and index_add_ timed every shape that way and read A/A 9.3 % and 14.8 % (graph-timed nodes
+0.04-3 %); among graph-timed controls they widened the 100 us-1 ms threshold to 32.8 %.
+
 A pair is never calibrated from its own shapes: the judged pair's controls are left out (a
 pair that is itself an A/A is judged against the others; its verdicts are then the
 leave-one-out false-alarm measurement). With rounds, the controls are single-round deltas
@@ -102,6 +108,27 @@ def caliber_key(identity: Optional[Dict]) -> Optional[Tuple]:
     return tuple((k, c.get(k)) for k in cal.CALIBER_FIELDS if k not in cal.PER_OPERATOR_FIELDS)
 
 
+DIRECT_TIMED = "direct"   # pair_key's timing of a pair with a shape on the direct fallback timer
+
+
+def timing_of(*runs) -> str:
+    """'direct' when a run timed any shape on the direct fallback timer, else 'graph'."""
+    for run in runs:
+        try:
+            if run is not None and run.parsed.markers.get("no_cudagraph"):
+                return DIRECT_TIMED
+        except Exception:   # an unreadable log has no shapes to judge: the report says so elsewhere
+            continue
+    return "graph"
+
+
+def pair_key(first, *others) -> Optional[Tuple]:
+    """What a control and a judged pair must share: the caliber of `first`'s identity (side A,
+    LoadedRun) and how the pair's runs timed (timing_of); None without an identity."""
+    key = caliber_key(first.identity if first is not None else None)
+    return None if key is None else key + (("timing", timing_of(first, *others)),)
+
+
 def pair_controls(name: str, brun, arun, code: Optional[Dict] = None) -> Tuple[List[Control], Optional[str]]:
     """(controls, None) from an every-level A/A pair of LoadedRuns, or ([], why it is none);
     `code`: the pair's code facts where the caller has them (a screen row's), else read here."""
@@ -115,7 +142,7 @@ def pair_controls(name: str, brun, arun, code: Optional[Dict] = None) -> Tuple[L
         rep = pair_logs(brun.parsed, arun.parsed)
     except RunLogError as exc:
         return [], f"{name}: unreadable: {exc}"
-    key = caliber_key(brun.identity)
+    key = pair_key(brun, arun)
     return [{"latency_ms": p["before_lat"], "delta_pct": p["speedup_pct"], "caliber": key,
              "pair": name, "source": f"{name} {p['key'][2]}"} for p in rep.paired], None
 
@@ -151,8 +178,10 @@ class Calibration:
         if not self.controls and not self.other_caliber:
             return f"no A/A control: {self.source}"
         if not self.controls:
-            return (f"no A/A control measured with this pair's caliber ({self.other_caliber} "
-                    f"measured with another caliber): {self.source}")
+            timed = " and timing (a shape on the direct fallback timer)" if dict(self.caliber).get(
+                "timing") == DIRECT_TIMED else ""
+            return (f"no A/A control measured with this pair's caliber{timed} ({self.other_caliber} "
+                    f"measured with another caliber or timing): {self.source}")
         return None
 
     def judge(self, delta_pct: float, latency_ms: float, p: Optional[float] = None,
@@ -367,15 +396,16 @@ def judge_screen(result: Dict, runs, false_alarm: float = DEFAULT_FALSE_ALARM,
         o["change_signature"] = cell_signature(o)   # the page's per-shape "change" column
         if not o.get("shapes"):
             continue
-        cal = Calibration(controls, caliber_key(runs.get(Path(o["dirs"]["before"])).identity),
+        cal = Calibration(controls, pair_key(runs.get(Path(o["dirs"]["before"])), runs.get(Path(o["dirs"]["after"]))),
                           f"{where}, this cell left out", false_alarm,
                           exclude=[pair_name(o["dirs"]["before"])])
         apply(o["shapes"], cal, "speedup_pct", "before_lat")
         o["aa_verdict_counts"] = {v: sum(1 for s in o["shapes"] if s["aa_verdict"] == v) for v in VERDICTS}
         rows += o["shapes"]
-    everyone = Calibration(controls, caliber_key(next(
-        (runs.get(Path(o["dirs"]["before"])).identity for o in result["ops"] if o.get("shapes")),
-        None)), f"{where} (the rule shown for the first measured cell's caliber)", false_alarm)
+    first = next((o for o in result["ops"] if o.get("shapes")), None)
+    everyone = Calibration(controls, pair_key(*(runs.get(Path(first["dirs"][s])) for s in ("before", "after")))
+                           if first else None, f"{where} (the rule shown for the first measured cell's caliber)",
+                           false_alarm)
     rule = everyone.rule()
     judged = [{"verdict": r["aa_verdict"], "false_alarm_bound": r["false_alarm_bound"]} for r in rows]
     # The screen's own A/A cells, each judged by the others: every FASTER/SLOWER among them is
