@@ -51,6 +51,11 @@ per stage under OUT/report/) reads `batch_summary.py --screen <stage> --controls
     python benchmarks/verdict_evidence.py --ops relu softmax --aa1 runs/ovl/overlap-4 --overlap 4 --out runs/ve
     python benchmarks/verdict_evidence.py --sample 40 --seed 11 --overlap 8 --held-out nodes --retune-ops NODE --out runs/ve
     python benchmarks/verdict_evidence.py --report-only --out <unpacked bundle>/ve
+    python benchmarks/verdict_evidence.py --report-only --held-out nodes --aa1 <A/A screen> --out runs/aa_only
+
+--report-only --held-out nodes --aa1 DIR on a folder that holds no stages reports (a) alone
+for that A/A screen (a finished overlap_throughput.py batch, its raw bundle included); (b)
+and (c) say they were not measured.
 
 (NODE: one of the drawn nodes; a name that is not one is refused with the drawn ones named.)
 
@@ -283,6 +288,23 @@ def markdown(rep: Dict) -> str:
     return "\n".join(out)
 
 
+def aa1_only(aa1: Path, f: float, out: Path) -> int:
+    """--report-only of (a) alone: one A/A screen, each node against its other A/A nodes."""
+    from zl.batch.screen import read_screen_rows
+    out.mkdir(parents=True, exist_ok=True)
+    not_run = "not measured: --report-only of (a) alone, from --aa1 (no switch stage in --out)"
+    rep = {"nodes": sorted(r["run_name"] for r in read_screen_rows(aa1 / "screen.tsv").values()),
+           "switch_name": "none", "aa1": str(aa1), "false_alarm_target": f, "held_out": "nodes",
+           "retune_ops": [], "rc": {}, "walls_s": {},
+           "false_alarm": false_alarms(summary_json("aa1", aa1, None, f, out), f, "nodes"),
+           "switch": {"note": not_run}, "retune": {"stage": "switch", "note": not_run}}
+    text = markdown(rep)
+    print(text)
+    atomic.write_json(out / "verdict_evidence.json", rep, indent=1, sort_keys=False)
+    atomic.write_text(out / "verdict_evidence.md", text + "\n")
+    return 0
+
+
 def is_aa_screen(d: Path) -> bool:
     try:
         return json.loads((d / "batch.json").read_text()).get("switch") == AA_SWITCH and (d / "screen.tsv").is_file()
@@ -333,6 +355,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                  "give another --out")
     rc: Dict[str, int] = {}
     try:
+        if args.report_only and saved is None and args.aa1 is not None and held_out == "nodes":
+            return aa1_only(args.aa1.resolve(), args.false_alarm, out)
         if args.report_only:
             need = [s for s, *_ in stages_of("", [], held_out, retune_ops, True)]
             if saved is None or not all((out / s / "screen.tsv").is_file() for s in need):

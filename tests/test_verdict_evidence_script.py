@@ -150,6 +150,14 @@ def test_held_out_nodes_and_retune_ops_drop_aa2_and_side_c_of_the_others(tmp_pat
     assert r.returncode == 0, r.stdout + r.stderr
     redo = json.loads((out / "verdict_evidence.json").read_text())
     assert redo["false_alarm"] == rep["false_alarm"] and redo["retune"] == rep["retune"]
+    # (a) alone, of the A/A screen only, into an empty folder: the same figures, (b) and (c) unmeasured
+    only = tmp_path / "aa_only"
+    r = run(tmp_path, "--report-only", "--held-out", "nodes", "--aa1", out / "aa1", "--false-alarm", F, "--out", only)
+    assert r.returncode == 0, r.stdout + r.stderr
+    alone = json.loads((only / "verdict_evidence.json").read_text())
+    assert alone["false_alarm"] == rep["false_alarm"] and alone["nodes"] == sorted(NODES)
+    assert "not measured" in alone["switch"]["note"] and "not measured" in alone["retune"]["note"]
+    assert "not measured: --report-only of (a) alone" in r.stdout and not (only / "aa1").exists()
     # the same folder with another --held-out (also left out: the default aa2) or other --retune-ops
     for other in (("--held-out", "aa2", "--retune-ops", "softmax"), ("--retune-ops", "softmax")):
         r = run(tmp_path, "--ops", *NODES, *other, "--out", out)
