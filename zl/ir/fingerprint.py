@@ -137,8 +137,7 @@ _ABS_PATH_RE = re.compile(r'"/(?:[^"\n]*/)?([^"/\n]*)"')
 
 # A process id in a generated file's name (FlagGems: f"..._pid_{os.getpid()}.py").
 _PID_RE = re.compile(r"_pid_[0-9]+(?=[._])")
-
-
+# Any quoted string: LLVM's DIFile and PTX's .file name the file apart from its directory.
 _QUOTED_RE = re.compile(r'"[^"\n]*"')
 
 

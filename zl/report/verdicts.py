@@ -113,11 +113,12 @@ DIRECT_TIMED = "direct"   # pair_key's timing of a pair with a shape on the dire
 
 def timing_of(*runs) -> str:
     """'direct' when a run timed any shape on the direct fallback timer, else 'graph'."""
+    from zl.runlog.parse import RunLogError
     for run in runs:
         try:
             if run is not None and run.parsed.markers.get("no_cudagraph"):
                 return DIRECT_TIMED
-        except Exception:   # an unreadable log has no shapes to judge: the report says so elsewhere
+        except (RunLogError, OSError):   # no shapes to judge: the report says so elsewhere
             continue
     return "graph"
 
@@ -396,7 +397,7 @@ def judge_screen(result: Dict, runs, false_alarm: float = DEFAULT_FALSE_ALARM,
         o["change_signature"] = cell_signature(o)   # the page's per-shape "change" column
         if not o.get("shapes"):
             continue
-        cal = Calibration(controls, pair_key(runs.get(Path(o["dirs"]["before"])), runs.get(Path(o["dirs"]["after"]))),
+        cal = Calibration(controls, pair_key(*(runs.get(Path(o["dirs"][s])) for s in ("before", "after"))),
                           f"{where}, this cell left out", false_alarm,
                           exclude=[pair_name(o["dirs"]["before"])])
         apply(o["shapes"], cal, "speedup_pct", "before_lat")
