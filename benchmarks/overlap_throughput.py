@@ -127,6 +127,7 @@ def read_batch(bd: Path) -> Dict:
                        # the part of those waits that held back this node's GPU work while others
                        # timed; the seconds its shares kept others' timers out
                        "share_waited_s": figure_sum(locks, 2), "share_held_s": figure_sum(locks, 3),
+                       "share_stretches": figure_sum(locks, 4),
                        "case_s": round(sum(t for t, _ in secs), 3),
                        "timeout_case_s": round(sum(t for t, st in secs if st == "TIMEOUT"), 3)}
     return nodes
@@ -215,7 +216,7 @@ def summarize(k: int, bd: Path, rc: Optional[int]) -> Dict:
     done = sum(1 for v in per_node.values() if not set(v["status"].split("/")) & {"-", *UNFINISHED})
     aa = [v["aa_median_abs_delta"] for v in per_node.values() if v["aa_median_abs_delta"] is not None]
     held = [v["lock_held_s"] for v in per_node.values() if v["lock_held_s"] is not None]
-    waits = [(v["lock_waited_s"], v["share_waited_s"], v.get("share_held_s"))
+    waits = [(v["lock_waited_s"], v["share_waited_s"], v.get("share_held_s"), v.get("share_stretches"))
              for v in per_node.values() if v["lock_waited_s"] is not None]
     cpu = [c for v in per_node.values() for c in v.get("cpu_s", [])]
     case = round(sum(v.get("case_s", 0.0) for v in per_node.values()), 3)
@@ -231,7 +232,7 @@ def summarize(k: int, bd: Path, rc: Optional[int]) -> Dict:
             "lock_waited_s": round(sum(w[0] for w in waits), 3) if waits else None,
             "share_waited_s": figure_sum(waits, 1),
             # the seconds the cases held the lock shared: the stretches a timer had to wait out
-            "share_held_s": figure_sum(waits, 2),
+            "share_held_s": figure_sum(waits, 2), "share_stretches": figure_sum(waits, 3),
             # CPU of the side runs' processes: per run, and the cores they kept busy over the wall
             # (above the host's core count less a margin, the batch waits on the CPU, not the GPU)
             "cpu_s_median": float(np.median(cpu)) if cpu else None,
@@ -346,7 +347,9 @@ def report(results: List[Dict], upstream: Optional[Dict] = None) -> str:
                        "to start GPU work while another case timed"
                        + ("." if r.get("share_held_s") is None else
                           f"; they held it shared {r['share_held_s']:.1f} s in all "
-                          f"({r['share_held_s'] / max(r['side_runs'], 1):.1f} s per side run)."))
+                          f"({r['share_held_s'] / max(r['side_runs'], 1):.1f} s per side run"
+                          + ("" if not r.get("share_stretches") else
+                             f", {r['share_held_s'] / r['share_stretches']:.2f} s per stretch") + ")."))
     if upstream is not None:
         g = upstream["gpu"] or {}
         out += ["", "Upstream, one pytest process over the same nodes, cold caches, each node run once (a screen runs two sides per node):", "",

@@ -51,9 +51,9 @@ def test_each_overlap_gets_its_screen_and_the_report_reads_the_batches(tmp_path)
     assert over["lock_waited_s"] == 1.25 and solo["share_waited_s"] is None
     # the stub's shares: 0.75 s per side run, what other cases' timers had to wait out
     assert over["nodes"]["relu"]["share_held_s"] == 1.5 and over["share_held_s"] == 3.75
-    assert solo["share_held_s"] is None
+    assert solo["share_held_s"] is None and over["share_stretches"] == 15
     assert ("cases waited 1.2 s for the lock in all, 0.5 s of it (40.0%) to start GPU work while another "
-            "case timed; they held it shared 3.8 s in all (0.8 s per side run).") in r.stdout
+            "case timed; they held it shared 3.8 s in all (0.8 s per side run, 0.25 s per stretch).") in r.stdout
     # each side run's processes: 1.5 + 0.5 CPU-s (the stub's CPU line); cores busy over the wall
     for res in (solo, over):
         assert res["cpu_s_median"] == 2.0 and res["cores_busy"] == round(5 * 2.0 / res["wall_s"], 2)
@@ -249,16 +249,16 @@ def test_the_lock_and_cpu_lines_are_read_with_and_without_the_shared_stretch_fig
     spec.loader.exec_module(tool)
     head = "[timing-plugin] exclusive timing (overlap=8, lock /b/.timing-locks/device-0.lock): 12 do_bench call(s) "
     (tmp_path / "run.log").write_text(head + "held the device 7.125 s, waited 20.500 s\n")
-    assert tool.log_figures(tmp_path) == ((7.125, 20.5, None, None), None)
+    assert tool.log_figures(tmp_path) == ((7.125, 20.5, None, None, None), None)
     (tmp_path / "run.log").write_text(head + "held the device 7.125 s, waited 20.500 s (3.250 s of it for GPU "
                                       "work while others timed); 1 test run(s) held it shared, 9 compile(s) outside\n")
-    assert tool.log_figures(tmp_path) == ((7.125, 20.5, 3.25, None), None)
+    assert tool.log_figures(tmp_path) == ((7.125, 20.5, 3.25, None, None), None)
     bench = ExclusiveBench(lambda *a, **k: None, str(tmp_path / "device-0.lock"), lambda: None)
     bench.stats.update(calls=12, held_s=7.125, waited_s=20.5, share_waited_s=3.25, stretches=1,
-                       share_held_s=41.5, share_longest_s=6.0, compiles=9)
+                       share_held_s=41.5, share_longest_s=6.0, share_takes=7, compiles=9)
     (tmp_path / "run.log").write_text("[timing-plugin] " + bench.summary(8) + "\n")
     bench.close()
-    assert tool.log_figures(tmp_path) == ((7.125, 20.5, 3.25, 41.5), None)
+    assert tool.log_figures(tmp_path) == ((7.125, 20.5, 3.25, 41.5, 7.0), None)
     (tmp_path / "run.log").write_text("[run] the run's processes used CPU: user 2.50 s sys 0.50 s\n")
     assert tool.log_figures(tmp_path) == (None, 3.0)
     assert tool.log_figures(tmp_path / "missing") == (None, None)

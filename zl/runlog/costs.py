@@ -63,13 +63,14 @@ def zl_costs(text: str) -> dict:
 # _timing_plugin's closing line under --overlap (zl.timing.exclusive.ExclusiveBench.summary)
 LOCK_LINE = re.compile(r"exclusive timing \(overlap=\d+, lock .*\): \d+ do_bench call\(s\) held the device "
                        r"([0-9.]+) s, waited ([0-9.]+) s(?: \(([0-9.]+) s of it for GPU work while others timed\))?"
-                       r"(?:; \d+ test run\(s\) held it shared ([0-9.]+) s)?")
+                       r"(?:; \d+ test run\(s\) held it shared ([0-9.]+) s(?: in (\d+) stretch)?)?")
 
 
 def lock_figures(text: str) -> tuple | None:
     """(held alone, waited, of it waited for GPU work, held shared) seconds of an overlapped
-    run's timing lock; None without the line, a figure None where an older build wrote none
-    (no shared stretches before the third, no share total before the fourth)."""
+    run's timing lock, then the count of shared stretches; None without the line, a figure None
+    where an older build wrote none (no shared stretches before the third, no share total
+    before the fourth and fifth)."""
     m = LOCK_LINE.search(text)
     if not m:
         return None

@@ -103,7 +103,7 @@ class ExclusiveBench:
         self.shared = False             # this process holds the lock shared (GPU work under way)
         self.stats = {"calls": 0, "held_s": 0.0, "waited_s": 0.0, "precall_errors": 0,
                       "stretches": 0, "compiles": 0, "share_waited_s": 0.0, "settle_errors": 0,
-                      "share_held_s": 0.0, "share_longest_s": 0.0}
+                      "share_held_s": 0.0, "share_longest_s": 0.0, "share_takes": 0}
         self.share_since = 0.0          # when this process's current share was taken
 
     def __call__(self, fn, *args, **kwargs):
@@ -160,6 +160,7 @@ class ExclusiveBench:
     def _take_share(self) -> None:
         self.share_since = self._take(fcntl.LOCK_SH)
         self.shared = True
+        self.stats["share_takes"] += 1
 
     def _drop_share(self) -> None:
         """Release the share once this process's queued GPU work has finished: kernels still
@@ -217,8 +218,9 @@ class ExclusiveBench:
         return (f"exclusive timing (overlap={overlap}, lock {self.lock_path}): {s['calls']} "
                 f"do_bench call(s) held the device {s['held_s']:.3f} s, waited {s['waited_s']:.3f} s "
                 f"({s['share_waited_s']:.3f} s of it for GPU work while others timed); "
-                f"{s['stretches']} test run(s) held it shared {s['share_held_s']:.3f} s (longest "
-                f"stretch {s['share_longest_s']:.3f} s), {s['compiles']} compile(s) outside"
+                f"{s['stretches']} test run(s) held it shared {s['share_held_s']:.3f} s in "
+                f"{s['share_takes']} stretch(es) (longest {s['share_longest_s']:.3f} s), "
+                f"{s['compiles']} compile(s) outside"
                 + (f"; {s['precall_errors']} pre-call(s) raised and were retried under the lock"
                    if s["precall_errors"] else "")
                 + (f"; {s['settle_errors']} synchronize(s) before releasing the share raised"
