@@ -167,13 +167,19 @@ def interrupt_on_sigterm() -> None:
 
 
 def exit_status(main: Callable[[], int]) -> int:
-    """main()'s exit status; a stop (SIGTERM, Ctrl-C) is exit 130 with one line, not a traceback."""
+    """main()'s exit status; a stop (SIGTERM, Ctrl-C) is exit 130 with one line, not a traceback;
+    a reader that closed stdout early (`| head`) costs nothing: the report files come first."""
     try:
-        return main()
+        status = main()
+        sys.stdout.flush()   # a closed stdout raises here, not in the interpreter's exit
+        return status
     except KeyboardInterrupt:
         print(f"!!! {Path(sys.argv[0]).name} stopped: its run_batch.py was killed with its cases; "
               "call again with the same arguments to resume", file=sys.stderr, flush=True)
         return 130
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at exit
+        return 0
 
 
 def wait_or_kill(proc: subprocess.Popen, each_line: Optional[Callable[[str], None]] = None) -> int:
@@ -480,11 +486,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     if ref is not None:
         cmp = against_reference(results, ref, args.reference)
         text += "\n\n" + reference_report(cmp)
-    print(text)
     atomic.write_json(args.out / "overlap_throughput.json",
                       {"nodes": nodes, "switch": SWITCH, "dtypes": args.dtypes, "results": results,
                        "upstream": upstream, "reference": cmp}, indent=1, sort_keys=False)
     atomic.write_text(args.out / "overlap_throughput.md", text + "\n")
+    print(text)
     return 3 if any(r["rc"] == 3 for r in results) else 0
 
 

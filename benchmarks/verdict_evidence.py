@@ -299,9 +299,9 @@ def aa1_only(aa1: Path, f: float, out: Path) -> int:
            "false_alarm": false_alarms(summary_json("aa1", aa1, None, f, out), f, "nodes"),
            "switch": {"note": not_run}, "retune": {"stage": "switch", "note": not_run}}
     text = markdown(rep)
-    print(text)
     atomic.write_json(out / "verdict_evidence.json", rep, indent=1, sort_keys=False)
     atomic.write_text(out / "verdict_evidence.md", text + "\n")
+    print(text)
     return 0
 
 
@@ -404,9 +404,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"!!! verdict_evidence.py: {exc}", file=sys.stderr)
         return 4
     text = markdown(rep)
-    print(text)
     atomic.write_json(out / "verdict_evidence.json", rep, indent=1, sort_keys=False)
     atomic.write_text(out / "verdict_evidence.md", text + "\n")
+    print(text)
     return 0
 
 

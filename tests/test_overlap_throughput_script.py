@@ -84,6 +84,15 @@ def test_each_overlap_gets_its_screen_and_the_report_reads_the_batches(tmp_path)
     r = run(tmp_path, "--report-only", "--overlap", "1", "2", "--out", moved)
     assert r.returncode == 0, r.stdout + r.stderr
     redo = json.loads((moved / "overlap_throughput.json").read_text())
+    # a reader gone before the report (`| true` reads nothing): exit 0, no traceback, the report
+    # files written first
+    (moved / "overlap_throughput.md").unlink()
+    piped = subprocess.run(["bash", "-c", f"set -o pipefail; '{sys.executable}' '{TOOL}' --report-only --overlap 1 2 "
+                            f"--out '{moved}' | true"], env=base_env(tmp_path), capture_output=True, text=True,
+                           timeout=300)
+    assert piped.returncode == 0 and "Traceback" not in piped.stderr, piped.stderr
+    assert (moved / "overlap_throughput.md").is_file()
+    assert json.loads((moved / "overlap_throughput.json").read_text()) == redo
     assert redo["nodes"] == ["relu", "softmax", "abs"]
     assert [x["wall_s"] for x in redo["results"]] == [x["wall_s"] for x in second]
     assert redo["results"][1]["nodes"]["softmax"]["aa_median_abs_delta"] == again["nodes"]["softmax"]["aa_median_abs_delta"]
