@@ -23,11 +23,13 @@ from zl.timing.exclusive import ExclusiveBench, ExclusiveTimingError, parse_over
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# One process: `calls` do_bench calls; the pre-call and the timed stretch stamp a file.
+# One process: `calls` do_bench calls; the pre-call (taking `pre` s, the GPU work a case does
+# between two timings) and the timed stretch stamp a file.
 WORKER = textwrap.dedent('''
     import os, sys, time
     from zl.timing.exclusive import ExclusiveBench
     lock, stamps, name, calls, hold = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
+    pre = float(sys.argv[6])
 
     def stamp(what):
         with open(stamps, "a") as fh:
@@ -43,7 +45,7 @@ WORKER = textwrap.dedent('''
     if calls:                       # a timer: its test's run is GPU work too, like a case's
         with bench.gpu_work():
             for _ in range(calls):
-                bench(lambda: stamp("pre"))
+                bench(lambda: stamp("pre") or time.sleep(pre))
     else:                           # a run doing GPU work in stretches until told to stop
         while not os.path.exists(stamps + ".stop"):
             with bench.gpu_work():
@@ -54,12 +56,12 @@ WORKER = textwrap.dedent('''
 ''')
 
 
-def worker(tmp_path, name, calls=1, hold=0.05):
+def worker(tmp_path, name, calls=1, hold=0.05, pre=0.0):
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.Popen([sys.executable, str(script), str(tmp_path / "device.lock"), str(tmp_path / "stamps"),
-                             name, str(calls), str(hold)], env=env, stdout=subprocess.PIPE, text=True)
+                             name, str(calls), str(hold), str(pre)], env=env, stdout=subprocess.PIPE, text=True)
 
 
 def stamps(tmp_path):
@@ -147,7 +149,7 @@ def test_a_timed_stretch_never_meets_another_runs_gpu_work_and_a_waiting_timer_g
     A/A up to 27 %)."""
     readers = [worker(tmp_path, f"w{i}", calls=0, hold=0.05) for i in range(3)]
     assert wait_for(lambda: len({n for w, n, _ in stamps(tmp_path) if w == "win"}) == 3)
-    timer = worker(tmp_path, "t", calls=5, hold=0.03)
+    timer = worker(tmp_path, "t", calls=5, hold=0.03, pre=0.05)
     out, _ = timer.communicate(timeout=60)
     (tmp_path / "stamps.stop").write_text("")
     for p in readers:
@@ -160,9 +162,36 @@ def test_a_timed_stretch_never_meets_another_runs_gpu_work_and_a_waiting_timer_g
     assert len(timed) == 5 and len(work) >= 6
     clashes = [(t, w) for t in timed for w in work if w[0] < t[1] and t[0] < w[1]]
     assert clashes == []
-    # the readers went on between the timer's calls: shared stretches interleave with timing
+    # the readers went on between the timer's calls, beside its own GPU work: a lone timer turns
+    # the lock into its share and lets the runs waiting at the gate in
     first, last = timed[0][0], timed[-1][1]
     assert any(first < w[0] < last for w in work)
+
+
+def test_timers_waiting_together_time_one_after_another_with_no_share_between(tmp_path):
+    """Five timers and three runs in back-to-back shared stretches. A timer that did its
+    pre-call before another's timed stretch began was waiting through it: the next timed
+    stretch must then follow with no shared stretch begun in between (a gate held only while
+    waiting let shares in between waiting timers, each timer paying a drain of its own)."""
+    readers = [worker(tmp_path, f"w{i}", calls=0, hold=0.15) for i in range(3)]
+    assert wait_for(lambda: len({n for w, n, _ in stamps(tmp_path) if w == "win"}) == 3)
+    timers = [worker(tmp_path, f"t{i}", calls=4, hold=0.1) for i in range(5)]
+    for p in timers:
+        p.communicate(timeout=120)
+        assert p.returncode == 0
+    (tmp_path / "stamps.stop").write_text("")
+    for p in readers:
+        p.communicate(timeout=60)
+    events = stamps(tmp_path)
+    timed = sorted((iv, n) for n, ivs in intervals(events, "start", "end").items() for iv in ivs)
+    wins = [t for w, _, t in events if w == "win"]
+    chained = 0
+    for (a, _), (b, owner) in zip(timed, timed[1:]):
+        pre = max(t for w, n, t in events if w == "pre" and n == owner and t < b[0])
+        if pre < a[0]:                  # `owner` waited through a's timed stretch
+            chained += 1
+            assert not [t for t in wins if a[1] < t < b[0]], (a, b, owner)
+    assert chained >= 3 and len(timed) == 20
 
 
 def test_compiling_drops_the_share_and_takes_it_back(tmp_path, monkeypatch):
