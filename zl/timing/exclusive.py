@@ -23,11 +23,11 @@ it has timed); a share is taken only while holding the gate exclusively, that is
 timer is announced. So once a timer waits, no new share starts: it waits for the current
 shares to reach their next compile, do_bench or test end, not for a stream of them. Timers
 announced together time one after another, with no share between them; the last of them
-turns the lock into its test's share at once and lets the waiting runs in beside it. At
-overlap 8 on an H100 the 398 timings waited a mean 5 s each, when the gate was held only while
-waiting: a share could start between two waiting timers, and the second then waited out its
-stretch (the tests show both orders). No process blocks on the gate while holding the lock,
-so the protocol cannot deadlock.
+turns the lock into its test's share at once and lets the waiting runs in beside it. The
+earlier gate, held only while waiting, let a share start between two waiting timers, and the
+second then waited out its stretch; at overlap 8 on an H100 the 398 timings under it waited a
+mean 5 s each. No process blocks on the gate while holding the lock, so the protocol cannot
+deadlock.
 
 Why shared stretches exist: on the H200 at --overlap 8 with only do_bench under the lock,
 A/A went from 0.1-1.4 % (overlap 4) to 0.9-27 % on the same nodes, medium and large shapes
