@@ -165,8 +165,8 @@ class ExclusiveBench:
                 fcntl.flock(self.gate, fcntl.LOCK_UN)
                 raise
         else:
-            fcntl.flock(self.gate, fcntl.LOCK_EX)     # no timer announced; granted at once: an
-            try:                                      # exclusive holder of the lock holds the gate
+            fcntl.flock(self.gate, fcntl.LOCK_EX)     # no timer announced: the share comes at
+            try:                                      # once, or when a timer just releasing ends
                 fcntl.flock(self.fd, fcntl.LOCK_SH)
             finally:
                 fcntl.flock(self.gate, fcntl.LOCK_UN)
