@@ -121,8 +121,7 @@ def read_batch(bd: Path) -> Dict:
         nodes[name] = {"status": f"{row['status']}/{b.get(name, {}).get('status', '-')}",
                        "verdict": verdicts.get(name, ""), "shapes": len(deltas),
                        "aa_median_abs_delta": float(np.median(deltas)) if deltas else None,
-                       "lock_held_s": round(sum(lk[0] for lk in locks), 3) if locks else None,
-                       "lock_waited_s": round(sum(lk[1] for lk in locks), 3) if locks else None,
+                       "lock_held_s": figure_sum(locks, 0), "lock_waited_s": figure_sum(locks, 1),
                        "cpu_s": [cpu for _, cpu in figures if cpu is not None],
                        # the part of those waits that held back this node's GPU work while others
                        # timed; the seconds its shares kept others' timers out
@@ -235,7 +234,7 @@ def summarize(k: int, bd: Path, rc: Optional[int]) -> Dict:
             "lock_bound_side_runs_per_hour": round(ran / sum(held) * 3600, 1) if held else None,
             # seconds cases waited for the lock, and of them the waits to start GPU work while
             # another case timed (None: some run predates the shared stretches)
-            "lock_waited_s": round(sum(w[0] for w in waits), 3) if waits else None,
+            "lock_waited_s": figure_sum(waits, 0),
             "share_waited_s": figure_sum(waits, 1),
             # the seconds the cases held the lock shared: the stretches a timer had to wait out
             "share_held_s": figure_sum(waits, 2), "share_stretches": figure_sum(waits, 3),

@@ -288,6 +288,14 @@ def markdown(rep: Dict) -> str:
     return "\n".join(out)
 
 
+def publish(rep: Dict, out: Path) -> None:
+    """The report: OUT/verdict_evidence.json and .md first, then stdout."""
+    text = markdown(rep)
+    atomic.write_json(out / "verdict_evidence.json", rep, indent=1, sort_keys=False)
+    atomic.write_text(out / "verdict_evidence.md", text + "\n")
+    print(text)
+
+
 def aa1_only(aa1: Path, f: float, out: Path) -> int:
     """--report-only of (a) alone: one A/A screen, each node against its other A/A nodes."""
     from zl.batch.screen import read_screen_rows
@@ -298,10 +306,7 @@ def aa1_only(aa1: Path, f: float, out: Path) -> int:
            "retune_ops": [], "rc": {}, "walls_s": {},
            "false_alarm": false_alarms(summary_json("aa1", aa1, None, f, out), f, "nodes"),
            "switch": {"note": not_run}, "retune": {"stage": "switch", "note": not_run}}
-    text = markdown(rep)
-    atomic.write_json(out / "verdict_evidence.json", rep, indent=1, sort_keys=False)
-    atomic.write_text(out / "verdict_evidence.md", text + "\n")
-    print(text)
+    publish(rep, out)
     return 0
 
 
@@ -403,10 +408,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except Failed as exc:
         print(f"!!! verdict_evidence.py: {exc}", file=sys.stderr)
         return 4
-    text = markdown(rep)
-    atomic.write_json(out / "verdict_evidence.json", rep, indent=1, sort_keys=False)
-    atomic.write_text(out / "verdict_evidence.md", text + "\n")
-    print(text)
+    publish(rep, out)
     return 0
 
 

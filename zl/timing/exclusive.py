@@ -148,8 +148,7 @@ class ExclusiveBench:
             return False
         fcntl.flock(self.fd, fcntl.LOCK_SH)   # nobody waits for the lock: the gate is ours alone
         fcntl.flock(self.gate, fcntl.LOCK_UN)
-        self.share_since, self.shared = time.perf_counter(), True
-        self.stats["share_takes"] += 1
+        self._shared_from(time.perf_counter())
         return True
 
     def _take(self, mode: int) -> float:
@@ -193,8 +192,11 @@ class ExclusiveBench:
                 self._drop_share()
 
     def _take_share(self) -> None:
-        self.share_since = self._take(fcntl.LOCK_SH)
-        self.shared = True
+        self._shared_from(self._take(fcntl.LOCK_SH))
+
+    def _shared_from(self, since: float) -> None:
+        """This process holds the lock shared from `since` (perf_counter) on."""
+        self.share_since, self.shared = since, True
         self.stats["share_takes"] += 1
 
     def _drop_share(self) -> None:
