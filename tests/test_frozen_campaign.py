@@ -1258,7 +1258,8 @@ def test_reaccount_refuses_a_campaign_that_is_not_sealed(world, checkout, triton
 
 # ------------------------------------------------------------------ the shipped manifests
 
-@pytest.mark.parametrize("name", ["musa-rlc-32-product-v1.json", "cuda-llvm-opt-h200-v1.json"])
+@pytest.mark.parametrize("name", ["musa-rlc-32-product-v1.json", "cuda-llvm-opt-h200-v1.json",
+                                  "cuda-llvm-opt-h100-v1.json"])
 def test_the_shipped_manifests_resolve_against_the_inventory(name, tmp_path):
     """Every target of each shipped manifest is checked against ops/inventory_main.csv and
     ops/shapes_single.yaml; their FlagGems trees are not here, so the tree is the one problem."""
@@ -1278,6 +1279,11 @@ def test_the_shipped_manifests_resolve_against_the_inventory(name, tmp_path):
         assert [c["env"] for c in doc["protocol"]["cells"]] == [{"DISABLE_LLVM_OPT": v} for v in ("", "0", "1")]
         assert doc["protocol"]["classification"]["response"] == "code"
         assert doc["source"]["triton_package_sha256"]
+        # one campaign per GPU model, the same contract otherwise
+        twin = json.loads((REPO_ROOT / "campaigns" / "cuda-llvm-opt-h200-v1.json").read_text())
+        same = ("campaign_id", "permitted_claim", "device")
+        assert {k: v for k, v in doc.items() if k not in same} == {k: v for k, v in twin.items() if k not in same}
+        assert doc["device"]["model"] in doc["permitted_claim"]
 
 
 @pytest.mark.parametrize("case,says", [
