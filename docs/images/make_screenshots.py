@@ -4,7 +4,7 @@ rendered by headless Chromium.
     python3 docs/images/make_screenshots.py [OUT_DIR]     # needs chromium and matplotlib
 
 Sources (docs/validation/reports.md says where each was measured):
-  (all in docs/validation/raw/report_pages.tar.xz, unpacked into a temporary folder)
+  (all in docs/validation/raw/reports.tar.xz, `report_pages/`, unpacked into a temporary folder)
   ab         report_pages/demo_softmax/{before,after}  demo.sh's real softmax
              record/replay ({before,after}: run.log, identity, IR fingerprints, results)
   ab_rounds  tests/fixtures/runlogs/h200/rounds.tar.xz: softmax_rounds/  4 rounds x 2 sides (the
@@ -34,7 +34,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 import batch_summary  # noqa: E402
 from harness import report_fixtures as rf  # noqa: E402
 
-PAGES_ARCHIVE = REPO / "docs" / "validation" / "raw" / "report_pages.tar.xz"
+PAGES_ARCHIVE = REPO / "docs" / "validation" / "raw" / "reports.tar.xz"
 # Set by main() once the archive is unpacked: report_pages/ in a temporary folder.
 PAGES_DIR = Path("report_pages")
 
