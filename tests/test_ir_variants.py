@@ -1,7 +1,7 @@
 """VARIANTS_DIFFER: the verdict matches variants by identity when the two sides compiled
 different variant sets.
 
-tests/fixtures/ir/dropout_aa_{before,after}_index.tsv are the index.tsv files of a real
+tests/fixtures/ir/dropout_aa_index.json holds the index.tsv files ("before", "after") of a real
 H200 A/A screen of dropout (FlagGems, private caches). Side A's ("before") time-based
 timing loops ran dropout far more often (30058 launches at 64x64 against 214), its philox_offset
 passed 2**31 and Triton compiled one more specialisation (`philox_offset: i64`); the
@@ -20,8 +20,8 @@ from zl.ir import fingerprint as fp, levels, per_variant
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ir"
-BEFORE = (FIXTURES / "dropout_aa_before_index.tsv").read_text()
-AFTER = (FIXTURES / "dropout_aa_after_index.tsv").read_text()
+_PAIR = json.loads((FIXTURES / "dropout_aa_index.json").read_text())   # both sides' index.tsv
+BEFORE, AFTER = _PAIR["before"], _PAIR["after"]
 I64 = "4096x4096/dropout_forward_kernel[philox_offset:i64]"
 TEXT_LEVELS = ("ttgir", "llir", "ptx")
 
