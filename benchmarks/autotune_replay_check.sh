@@ -32,8 +32,6 @@ mkdir -p "$OUT"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/zl_autotune_replay_check.XXXXXX")"
 export ZL_PYTHON="${ZL_PYTHON:-python3}"
 
-# shellcheck source=_validate_run.sh
-source "$HERE/benchmarks/_validate_run.sh"
 run() {  # run NAME [VAR=VALUE ...]
   local name="$1"; shift
   validate_run "$name" 150 SHAPE_FILE=upstream DTYPES="$DTYPES" ZL_ISOLATE_TUNER_CACHE=1 "$@"

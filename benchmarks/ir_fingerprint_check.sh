@@ -31,8 +31,6 @@ WORK="$(mktemp -d "${TMPDIR:-/tmp}/zl_ir_validate.XXXXXX")"
 source "$HERE/zl/sh/ir_fingerprint.sh"
 export ZL_PYTHON="${ZL_PYTHON:-python3}"
 
-# shellcheck source=_validate_run.sh
-source "$HERE/benchmarks/_validate_run.sh"
 run() {  # run NAME [VAR=VALUE ...]
   local name="$1"; shift
   validate_run "$name" 240 "$@"

@@ -27,5 +27,19 @@ zl_require_flaggems_and_out() {
     exit 2
   fi
 }
+# `validate_run NAME TIMEOUT_S [VAR=VALUE ...]`, for the same checks: one run_pytest.sh run
+# into $WORK/NAME, its output tail and exit status appended to $OUT/runs.log. Needs HERE (the
+# repo root), WORK and OUT set by the caller.
+validate_run() {
+  local name="$1" limit="$2"; shift 2
+  echo "=== $name: $*" >>"$OUT/runs.log"
+  local t0=$SECONDS
+  ( cd "$HERE" && env OUT_DIR="$WORK/$name" BENCH_LEVEL=core "$@" timeout "$limit" bash run_pytest.sh ) \
+      >"$WORK/$name.out" 2>&1
+  local rc=$?
+  tail -n 40 "$WORK/$name.out" >>"$OUT/runs.log"
+  echo "=== $name rc=$rc elapsed=$((SECONDS - t0))s" >>"$OUT/runs.log"
+  return $rc
+}
 # shellcheck source=kit.sh
 source "$(dirname "${BASH_SOURCE[0]}")/kit.sh"
