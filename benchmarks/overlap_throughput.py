@@ -75,13 +75,17 @@ ROOT = Path(__file__).resolve().parents[1]
 SWITCH = "ZL_AA_NOOP"
 
 
-def draw(n: int, seed: int) -> List[str]:
-    """n run names drawn from what `run_batch.py --all --repo main --list` would run."""
+def inventory_names() -> List[str]:
+    """The run names `run_batch.py --all --repo main --list` would run, sorted."""
     r = subprocess.run([sys.executable, str(ROOT / "run_batch.py"), "--all", "--repo", "main", "--list",
                         "--devices", "0"], capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"!!! run_batch.py --list failed (exit {r.returncode}): {r.stderr.strip()[-400:]}")
-    names = sorted(ln.split("\t", 1)[0].split(":", 1)[1] for ln in r.stdout.splitlines() if "\tdevice=" in ln)
+    return sorted(ln.split("\t", 1)[0].split(":", 1)[1] for ln in r.stdout.splitlines() if "\tdevice=" in ln)
+
+
+def draw(n: int, seed: int) -> List[str]:
+    names = inventory_names()
     return random.Random(seed).sample(names, min(n, len(names)))
 
 
@@ -329,14 +333,12 @@ def report(results: List[Dict], upstream: Optional[Dict] = None) -> str:
         g = r["gpu"] or {}
         same_s = all(r["nodes"].get(n, {}).get("status") == v["status"] for n, v in first.items())
         same_v = all(r["nodes"].get(n, {}).get("verdict") == v["verdict"] for n, v in first.items())
-        aa = r["aa_median_over_nodes"]
         busy = "n/a" if not g else format(g["busy_share"], ".1%")
         util = "n/a" if not g else format(g["mean_util"], ".1f")
-        aa_s = pct(aa)
         held = "n/a" if r["lock_held_share"] is None else format(r["lock_held_share"], ".1%")
         bound = "n/a" if r["lock_bound_side_runs_per_hour"] is None else r["lock_bound_side_runs_per_hour"]
         out.append(f"| {r['overlap']} | {r['wall_s']} | {r['side_runs']} | {r['side_runs_per_hour']} | "
-                   f"{r['nodes_finished']} | {r['nodes_per_hour']} | {busy} | {util} | {held} | {bound} | {aa_s} | {same_s} | {same_v} |")
+                   f"{r['nodes_finished']} | {r['nodes_per_hour']} | {busy} | {util} | {held} | {bound} | {pct(r['aa_median_over_nodes'])} | {same_s} | {same_v} |")
     for r in results:
         if r.get("cores_busy") is not None:
             out.append(f"\nOverlap {r['overlap']}: the side runs' processes used a median {r['cpu_s_median']:.1f} CPU-s "
@@ -372,9 +374,7 @@ def report(results: List[Dict], upstream: Optional[Dict] = None) -> str:
         cells = []
         for r in results:
             v = r["nodes"].get(n, {})
-            aa = v.get("aa_median_abs_delta")
-            aa_s = pct(aa)
-            cells.append(f"{v.get('status', '-')} {v.get('verdict', '')} {aa_s}")
+            cells.append(f"{v.get('status', '-')} {v.get('verdict', '')} {pct(v.get('aa_median_abs_delta'))}")
         if upstream is not None:
             u = upstream["nodes"].get(n)
             cells.append(f"{u['outcome']} {u['seconds']}" if u else
