@@ -21,7 +21,6 @@ Exit status: 0 done, 2 bad arguments or no profile pair under W.
 from __future__ import annotations
 
 import argparse
-import os
 import pstats
 import re
 import sys

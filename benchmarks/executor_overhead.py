@@ -169,7 +169,7 @@ def report(s: Dict, share: int) -> str:
                                        else "yes" if s["statuses_identical"] else "NO"),
            f"- Ray per-case overhead: {s['overhead_per_case_s']} s by wall; median per-case elapsed "
            f"difference (ray - local) {s['median_elapsed_diff_s']} s",
-           f"- Ray cases ran on: " + ", ".join(f"{k} x{v}" for k, v in s["ray_ran_on"].items()),
+           "- Ray cases ran on: " + ", ".join(f"{k} x{v}" for k, v in s["ray_ran_on"].items()),
            f"- a case directory (KiB, median and max): {kib(s['case_dir_kib'])} of files, returned as "
            f"{kib(s['returned_kib'])} of gzip'd tar",
            "", "| node | local | ray | elapsed local s | elapsed ray s |", "|---|---|---|---|---|"]

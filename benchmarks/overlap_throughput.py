@@ -431,6 +431,13 @@ def add_node_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--op-timeout", type=float, default=300)
 
 
+def add_upstream_options(ap: argparse.ArgumentParser) -> None:
+    """How run_upstream runs FlagGems' harness (this tool's and screen_throughput.py's)."""
+    ap.add_argument("--upstream-mode", default="cudagraph", help="its --mode (default cudagraph)")
+    ap.add_argument("--upstream-leave-out", nargs="+", default=[], metavar="NAME",
+                    help="nodes the one-process run leaves out (a failed capture fails every later node); named")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="overlap_throughput.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -438,15 +445,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--overlap", type=int, nargs="+", default=[1, 4], help="values to compare, first = reference")
     ap.add_argument("--budget-s", type=float, default=None, help="run_batch.py --budget-s per batch")
     ap.add_argument("--out", type=Path, required=True, help="folder: one batch per overlap value, the report")
-    ap.add_argument("--upstream", action="store_true",
-                    help="after the batches, FlagGems' own harness over the same nodes in one pytest process "
-                         "(cold caches, nvidia-smi sampled), reported beside them")
+    ap.add_argument("--upstream", action="store_true", help="after the batches, FlagGems' own harness over the "
+                    "same nodes in one pytest process (cold caches, nvidia-smi sampled), reported beside them")
     ap.add_argument("--upstream-only", action="store_true",
                     help="run only the one-process upstream run (again), the batches in --out reported as they are")
-    ap.add_argument("--upstream-mode", default="cudagraph", help="its --mode (default cudagraph)")
-    ap.add_argument("--upstream-leave-out", nargs="+", default=[], metavar="NAME",
-                    help="nodes the one-process run leaves out (one whose failed capture fails every later "
-                         "node of the process); the report names them")
+    add_upstream_options(ap)
     ap.add_argument("--report-only", action="store_true",
                     help="run nothing: the report of the batches already in --out (e.g. a returned bundle)")
     ap.add_argument("--reference", type=Path, metavar="JSON",

@@ -50,8 +50,9 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from overlap_throughput import (ROOT, add_node_options, draw, exit_status, interrupt_on_sigterm, inventory_names,
-                                read_walls, run_batch_call, run_upstream, summarize_upstream)
+from overlap_throughput import (ROOT, add_node_options, add_upstream_options, draw, exit_status,
+                                interrupt_on_sigterm, inventory_names, read_walls, run_batch_call, run_upstream,
+                                summarize_upstream)
 from telemetry import UtilizationSampler, utilization_summary
 from zl import atomic
 from zl.batch.judge_first import BASELINE_MARK, JUDGE, SUMMARY, TIMED
@@ -169,9 +170,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--out", type=Path, required=True, help="folder: the screen, the samples, the report")
     ap.add_argument("--upstream", action="store_true",
                     help="after the screen, FlagGems' own harness over the same nodes in one pytest process")
-    ap.add_argument("--upstream-mode", default="cudagraph", help="its --mode (default cudagraph)")
-    ap.add_argument("--upstream-leave-out", nargs="+", default=[], metavar="NAME",
-                    help="nodes the one-process run leaves out; the report names them")
+    add_upstream_options(ap)
     ap.add_argument("--report-only", action="store_true", help="run nothing: the report of the screen in --out")
     args = ap.parse_args(argv)
     interrupt_on_sigterm()
