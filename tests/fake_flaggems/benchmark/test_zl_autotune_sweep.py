@@ -12,6 +12,7 @@ failing-shard path (one on $ZL_TEST_HANG_DEVICE hangs, writing its pid to
 $ZL_TEST_HANG_PIDFILE, for the sweep timeout). `zl_lib_kernel` goes through the fake LibTuner, and the test
 prints where its sqlite store lives and how many tuned rows it holds.
 """
+import fcntl
 import os
 import sys
 
@@ -46,7 +47,8 @@ def _planted(kernel: str, winner_of):
         if i == 0:
             trace = os.environ.get("ZL_TEST_SWEEP_TRACE")
             if trace:
-                with open(trace, "a") as f:
+                with open(trace, "a") as f:    # the sweep's workers append at once
+                    fcntl.flock(f, fcntl.LOCK_EX)
                     f.write(f"{_device() or '-'} {kernel} {state.get('n')}\n")
         t = 1.0 if i == winner_of() else 2.0 + i
         return [t, t, t]
