@@ -68,7 +68,7 @@ import numpy as np
 from telemetry import UtilizationSampler, utilization_summary
 from zl import atomic
 from zl.batch.screen import read_screen_rows
-from zl.batch.status import UNFINISHED, read_rows
+from zl.batch.status import node_finished, read_rows, side_ran
 from zl.runlog.costs import figure_sum, lock_figures, zl_costs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -218,11 +218,8 @@ def summarize(k: int, bd: Path, rc: Optional[int]) -> Dict:
     walls = read_walls(bd.parent / f"walls-overlap-{k}.json")
     wall = round(sum(walls), 3)   # the figures below are computed from this value
     per_node = read_batch(bd)
-    # a side run is one that ended: an interrupted one was cut short and is rerun by --resume
-    ran = sum(1 for v in per_node.values() for s in v["status"].split("/") if s not in ("-", "NOT_RUN", *UNFINISHED))
-    # a node is done when every side has a final status (NOT_RUN after a failed side A is
-    # one): counting the PENDING ones too gave a batch cut by a time limit 40 nodes for 7 done
-    done = sum(1 for v in per_node.values() if not set(v["status"].split("/")) & {"-", *UNFINISHED})
+    ran = sum(1 for v in per_node.values() for s in v["status"].split("/") if side_ran(s))
+    done = sum(1 for v in per_node.values() if node_finished(v["status"].split("/")))
     aa = [v["aa_median_abs_delta"] for v in per_node.values() if v["aa_median_abs_delta"] is not None]
     held = [v["lock_held_s"] for v in per_node.values() if v["lock_held_s"] is not None]
     waits = [(v["lock_waited_s"], v["share_waited_s"], v.get("share_held_s"), v.get("share_stretches"))

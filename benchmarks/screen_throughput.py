@@ -56,7 +56,7 @@ from overlap_throughput import (ROOT, add_node_options, add_upstream_options, dr
 from telemetry import UtilizationSampler, utilization_summary
 from zl import atomic
 from zl.batch.judge_first import BASELINE_MARK, JUDGE, SUMMARY, TIMED
-from zl.batch.status import UNFINISHED, read_rows
+from zl.batch.status import node_finished, read_rows, side_ran
 
 SCREEN = "screen"
 
@@ -91,10 +91,10 @@ def stage_figures(stage_dir: Path, walls: List[float], cpu: Optional[Dict]) -> D
     finished = side_runs = 0
     for key, row in a.items():
         sides = [row["status"], b.get(key, {}).get("status", "-")]
-        finished += not set(sides) & {"-", *UNFINISHED}
+        finished += node_finished(sides)
         linked = (stage_dir / "before" / key[0] / Path(row["out_dir"]).name / BASELINE_MARK).is_file()
         side_runs += sum(1 for i, s in enumerate(sides)
-                         if s not in ("-", "NOT_RUN", *UNFINISHED) and not (i == 0 and linked))
+                         if side_ran(s) and not (i == 0 and linked))
     cpu = cpu or {}
     return {"wall_s": wall, "calls": len(walls), "nodes": len(a), "nodes_finished": finished, "side_runs": side_runs,
             "nodes_per_hour": round(finished / wall * 3600, 1) if wall else None,

@@ -271,3 +271,12 @@ def test_the_lock_and_cpu_lines_are_read_with_and_without_the_shared_stretch_fig
     (tmp_path / "run.log").write_text("[run] the run's processes used CPU: user 2.50 s sys 0.50 s\n")
     assert tool.log_figures(tmp_path) == (None, 3.0)
     assert tool.log_figures(tmp_path / "missing") == (None, None)
+
+
+def test_a_side_run_counts_once_it_ended_and_a_node_is_finished_when_every_side_is_final():
+    from zl.batch.status import node_finished, side_ran
+    assert [side_ran(s) for s in ("PASS", "FAIL", "TIMEOUT", "NO_ROWS", "SKIP")] == [True] * 5
+    assert [side_ran(s) for s in ("-", "NOT_RUN", "PENDING", "RUNNING", "INTERRUPTED")] == [False] * 5
+    assert node_finished(["FAIL", "NOT_RUN"]) and node_finished(["PASS", "PASS"])
+    assert not node_finished(["PASS", "-"]) and not node_finished(["PASS", "PENDING"])
+    assert not node_finished(["INTERRUPTED", "NOT_RUN"])
