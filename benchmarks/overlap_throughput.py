@@ -213,9 +213,11 @@ def run_batch_call(cmd: List[str], console: Path, walls_file: Path) -> int:
         atomic.write_json(walls_file, read_walls(walls_file) + [round(time.monotonic() - t0, 3)])
 
 
-def summarize(k: int, bd: Path, rc: Optional[int]) -> Dict:
-    """The figures of overlap k from what its calls left in the output folder."""
-    walls = read_walls(bd.parent / f"walls-overlap-{k}.json")
+def summarize(k: int, bd: Path, rc: Optional[int], stage: Optional[str] = None) -> Dict:
+    """The figures of the batch bd, run at overlap k, from what its calls left beside it
+    (walls-<stage>.json, util-<stage>.txt; stage: overlap-k unless named)."""
+    stage = stage or f"overlap-{k}"
+    walls = read_walls(bd.parent / f"walls-{stage}.json")
     wall = round(sum(walls), 3)   # the figures below are computed from this value
     per_node = read_batch(bd)
     ran = sum(1 for v in per_node.values() for s in v["status"].split("/") if side_ran(s))
@@ -229,7 +231,7 @@ def summarize(k: int, bd: Path, rc: Optional[int]) -> Dict:
     return {"overlap": k, "rc": rc, "wall_s": wall, "calls": len(walls), "side_runs": ran,
             "side_runs_per_hour": round(ran / wall * 3600, 1) if wall else None, "nodes_finished": done,
             "nodes_per_hour": round(done / wall * 3600, 1) if wall else None,
-            "gpu": utilization_summary(bd.parent / f"util-overlap-{k}.txt"),
+            "gpu": utilization_summary(bd.parent / f"util-{stage}.txt"),
             # the lock's busy share of the wall, and the rate if the lock were never idle
             "lock_held_share": round(sum(held) / wall, 3) if held and wall else None,
             "lock_bound_side_runs_per_hour": round(ran / sum(held) * 3600, 1) if held else None,

@@ -40,8 +40,11 @@ per stage under OUT/report/) reads `batch_summary.py --screen <stage> --controls
     in the unit the rule thresholds. Noise of a shape: aa1's threshold for its latency class
     (aa1's own rule: the k-th smallest |A/A delta| of the class, k = ceil((n+1)(1-F))). A node
     exceeds when the median of its shapes' slowdowns > the median of their noises; a node with
-    a shape whose class has no aa1 threshold is listed as undetermined. Both sets, their
-    symmetric difference, and whether they agree.
+    a shape whose class has no aa1 threshold is undetermined; shapes below the rule's 1 us floor
+    (no measured noise) are left out of both medians, and a node of only such is undetermined.
+    Both sets, their symmetric difference, and whether they are equal (an undetermined node is
+    in neither unless a shape of it read SLOWER); beside them, the SLOWER shapes of nodes whose
+    median stays under the noise, against the false calls the rule's bound allows.
 (c) codegen vs retune, per node with a side C (the switch stage's nodes, or with --retune-ops
     the retune stage's, its own A and B): A vs B median (code change at equal configs), A vs C
     median (after re-tuning), their difference, each one's verdict counts, C's picks against
@@ -84,8 +87,10 @@ from statistics import median
 from typing import Dict, List, Optional
 
 # the same inventory draw, options and run_batch.py call (this script's folder is on sys.path)
-from overlap_throughput import add_node_options, draw, exit_status, interrupt_on_sigterm, read_walls, run_batch_call
+from overlap_throughput import (add_node_options, draw, exit_status, interrupt_on_sigterm, read_walls, run_batch_call,
+                                summarize)
 from zl import atomic
+from zl.report.verdicts import MEASURABLE_MS
 
 ROOT = Path(__file__).resolve().parents[1]
 AA_SWITCH = "ZL_AA_NOOP"
@@ -190,13 +195,18 @@ def switch_part(doc: Optional[Dict], aa1: Optional[Dict]) -> Dict:
         if not shapes:
             continue
         n = node_of(o)
-        thr = [noise.get(s["latency_class"]) for s in shapes]
-        slow = median(-s["speedup_pct"] for s in shapes)
-        nz = median(thr) if None not in thr else None
+        # a shape below the rule's 1 us floor has no measured noise (the rule never judges or
+        # calibrates one): the medians are over the others; a node of none is undetermined
+        # (unbind, a view with no kernel, read +41.67 % "over the noise" before)
+        timed = [s for s in shapes if (s.get("before_lat") or 0) >= MEASURABLE_MS]
+        thr = [noise.get(s["latency_class"]) for s in timed]
+        slow = median(-s["speedup_pct"] for s in timed) if timed else None
+        nz = median(thr) if timed and None not in thr else None
         counts = {v: sum(s["aa_verdict"] == v for s in shapes) for v in VERDICTS}
         nodes[n] = {"code": o["verdict"], "shapes": len(shapes), "counts": counts,
                     "median_slowdown_pct": slow, "noise_pct": nz,
                     "exceeds_noise": None if nz is None else slow > nz}
+        nodes[n]["slower_shapes"] = counts["SLOWER"]
         if counts["SLOWER"]:
             slower.add(n)
         if nz is None:
@@ -207,7 +217,12 @@ def switch_part(doc: Optional[Dict], aa1: Optional[Dict]) -> Dict:
             "expected_false_verdicts": doc["verdicts"]["summary"]["expected_false_verdicts"],
             "slower_nodes": sorted(slower), "exceeds_noise_nodes": sorted(exceeds),
             "symmetric_difference": sorted(slower ^ exceeds), "undetermined": sorted(undetermined),
-            "agree": slower == exceeds and not undetermined, "nodes": nodes}
+            # SLOWER calls on nodes whose median stays under the noise: one shape of five is enough
+            # to call a node, so set them beside the false calls the rule's bound allows
+            "slower_shapes_off_median": sum(v["slower_shapes"] for m, v in nodes.items()
+                                            if m not in exceeds and m not in undetermined),
+            # an undetermined node is in neither set: the rule reads its unmeasured shapes UNCLEAR
+            "agree": slower == exceeds, "nodes": nodes}
 
 
 def retune_part(doc: Optional[Dict], stage: str) -> Dict:
@@ -266,7 +281,9 @@ def markdown(rep: Dict) -> str:
                 f"nodes with a SLOWER shape: {' '.join(b['slower_nodes']) or '-'}",
                 f"nodes whose median slowdown exceeds the noise: {' '.join(b['exceeds_noise_nodes']) or '-'}",
                 f"symmetric difference: {' '.join(b['symmetric_difference']) or '-'}; undetermined: "
-                f"{' '.join(b['undetermined']) or '-'}; agree: {b['agree']}", "",
+                f"{' '.join(b['undetermined']) or '-'}; agree: {b['agree']}",
+                f"SLOWER shapes on nodes whose median stays under the noise: {b['slower_shapes_off_median']} "
+                f"(false FASTER/SLOWER the rule allows: <= {b['expected_false_verdicts']:.2f})", "",
                 "| node | code | shapes | verdicts | median slowdown | noise (aa1) |", "|---|---|---|---|---|---|"]
         for n, v in b["nodes"].items():
             out.append(f"| {n} | {v['code']} | {v['shapes']} | {nz(v['counts'])} | "
@@ -285,6 +302,15 @@ def markdown(rep: Dict) -> str:
                        f"{nz(v['a_vs_c_verdicts'])} | {nz(v['c_picks'])} | {nz(v['a_under_switch'])} |")
     walls = ", ".join(f"{k} {v} s" for k, v in rep["walls_s"].items())
     out += ["", f"walls: {walls or '-'}; run_batch.py exit: {rep['rc'] or '-'}"]
+    if rep.get("pace"):
+        out += ["", "## pace of the screens run here (overlap_throughput.py's figures)", "",
+                "| stage | overlap | wall s | side runs | side runs/h | nodes finished | lock held alone | "
+                "lock waits s | share waits s | cores busy |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for st, p in rep["pace"].items():
+            held = "n/a" if p.get("lock_held_share") is None else f"{p['lock_held_share']:.1%}"
+            out.append(f"| {st} | {p['overlap']} | {p['wall_s']} | {p['side_runs']} | {p['side_runs_per_hour']} | "
+                       f"{p['nodes_finished']} | {held} | {p['lock_waited_s']} | {p['share_waited_s']} | "
+                       f"{p['cores_busy']} |")
     return "\n".join(out)
 
 
@@ -402,6 +428,13 @@ def main(argv: Optional[List[str]] = None) -> int:
                # --held-out nodes: aa1's own document, each of its cells judged with its pair left out
                "false_alarm": false_alarms(summary_json("aa2", out / "aa2", aa1, args.false_alarm, out)
                                            if held_out == "aa2" else aa1_doc, args.false_alarm, held_out)}
+        # the pace of each record/replay screen run into OUT (side C's stage has a third side)
+        keep = ("overlap", "wall_s", "calls", "side_runs", "side_runs_per_hour", "nodes_finished", "lock_held_share",
+                "lock_waited_s", "share_waited_s", "cores_busy")
+        overlap = saved["overlap"] if args.report_only else args.overlap
+        rep["pace"] = {s: {k: v for k, v in summarize(overlap, out / s, rc.get(s), s).items() if k in keep}
+                       for s in ("aa1", "aa2", "switch") if (out / f"walls-{s}.json").is_file()
+                       and (out / s / "before" / "ops_status.csv").is_file()}
         sw_doc = summary_json("switch", out / "switch", aa1, args.false_alarm, out)
         rt_doc = summary_json("retune", out / "retune", aa1, args.false_alarm, out) if retune_ops else sw_doc
         rep["switch"], rep["retune"] = switch_part(sw_doc, aa1_doc), retune_part(rt_doc, "retune" if retune_ops else "switch")

@@ -82,6 +82,14 @@ def test_the_report_matches_the_rule_recomputed_from_the_batches(tmp_path):
         assert node["noise_pct"] == pytest.approx(median(thr[vd.latency_class(l)] for l, _ in v))
         assert node["median_slowdown_pct"] == pytest.approx(median(-p for _, p in v))
     assert b["counts"]["SLOWER"] >= 4
+    assert b["slower_shapes_off_median"] == sum(b["nodes"][n]["slower_shapes"] for n in chance)
+    # the pace of the three screens run here: every node's two sides ended, all finished
+    assert sorted(rep["pace"]) == ["aa1", "aa2", "switch"]
+    for st, p in rep["pace"].items():
+        walls = json.loads((out / f"walls-{st}.json").read_text())
+        assert (p["side_runs"], p["nodes_finished"], p["overlap"]) == (12, 6, 1)
+        assert p["wall_s"] == round(sum(walls), 3) and p["side_runs_per_hour"] == round(12 / p["wall_s"] * 3600, 1)
+    assert "| switch | 1 | " in r.stdout
     # (c) relu stays slow after re-tuning; softmax's re-tune (another pick) wins the slowdown back
     c = rep["retune"]
     assert "softmax" in c["split_nodes"] and c["picks"]["other"] == 1
@@ -186,3 +194,49 @@ def test_bad_arguments_exit_2(tmp_path):
     assert r.returncode == 2 and "--held-out: invalid choice" in r.stderr
     assert not (tmp_path / "o").exists()
     assert "--aa1" in run(tmp_path, "--help").stdout
+
+
+def load_tool():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("verdict_evidence", TOOL)
+    tool = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(TOOL.parent))
+    try:
+        spec.loader.exec_module(tool)
+    finally:
+        sys.path.remove(str(TOOL.parent))
+    return tool
+
+
+def shape(lat_ms, speedup, verdict, cls="< 10 us"):
+    return {"before_lat": lat_ms, "speedup_pct": speedup, "aa_verdict": verdict, "latency_class": cls}
+
+
+def test_shapes_below_the_floor_have_no_noise_and_one_slower_shape_is_counted_beside_the_bound():
+    """(b) on a recorded-shaped document: a view with no kernel (every shape below 1 us, as
+    unbind measured on the H100) is undetermined and in neither set; a node with one sub-1 us
+    shape is judged on its other shapes; a node with one SLOWER shape of three stays under
+    its median and is counted beside the rule's allowance."""
+    tool = load_tool()
+    aa1 = {"verdicts": {"rule": {"classes": [{"class": "< 10 us", "threshold_pct": 5.0},
+                                             {"class": "10-100 us", "threshold_pct": 4.0}]}}}
+    ops = [("view", "NO_TRITON", [shape(1e-6, -50.0, "UNCLEAR"), shape(2e-6, 75.0, "UNCLEAR")]),
+           ("fill", "IR_CHANGED@llir", [shape(1e-6, -90.0, "UNCLEAR"), shape(0.004, -1.0, "SAME"),
+                                        shape(0.02, -0.5, "SAME", "10-100 us")]),
+           ("slow", "IR_CHANGED@llir", [shape(0.004, -9.0, "SLOWER"), shape(0.005, -8.0, "SLOWER"),
+                                        shape(0.006, -2.0, "SAME")]),
+           ("one", "IR_CHANGED@llir", [shape(0.03, -7.0, "SLOWER", "10-100 us"), shape(0.004, 0.5, "SAME"),
+                                       shape(0.005, -0.2, "SAME")])]
+    doc = {"ops": [{"op": n, "dirs": {"before": f"/b/before/main/{n}"}, "verdict": v, "shapes": sh}
+                   for n, v, sh in ops],
+           "verdicts": {"summary": {"counts": {"SLOWER": 3}, "expected_false_verdicts": 0.45}}}
+    b = tool.switch_part(doc, aa1)
+    view, fill, slow, one = (b["nodes"][n] for n in ("view", "fill", "slow", "one"))
+    assert view["median_slowdown_pct"] is None and view["noise_pct"] is None and view["exceeds_noise"] is None
+    assert fill["median_slowdown_pct"] == pytest.approx(0.75) and fill["noise_pct"] == pytest.approx(4.5)
+    assert slow["median_slowdown_pct"] == pytest.approx(8.0) and slow["exceeds_noise"] is True
+    assert one["median_slowdown_pct"] == pytest.approx(0.2) and one["exceeds_noise"] is False
+    assert (b["undetermined"], b["exceeds_noise_nodes"], b["slower_nodes"]) == (["view"], ["slow"], ["one", "slow"])
+    assert b["slower_shapes_off_median"] == 1 and b["agree"] is False
+    doc["ops"] = doc["ops"][:3]   # without "one": the view is in neither set, so they agree
+    assert tool.switch_part(doc, aa1)["agree"] is True
