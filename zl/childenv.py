@@ -11,6 +11,7 @@ os.environ.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
 from zl.config import RunConfig
@@ -22,7 +23,10 @@ def inherited() -> Dict[str, str]:
 
 
 def tuner_store(tuner_dir: str, db_name: str) -> Dict[str, str]:
-    """FlagGems' two variables for a private tuner store in `tuner_dir`."""
+    """FlagGems' two variables for a private tuner store in `tuner_dir`, its config_cache
+    folder created: FlagGems creates that folder only for its default database; under
+    FLAGGEMS_DB_URL sqlite cannot open a file in a missing folder (upstream's amax test fails)."""
+    Path(tuner_dir, "config_cache").mkdir(parents=True, exist_ok=True)
     return {"FLAGGEMS_CACHE_DIR": tuner_dir,
             "FLAGGEMS_DB_URL": f"sqlite:///{tuner_dir}/config_cache/{db_name}"}
 

@@ -5,8 +5,8 @@ What matches upstream (and what zl_bench's plugins rely on):
   computes a config key; on a miss it benchmarks the pruned configs and writes
   `self.cache[key]`; on a hit it only reads `self.cache[key]`.
 - `self.cache` is backed by one sqlite file created when this module is
-  imported (i.e. at `import flag_gems`): `FLAGGEMS_DB_URL` (`sqlite:///path`),
-  else `$FLAGGEMS_CACHE_DIR` (default `~/.flaggems`)
+  imported (i.e. at `import flag_gems`): `FLAGGEMS_DB_URL` (`sqlite:///path`,
+  whose folder must exist, as upstream's sqlite open needs), else `$FLAGGEMS_CACHE_DIR` (default `~/.flaggems`)
   `/config_cache/TunedConfig_<vendor>_triton_<maj>_<min>.db`. The first write of
   a key wins, so a warm cache silently pins the earlier run's pick.
 - The tuner's timer is bound when the tuner is constructed (a reference to the
@@ -48,7 +48,8 @@ def _db_path_from_env() -> Path:
         if not url.startswith(prefix):
             raise ValueError(f"FLAGGEMS_DB_URL must look like {prefix}<path>, got {url!r}")
         path = Path(url[len(prefix):])
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.parent.is_dir():   # upstream creates config_cache only for its default database
+            raise sqlite3.OperationalError(f"unable to open database file {path}")
         return path
     name = f"TunedConfig_{_backend.vendor_name}_triton_{_major}_{_minor}.db"
     return config_cache_dir() / name
