@@ -9,7 +9,8 @@ Modes:
       (run_batch.py --share-device N) carry device_share=N and a `!!!` line says their
       latencies and speedups are functional only, not timings. Each row names its
       device_name/device_arch (its identity, else run_batch.py --executor ray's notes); rows
-      of more than one print `!!! ... MIXED HARDWARE` (--batch too, in its timing_warning).
+      of more than one print `!!! ... MIXED HARDWARE` (--batch too, in its timing_warning;
+      --screen too, from its cells' run identities).
   --ab BEFORE AFTER [--label OP]
       pair two runs (run.log paths or run directories) by shape; per-shape gems
       latency before -> after and speedup % = before/after - 1; one summary line;

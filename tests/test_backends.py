@@ -252,6 +252,24 @@ def test_failing_list_command_falls_through(clean_visibility, tmp_path):
     assert get_backend("cuda").enumerate_devices() == ["0", "1"]
 
 
+def test_device_models_asks_the_name_query_per_device(clean_visibility, tmp_path):
+    """nvidia-smi names each device asked for with -i; a device it does not name (or no tool,
+    or a runtime without a name query) makes the answer None, never a partial list."""
+    script = tmp_path / "nvidia-smi"
+    script.write_text('#!/bin/sh\n[ "$1" = "--query-gpu=name" ] && [ "$2" = "--format=csv,noheader" ] || exit 9\n'
+                      'case "$4" in 3) echo "NVIDIA H200" ;; 0|GPU-*) echo "NVIDIA H100 80GB HBM3" ;;\n'
+                      '*) echo "No devices were found"; exit 6 ;; esac\n')
+    script.chmod(0o755)
+    clean_visibility.setenv("PATH", str(tmp_path))
+    cuda = get_backend("cuda")
+    assert cuda.device_models(["3", "0", "GPU-0000"]) == ["NVIDIA H200", "NVIDIA H100 80GB HBM3",
+                                                          "NVIDIA H100 80GB HBM3"]
+    assert cuda.device_models(["0", "7"]) is None and cuda.device_models([]) is None
+    assert get_backend("musa").device_models(["0"]) is None        # no name query: none named
+    clean_visibility.setenv("PATH", str(tmp_path / "empty"))       # no nvidia-smi at all
+    assert cuda.device_models(["0"]) is None
+
+
 def test_module_level_enumerate_uses_zl_backend(clean_visibility):
     clean_visibility.setenv("ZL_BACKEND", "musa")
     clean_visibility.setenv("MUSA_VISIBLE_DEVICES", "7")

@@ -243,6 +243,11 @@ def test_baseline_refusals_exit_2(tmp_path):
     r = judge_first(tmp_path, "--ops", "relu", "--baseline", tmp_path / "old")
     assert r.returncode == 2 and "toolchain.python: baseline '<unset>'" in r.stderr
     assert "the record predates the toolchain section" in r.stderr
+    record = json.loads((tmp_path / "f32/batch.json").read_text())   # measured on another GPU model
+    record["conditions"]["device"] = {"models": ["NVIDIA H100 (test)"]}
+    (tmp_path / "f32/batch.json").write_text(json.dumps(record))
+    r = judge_first(tmp_path, "--ops", "relu", "--baseline", tmp_path / "f32", "--dtypes", "float32")
+    assert r.returncode == 2 and "device.models: baseline ['NVIDIA H100 (test)'], this call " in r.stderr
     r = judge_first(tmp_path, "--ops", "relu", "--baseline", tmp_path / "nothing")
     assert r.returncode == 2 and "no readable batch.json" in r.stderr
     r = batch(tmp_path, "--switch", "ZL_X", "--ops", "relu", "--devices", "0", "--baseline", tmp_path / "f32")

@@ -570,6 +570,8 @@ class TestNodeChecks:
         assert {notes(v)["node"] for v in status(tmp_path / "a").values()} <= workers
         ray_rec = last_call(tmp_path / "a")["ray"]
         assert ray_rec["device"] == {"name": "cpu", "arch": "triton-interpreter"} and not ray_rec["mixed_hardware"]
+        # the conditions name the batch's device model, as the local executor's do
+        assert json.loads((tmp_path / "a/batch.json").read_text())["conditions"]["device"] == {"models": ["cpu"]}
         mine = [n for n in ray_rec["nodes"] if n["node_id"].startswith(odd.id)]
         assert mine[0]["status"] == "excluded" and mine[0]["roots"] == {"main": str(h100)}
         assert mine[0]["stated"] == {"main": True} and mine[0]["torch"] and mine[0]["triton"]
@@ -612,6 +614,13 @@ class TestNodeChecks:
         r = self.run(cluster, odd, tmp_path, "--resume", "--ray-device-name", H100, "--batch-dir", tmp_path / "a", **env)
         assert r.returncode == 2 and ("--resume: the batch runs on cpu (arch triton-interpreter) (batch.json), "
                                       f"this call gives --ray-device-name '{H100}'") in r.stderr
+        # resumed by the local executor, whose devices are not "cpu" (none named, or a real GPU): refused
+        before = (tmp_path / "a/batch.json").read_bytes()
+        r = batch(tmp_path, "--resume", "--batch-dir", tmp_path / "a", "--devices", "0", ZL_PYTHON=odd.python,
+                  ZL_TEST_NODE_TREES=odd.root, **env)
+        assert r.returncode == 2 and ("--resume: the batch was started on cpu (batch.json conditions.device), "
+                                      "this call's devices are ") in r.stderr, r.stdout + r.stderr
+        assert (tmp_path / "a/batch.json").read_bytes() == before
 
     def test_a_node_at_another_commit_or_with_a_dirty_tree_exits_2_before_any_case(self, cluster, odd, tmp_path):
         drv = copy_tree(tmp_path / "driver_tree")

@@ -172,6 +172,93 @@ def test_resume_refuses_another_triton_build(tmp_path):
     assert "the record predates the toolchain section" in r.stderr
 
 
+H100, H200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
+
+
+def fake_smi(tmp_path, model, rc=0):
+    """PATH with an nvidia-smi first that names every device `model` (rc != 0: fails as on a host
+    without a GPU: "No devices were found"); each call's arguments go to <its dir>/calls."""
+    bindir = tmp_path / f"smi_{model.replace(' ', '_') or 'none'}_{rc}"
+    bindir.mkdir(exist_ok=True)
+    smi = bindir / "nvidia-smi"
+    smi.write_text(f'#!/bin/sh\necho "$*" >> "{bindir}/calls"\n'
+                   'case "$*" in *--query-gpu=name*) ;; *) exit 9 ;; esac\n'
+                   + (f"echo 'No devices were found'\nexit {rc}\n" if rc else f"echo '{model}'\n"))
+    smi.chmod(0o755)
+    return f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+def test_resume_refuses_another_gpu_model_naming_both(tmp_path):
+    bd = tmp_path / "b"
+    on_h100 = fake_smi(tmp_path, H100)
+    r = batch(tmp_path, "--ops", "softmax", "exp", "--devices", "0,1", "--batch-dir", bd, "--retries", "0",
+              ZL_STUB_PLAN="exp=fail", PATH=on_h100)
+    assert r.returncode == 0, r.stdout + r.stderr
+    record = json.loads((bd / "batch.json").read_text())
+    assert record["conditions"]["device"] == {"models": [H100]}
+    asked = (tmp_path / f"smi_{H100.replace(' ', '_')}_0" / "calls").read_text().splitlines()
+    assert asked == ["--query-gpu=name --format=csv,noheader -i 0", "--query-gpu=name --format=csv,noheader -i 1"]
+    before, calls = snapshot(bd), len(trace(tmp_path))
+
+    # the same batch resumed on an H200: refused before any case, both models named
+    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0,1", PATH=fake_smi(tmp_path, H200))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert (f"--resume: the batch was started on {H100} (batch.json conditions.device), this call's devices "
+            f"are {H200} (devices 0,1, nvidia-smi); nothing was run") in r.stderr
+    assert "Traceback" not in r.stderr and snapshot(bd) == before and len(trace(tmp_path)) == calls
+    # devices that no query names (no GPU, the tool broken): nothing shows they are H100s
+    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0", PATH=fake_smi(tmp_path, "", rc=6))
+    assert r.returncode == 2 and f"started on {H100}" in r.stderr
+    assert "this call's devices are no GPU model (no device query named one) (devices 0, nvidia-smi)" in r.stderr
+    assert snapshot(bd) == before
+
+    # its own model (on other device ids): resumed, the failed case reruns, the record kept
+    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "2", PATH=on_h100)
+    assert r.returncode == 0 and "1 reused, 1 to run" in r.stdout, r.stdout + r.stderr
+    after = json.loads((bd / "batch.json").read_text())
+    assert after["conditions"] == record["conditions"] and len(after["calls"]) == 2
+
+    # a batch.json from before the device section: refused, and told why
+    del after["conditions"]["device"]
+    (bd / "batch.json").write_text(json.dumps(after))
+    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0", PATH=on_h100)
+    assert r.returncode == 2 and "batch.json records no GPU model (the record predates the device section)" in r.stderr
+    assert f"this call's {H100} (devices 0, nvidia-smi)" in r.stderr
+
+
+def test_a_batch_without_a_gpu_records_none_and_resumes_only_without_one(tmp_path):
+    bd = tmp_path / "b"
+    no_gpu = fake_smi(tmp_path, "", rc=6)
+    r = batch(tmp_path, "--ops", "softmax", "exp", "--devices", "0", "--batch-dir", bd, "--retries", "0",
+              ZL_STUB_PLAN="exp=fail", PATH=no_gpu)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads((bd / "batch.json").read_text())["conditions"]["device"] == {"models": None}
+    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0", PATH=fake_smi(tmp_path, H100))
+    assert r.returncode == 2 and ("the batch was started on no GPU model (no device query named one) "
+                                  f"(batch.json conditions.device), this call's devices are {H100}") in r.stderr
+    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0", PATH=no_gpu)
+    assert r.returncode == 0 and "1 reused, 1 to run" in r.stdout, r.stdout + r.stderr
+
+
+def test_device_section_and_its_check():
+    assert conds.device_section([H100, " ", H100, H200]) == {"models": [H100, H200]}
+    assert conds.device_section(None) == conds.device_section([]) == {"models": None}
+    stored = {"device": conds.device_section([H100])}
+    conds.check_device(stored, conds.device_section([H100, H100]), "here")
+    for other in ([H200], [H100, H200], None):
+        with pytest.raises(conds.DeviceModelError, match="started on NVIDIA H100 80GB HBM3"):
+            conds.check_device(stored, conds.device_section(other), "here")
+    with pytest.raises(conds.DeviceModelError, match=f"are {H100} \\+ {H200} \\(here\\)"):
+        conds.check_device(stored, conds.device_section([H200, H100]), "here")
+    # an older record: only an --executor ray call's recorded device stands for the section
+    with pytest.raises(conds.DeviceModelError, match="predates the device section"):
+        conds.check_device({}, conds.device_section([H100]), "here")
+    conds.check_device({}, conds.device_section([H100]), "here", older_ray=H100)
+    with pytest.raises(conds.DeviceModelError, match=f"started on {H200}"):
+        conds.check_device({}, conds.device_section([H100]), "here", older_ray=H200)
+    assert "device section" in conds.older_record_note({"toolchain": {}})
+
+
 def test_resume_refuses_a_batch_without_recorded_conditions_and_another_selection(tmp_path):
     bd = tmp_path / "b"
     r = batch(tmp_path, "--ops", "softmax", "relu", "--devices", "0", "--batch-dir", bd)

@@ -220,6 +220,28 @@ def test_screen_page(tmp_path, capsys):
     assert 'class="sortable"' in html.read_text()
 
 
+def test_screen_of_cells_from_two_gpu_models_says_mixed_hardware(tmp_path, capsys):
+    """A screen whose cells ran on two models (a batch resumed on another GPU) says so on the
+    terminal, in --json and on the page, as --batch does; one model says nothing."""
+    root = rf.screen_root(tmp_path / "screen")
+    html, js = tmp_path / "s.html", tmp_path / "s.json"
+    assert run_bs("--screen", root, "--json", js) == 0
+    d = json.loads(js.read_text())
+    assert d["mixed_hardware"] is False and d["timing_warning"] is None
+    assert "MIXED HARDWARE" not in capsys.readouterr().out
+    for side in ("before", "after"):   # the relu cell measured on an H100, softmax on the H200
+        ident = root / f"relu@float16_{side}" / "run_identity.json"
+        ident.write_text(json.dumps(dict(json.loads(ident.read_text()), device_name="NVIDIA H100")))
+    assert run_bs("--screen", root, "--json", js, "--html", html) == 0
+    warning = ("MIXED HARDWARE: cells measured on NVIDIA H100 (arch 9.0), NVIDIA H200 (arch 9.0); compare "
+               "latencies and speedups only within one device name/arch (each cell names its own)")
+    assert f"!!! [screen] {warning}" in capsys.readouterr().out
+    d = json.loads(js.read_text())
+    assert d["mixed_hardware"] is True and d["timing_warning"] == warning
+    p, text = assert_page(html, js, ["MIXED HARDWARE: cells measured on NVIDIA H100"])
+    assert 'id="mixed-hardware"' in html.read_text()
+
+
 def test_variants_differ_is_shown_verbatim_and_kept_out_of_the_noise_band(tmp_path, capsys):
     """VARIANTS_DIFFER: common code identical, but a side may have timed a
     specialisation the other never ran, so its range is not the A/A noise band."""

@@ -127,6 +127,9 @@ class DeviceBackend:
     # The compute processes on a device, one per output line; "{dev}" marks the device value.
     # Empty = this runtime offers no such query (a frozen campaign then cannot show it is idle).
     compute_apps_argv: Tuple[str, ...] = ()
+    # The model name of a device, one line; "{dev}" marks the device value. Empty = this runtime
+    # offers no such query (run_batch.py then records no model: zl/batch/conditions.py).
+    name_query_argv: Tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
@@ -269,6 +272,27 @@ class DeviceBackend:
             return None
         return [ln.strip() for ln in proc.stdout.splitlines()
                 if ln.strip() and not ln.lower().startswith("no running")]
+
+    def device_models(self, devices: Sequence[str]) -> Optional[List[str]]:
+        """The model name of each of `devices` (ids as the visibility variable takes them), in
+        order, by `name_query_argv`; None when this runtime has no query or it does not name
+        every one (the tool missing, failing, hanging, or no such device: a host without a GPU).
+        The tool's numbering is its own: nvidia-smi's is PCI bus order, CUDA's fastest-first
+        unless CUDA_DEVICE_ORDER=PCI_BUS_ID; on a host of one model the two name the same."""
+        if not self.name_query_argv or not devices:
+            return None
+        out: List[str] = []
+        for device in devices:
+            try:
+                proc = subprocess.run(device_argv(self.name_query_argv, device), text=True,
+                                      capture_output=True, timeout=30)
+            except (OSError, subprocess.SubprocessError):
+                return None
+            names = [ln.strip() for ln in proc.stdout.splitlines() if ln.strip()]
+            if proc.returncode != 0 or len(names) != 1 or names[0].lower().startswith("no devices"):
+                return None
+            out.append(names[0])
+        return out
 
     # --- telemetry ------------------------------------------------------------------------------
     def telemetry_command(self, device: str = "") -> List[str]:

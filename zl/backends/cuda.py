@@ -47,6 +47,7 @@ class CudaBackend(DeviceBackend):
                          "-i", "{dev}")
     compute_apps_argv = ("nvidia-smi", "--query-compute-apps=pid,process_name,used_memory",
                          "--format=csv,noheader", "-i", "{dev}")
+    name_query_argv = ("nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", "{dev}")
 
     def parse_telemetry(self, raw: str) -> List[Dict[str, str]]:
         rows: List[Dict[str, str]] = []

@@ -28,7 +28,7 @@ from zl.batch.options import OPS_DIR, build_parser
 from zl.batch.partition import PartitionError
 from zl.batch.select import SelectionError, Selector, read_dismiss, read_names_file
 from zl.batch.ray_executor import Cluster, check_backend, require_ray
-from zl.batch.ray_nodes import NodePreflightError, RayError
+from zl.batch.ray_nodes import NodePreflightError, RayError, recorded_device
 from zl.batch.screen import round_sides, screen_sides
 from zl.childenv import batch_case_base, inherited
 from zl.config import environ
@@ -124,7 +124,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return EXIT_INTERPRETER
     except (UsageError, BatchDirError, SelectionError, inv.InventoryError, PartitionError,
             UnknownBackendError, conds.ShapeFileError, conds.RetuneError, conds.RoundsError,
-            judge_first.BaselineError, RayError) as exc:
+            conds.DeviceModelError, judge_first.BaselineError, RayError) as exc:
         return _fail(str(exc))
 
 
@@ -221,8 +221,9 @@ def flagtune_env(use_flagtune: bool) -> Dict[str, str]:
 
 
 def check_conditions(started: Dict, now: Dict) -> None:
-    """A --resume reuses finished cases only under the conditions they ran under."""
-    diffs = conds.differences(started["conditions"], now)
+    """A --resume reuses finished cases only under the conditions they ran under (the device
+    section apart: it is known once the devices are placed, see `settle_device`)."""
+    diffs = conds.differences({k: v for k, v in started["conditions"].items() if k != conds.DEVICE}, now)
     if diffs:
         raise UsageError("--resume: this call measures under other conditions than the batch "
                          "(batch.json); nothing was run. Differences:\n  " + "\n  ".join(diffs)
@@ -340,8 +341,22 @@ def plan_batch(args, batch_dir: Path) -> Plan:
         raise UsageError(f"no checkout for repo(s) {missing_repo}")
     devices, shards = place(args, measured["backend"], cases)
     sides = screen_sides(args.switch, args.retune, args.rounds)   # plain, or a screen's (screen.py)
-    return Plan(args=args, batch_dir=batch_dir, started=started, sides=sides, cases=cases,
+    plan = Plan(args=args, batch_dir=batch_dir, started=started, sides=sides, cases=cases,
                 devices=devices, shards=shards, **measured)
+    if args.executor != "ray":   # with Ray, once its node check chose the batch's device (run)
+        name_query = " ".join(plan.backend.name_query_argv[:1]) or f"{plan.backend.name} has no name query"
+        settle_device(plan, plan.backend.device_models(devices), f"devices {','.join(devices)}, {name_query}")
+    return plan
+
+
+def settle_device(plan: Plan, models: Optional[List[str]], where: str) -> None:
+    """conditions' device section: the GPU models of the devices the cases run on (`where`:
+    which devices, found how); a --resume on other models is refused (DeviceModelError)."""
+    plan.conditions[conds.DEVICE] = conds.device_section(models)
+    if plan.args.resume:
+        older = recorded_device(plan.started)   # a Ray batch from before the section
+        conds.check_device(plan.started["conditions"], plan.conditions[conds.DEVICE], where,
+                           (older or {}).get("name"))
 
 
 def list_cases(plan: Plan) -> int:
@@ -382,6 +397,7 @@ def run(args) -> int:
                               inherited().get("PYTHONPATH", ""))
             print(f"{LOG} {cluster.describe()}")
             cluster.check_nodes(plan)
+            settle_device(plan, [cluster.record["device"]["name"]], "the Ray node check's device")
         if held.lock is None:
             batch_dir.mkdir(parents=True, exist_ok=True)
             held.take()

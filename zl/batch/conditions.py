@@ -21,6 +21,12 @@ recomputes them and refuses (exit 2) naming every field that differs:
     TREE_SKIP_DIRS, *.pyc). Stat-only, so it costs milliseconds on a 3,000-file tree; an
     edit changes it, and so does re-copying the tree to the same path (refused: a resume
     cannot tell a copy from a change, and refusing is the safe side).
+- the GPU model of the devices the cases run on (`device`: {"models": the distinct names,
+  sorted, or null where no query names one: no GPU, a runtime without a name query}): the
+  backend's name query (nvidia-smi) on the batch's devices, or --executor ray's node check.
+  It is recorded once the devices are placed and checked on its own (check_device): a
+  --resume whose devices name other models (or none, or some where the batch named none)
+  exits 2 naming both.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from zl.childenv import batch_case_base
 from zl.flaggems import UPSTREAM_SHAPE_WORDS, VENDOR_ENV_KEYS, checkout_commit
@@ -258,7 +264,45 @@ def _flat(obj: Any, prefix: str = "") -> Dict[str, Any]:
 
 # sections a conditions record has held since some release: a record without one was written
 # before it (its difference lines then read `batch '<unset>'` for every field of it)
-LATER_SECTIONS = ("toolchain",)
+LATER_SECTIONS = ("toolchain", "device")
+DEVICE = "device"
+
+
+class DeviceModelError(ValueError):
+    """A --resume whose devices are another GPU model than the batch's start, or whose
+    batch.json predates the device section (exit 2)."""
+
+
+def device_section(models: Optional[Sequence[str]]) -> Dict[str, Any]:
+    """conditions' `device`: the distinct model names, sorted; None when none is named."""
+    names = sorted({str(m).strip() for m in models or () if str(m).strip()})
+    return {"models": names or None}
+
+
+def models_text(models: Optional[Sequence[str]]) -> str:
+    return " + ".join(models) if models else "no GPU model (no device query named one)"
+
+
+def check_device(stored: Mapping[str, Any], now: Mapping[str, Any], where: str,
+                 older_ray: Optional[str] = None) -> None:
+    """DeviceModelError unless `now` (device_section of this call's devices, found as `where`
+    says) names the models `stored` (the batch's conditions) recorded. A record without the
+    section proves no model, unless `older_ray` (the device an --executor ray call of the batch
+    recorded in its node check) names it: then that one is the batch's."""
+    if DEVICE in stored:
+        before = (stored[DEVICE] or {}).get("models")
+    elif older_ray:
+        before = [older_ray]
+    else:
+        raise DeviceModelError(f"--resume: batch.json records no GPU model (the record predates the "
+                               f"device section): nothing shows that its cases ran on this call's "
+                               f"{models_text(now.get('models'))} ({where}); nothing was run. Start a "
+                               "new --batch-dir")
+    if before != now.get("models"):
+        raise DeviceModelError(f"--resume: the batch was started on {models_text(before)} (batch.json "
+                               f"conditions.device), this call's devices are {models_text(now.get('models'))} "
+                               f"({where}); nothing was run. Its timings compare only within one GPU "
+                               "model: resume on the batch's model, or start a new --batch-dir")
 
 
 def older_record_note(stored: Mapping[str, Any]) -> str:

@@ -6,7 +6,8 @@ time, a functional sweep whose timings are invalid and marked so everywhere).
 its start (backend, --dtypes, --shape-file and a digest of its content, --replay-root,
 --switch, --use-flagtune, the environment variables that change a measurement, the cases'
 toolchain (Python, torch, Triton's version and a digest of its package files), each FlagGems
-tree's path and git commit + uncommitted changes, or a stat digest of a tree outside git).
+tree's path and git commit + uncommitted changes, or a stat digest of a tree outside git, the
+GPU model of its devices by nvidia-smi, or --executor ray's batch device; none without a GPU).
 Options left out are the batch's; a given option, the environment or a tree that differs exits
 2 naming every difference, and so does another selection of cases. Reused untouched: cases
 PASS/SKIP with .complete on every side (in a screen, with their screen.tsv row too); every
@@ -64,10 +65,10 @@ Exit codes:
   0    every case has a final status (the statuses carry the results)
   2    bad input (--rounds not an integer >= 1, or > 1 without --switch, with --judge or with
        --share-device N > 1), a batch directory in use or already holding a batch (without
-       --resume), a --resume under other conditions (another --rounds included); --executor
-       ray without Ray importable (the message gives the install command), its cluster
-       unreachable or without GPUs, a GPU node whose FlagGems tree is not the driver's commit
-       and working state, no node of the batch's device
+       --resume), a --resume under other conditions (another --rounds or GPU model
+       included); --executor ray without Ray importable (the message gives the install
+       command), its cluster unreachable or without GPUs, a GPU node whose FlagGems tree is
+       not the driver's commit and working state, no node of the batch's device
   3    cases left unstarted (--budget-s reached; rerun with --resume)
   4    the interpreter cannot import triton or flag_gems (checked once, before the first case;
        with --executor ray on every GPU node, with its kit.sh and zl_bench checkout)

@@ -324,6 +324,8 @@ def page_screen(result: Dict) -> Page:
                    + [f"{c} vs torch: {by_cell[c]['results_torch']}"
                       for c in result.get("torch_mismatches") or []] + rounds.wrong_results_lines(result))
     _top(page, result)
+    if result.get("timing_warning"):   # cells of more than one GPU model
+        page.add(f'<div class="warn" id="mixed-hardware">{esc(result["timing_warning"])}</div>')
     if result.get("calibers_differ"):
         page.add('<div class="warn">[caliber] the operators were not all measured under one caliber '
                  '(see the caliber columns of screen.tsv)</div>')

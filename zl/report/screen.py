@@ -6,8 +6,10 @@ and wrong results first, the per-shape verdicts calibrated on the screen's every
 cells and --controls, side C of --retune, the rounds of a --rounds batch. A --judge-first
 batch (ROOT holds judge_first.json) is reported through its timed stage, `ROOT/timed`, with
 stage 1's outcome beside it under `judge_first`: its verdict counts, the baseline and its
-check, and every node it could not judge with the reason. Returns everything printed as one
-JSON-able dict.
+check, and every node it could not judge with the reason. Cells measured on more than one GPU
+model (a batch resumed on other hardware, an ab_rlc_test.sh root filled on two hosts) print
+`!!! [screen] MIXED HARDWARE` and carry it as `timing_warning` / `mixed_hardware`, as --batch
+does. Returns everything printed as one JSON-able dict.
 """
 
 from __future__ import annotations
@@ -55,6 +57,18 @@ def stage1_lines(summary: Dict) -> List[str]:
     return out
 
 
+def cell_devices(result: Dict, runs: Runs) -> List[Tuple[str, str]]:
+    """(device_name, device_arch) of both runs of every cell: each run's identity, else the
+    caliber columns of its screen.tsv row (run directories gone)."""
+    out = []
+    for o in result["ops"]:
+        for side in ("before", "after"):
+            ident = runs.get(Path(o["dirs"][side])).identity
+            out.append(views.device_of_row(ident, "") if ident else
+                       (o["caliber"].get("device_name", ""), o["caliber"].get("device_arch", "")))
+    return out
+
+
 def report_screen(root: Path, false_alarm: float, controls: Sequence[Path], allow_caliber_mismatch: bool,
                   stage1: Optional[Dict] = None) -> Dict:
     runs = Runs()
@@ -64,6 +78,10 @@ def report_screen(root: Path, false_alarm: float, controls: Sequence[Path], allo
         for line in stage1_lines(stage1):
             print(line)
     changes.add_to_screen(result, runs)   # per kernel, for each cell whose code differs
+    result["timing_warning"] = views.hardware_warning(cell_devices(result, runs), "cells")
+    result["mixed_hardware"] = bool(result["timing_warning"])
+    if result["timing_warning"]:
+        print(f"!!! [screen] {result['timing_warning']}")
     for g in result["completion"]["failures"]:   # a screen stopped mid-list
         print(f"!!! [screen] {g['reason']}: {' '.join(g['ops']) or '-'}")
     by_cell = {o["cell"]: o for o in result["ops"]}

@@ -405,15 +405,15 @@ def device_of_row(identity: Optional[Mapping], notes: str) -> Tuple[str, str]:
             str(ident.get("device_arch") or noted.get("arch", "")))
 
 
-def hardware_warning(devices) -> Optional[str]:
-    """One line when a batch's rows name more than one device_name or device_arch (a row
-    that recorded neither, e.g. a run that failed first, counts for none), else None:
-    device_name and device_arch are caliber fields, so such rows never compare."""
+def hardware_warning(devices, what: str = "rows") -> Optional[str]:
+    """One line when a batch's rows (a screen's cells: `what`) name more than one device_name
+    or device_arch (one that recorded neither, e.g. a run that failed first, counts for none),
+    else None: device_name and device_arch are caliber fields, so such rows never compare."""
     found = sorted({d for d in devices if d[0] or d[1]})
     if len({n for n, _ in found if n}) < 2 and len({a for _, a in found if a}) < 2:
         return None
-    return ("MIXED HARDWARE: rows measured on " + ", ".join(f"{n or '?'} (arch {a or '?'})" for n, a in found)
-            + "; compare latencies and speedups only within one device name/arch (each row names its own)")
+    return (f"MIXED HARDWARE: {what} measured on " + ", ".join(f"{n or '?'} (arch {a or '?'})" for n, a in found)
+            + f"; compare latencies and speedups only within one device name/arch (each {what[:-1]} names its own)")
 
 
 def torch_results(run: LoadedRun) -> Dict[str, str]:
