@@ -96,6 +96,15 @@ def test_normalize_paths_covers_llvm_and_ptx_file_names():
         == '!DIFile(filename: "index_add_rank_0_pid_N.py", directory: "code_cache")'
     assert fp.normalize_paths('.file 1 "/r/c" "g_pid_41.py"') == '.file 1 "c" "g_pid_N.py"'
     assert fp.normalize_paths('call @f_pid_41.py "x"') == 'call @f_pid_41.py "x"'   # unquoted: kept
+    # NVPTX ends every .loc with the DIFile name in a comment, unquoted (recorded from Triton's
+    # NVPTX output for a kernel in a generated `..._pid_<n>.py`): an H100 A/A of index_add_
+    # read IR_CHANGED@ptx from these comments alone, its binary equal.
+    loc = "\t.loc\t1 5 0                           // index_add_rank_0_pid_%s.py:5:0"
+    assert fp.normalize_paths(loc % "111") == fp.normalize_paths(loc % "22222") \
+        == "\t.loc\t1 5 0                           // index_add_rank_0_pid_N.py:5:0"
+    assert fp.normalize_paths("// /tmp/r1/code_cache/g_pid_7.py:3:1") == "// g_pid_N.py:3:1"
+    assert fp.normalize_paths("// index_add_rank_1_pid_7.py:5:0") != fp.normalize_paths("// index_add_rank_0_pid_7.py:5:0")
+    assert fp.normalize_paths("mov.u32 %r1_pid_7.py, 0;") == "mov.u32 %r1_pid_7.py, 0;"   # code: kept
     # Relative names and non-path strings are left alone.
     assert fp.normalize_paths('"ttg.target" = "cuda:90", "rel/x.py"') == '"ttg.target" = "cuda:90", "rel/x.py"'
 

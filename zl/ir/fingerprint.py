@@ -19,7 +19,8 @@ The rule:
   screen judged relu and abs IR_CHANGED from the locations alone. The name keeps the
   source's content hash, so changed generated source still counts; a process id in any quoted
   name (`index_add_rank_2_pid_8123.py`, ~29 generators) reads `_pid_N`: A/As read index_add_
-  IR_CHANGED@ttgir, then @llir (DIFile names the file apart from its directory), same binary.
+  IR_CHANGED@ttgir, then @llir (DIFile names the file apart from its directory), then @ptx
+  (each .loc's `// <name>:<line>:<col>` comment), same binary. Line comments get both rules.
 - Zero `.ttgir` files is "no comparable IR", never "identical".
 
 CLI (exit codes are an interface):
@@ -77,10 +78,10 @@ CONVERT_RE = re.compile(r"\bttg\.convert_layout\b")
 DEFAULT_LAUNCH_FLOOR = 1
 FINGERPRINTS_NAME = "ir_fingerprints.json"
 # 2: adds `per_variant` (each variant's identity, path and digest per level). 3: `_pid_N` in
-# absolute paths; 4: in any quoted name. Records of two normalisations are not compared: both
-# sides are hashed again from their files.
-SCHEMA_VERSION = 4
-NORMALISATION_CHANGES = (3, 4)
+# absolute paths; 4: in any quoted name; 5: in line comments. Records of two normalisations are
+# not compared: both sides are hashed again from their files.
+SCHEMA_VERSION = 5
+NORMALISATION_CHANGES = (3, 4, 5)
 # First-difference order: the verdict names the first of these that differs. ptx (NVIDIA)
 # and amdgcn (AMD) are the vendor assembly; "binary" is the cubin/hsaco/mubin.
 LEVEL_ORDER = ("ttgir", "llir", "ptx", "amdgcn", "binary")
@@ -139,13 +140,23 @@ _ABS_PATH_RE = re.compile(r'"/(?:[^"\n]*/)?([^"/\n]*)"')
 _PID_RE = re.compile(r"_pid_[0-9]+(?=[._])")
 # Any quoted string: LLVM's DIFile and PTX's .file name the file apart from its directory.
 _QUOTED_RE = re.compile(r'"[^"\n]*"')
+# A line comment: NVPTX ends every .loc with `// <DIFile name>:<line>:<col>`, unquoted (an
+# H100 A/A of index_add_ read IR_CHANGED@ptx from these comments alone, binary equal).
+_LINE_COMMENT_RE = re.compile(r"//[^\n]*")
+# An absolute directory prefix after a blank inside such a comment.
+_COMMENT_DIR_RE = re.compile(r"(?<=\s)/(?:[^\s/]*/)+")
+
+
+def _normalize_comment(match: "re.Match[str]") -> str:
+    return _PID_RE.sub("_pid_N", _COMMENT_DIR_RE.sub("", match.group(0)))
 
 
 def normalize_paths(text: str) -> str:
     """Cut quoted absolute paths (source locations, debug file names) to their basename; a
-    process id in any quoted name reads N."""
+    process id in any quoted name reads N; line comments (`//`) get both rules."""
     text = _ABS_PATH_RE.sub(r'"\1"', text)
-    return _QUOTED_RE.sub(lambda m: _PID_RE.sub("_pid_N", m.group(0)), text)
+    text = _QUOTED_RE.sub(lambda m: _PID_RE.sub("_pid_N", m.group(0)), text)
+    return _LINE_COMMENT_RE.sub(_normalize_comment, text)
 
 
 # A PTX debug section: `.section .debug_x` then a `{ ... }` block of .b8/.b32 data. The
