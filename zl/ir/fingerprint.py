@@ -20,7 +20,7 @@ The rule:
   source's content hash, so changed generated source still counts; a process id in any quoted
   name (`index_add_rank_2_pid_8123.py`, ~29 generators) reads `_pid_N`: A/As read index_add_
   IR_CHANGED@ttgir, then @llir (DIFile names the file apart from its directory), then @ptx
-  (each .loc's `// <name>:<line>:<col>` comment), same binary. Line comments get both rules.
+  (the `// <name>:<line>:<col>` comment of each .loc), same binary.
 - Zero `.ttgir` files is "no comparable IR", never "identical".
 
 CLI (exit codes are an interface):
@@ -29,8 +29,8 @@ CLI (exit codes are an interface):
     python -m zl.ir.fingerprint --converts RUN_DIR [--launch-floor N]   JSON; 0, or 1 = no IR
     python -m zl.ir.fingerprint verdict RUN_A RUN_B [--tsv | --header]
         the first-difference verdict (below); 0 NO_IR_DIFF or VARIANTS_DIFFER, 10 changed, 1 no IR
-    2 = usage error (bad arguments, RUN_DIR does not exist).
-    `--level llir` (or ptx, ...) fingerprints another dumped IR level instead.
+    2 = usage error (bad arguments, RUN_DIR does not exist); `--level llir` (or ptx, ...)
+    fingerprints another dumped IR level instead.
 
 Every level, by default (`levels.py`): at dump time the IR plugin hashes each level the run
 compiled (ttgir, llir, ptx or amdgcn, the cubin/hsaco/mubin) from the Triton cache into
@@ -116,8 +116,7 @@ def strip_prefixes(extra: Optional[str] = None) -> List[str]:
 def _stamp_re(prefixes: Sequence[str]) -> "re.Pattern[str]":
     names = "|".join(re.escape(p) for p in prefixes)
     # One attribute `"name" = value` with its separating comma on either side.
-    # An integer (any width), a bool or a string value: what a pass stamps.
-    value = r'(?:-?[0-9]+ : i[0-9]+|true|false|"[^"\n]*")'
+    value = r'(?:-?[0-9]+ : i[0-9]+|true|false|"[^"\n]*")'   # integer (any width), bool or string
     return re.compile(r'(?P<lead>,\s*)?"(?:' + names + r')[^"\n]*" = ' + value + r"(?P<trail>,\s*)?")
 
 
@@ -136,27 +135,19 @@ def strip_switch_stamps(text: str, prefixes: Optional[Sequence[str]] = None) -> 
 _ABS_PATH_RE = re.compile(r'"/(?:[^"\n]*/)?([^"/\n]*)"')
 
 
-# A process id in a generated file's name (FlagGems: f"..._pid_{os.getpid()}.py").
-_PID_RE = re.compile(r"_pid_[0-9]+(?=[._])")
-# Any quoted string: LLVM's DIFile and PTX's .file name the file apart from its directory.
-_QUOTED_RE = re.compile(r'"[^"\n]*"')
-# A line comment: NVPTX ends every .loc with `// <DIFile name>:<line>:<col>`, unquoted (an
-# H100 A/A of index_add_ read IR_CHANGED@ptx from these comments alone, binary equal).
-_LINE_COMMENT_RE = re.compile(r"//[^\n]*")
-# An absolute directory prefix after a blank inside such a comment.
-_COMMENT_DIR_RE = re.compile(r"(?<=\s)/(?:[^\s/]*/)+")
-
-
-def _normalize_comment(match: "re.Match[str]") -> str:
-    return _PID_RE.sub("_pid_N", _COMMENT_DIR_RE.sub("", match.group(0)))
+# A process id in a generated file's name (FlagGems: f"..._pid_{os.getpid()}.py"); any quoted
+# string (LLVM's DIFile and PTX's .file name the file apart from its directory).
+_PID_RE, _QUOTED_RE = re.compile(r"_pid_[0-9]+(?=[._])"), re.compile(r'"[^"\n]*"')
+# A line comment (NVPTX ends each .loc with `// <file>:<line>:<col>`, unquoted: an index_add_
+# A/A read IR_CHANGED@ptx from them alone) and an absolute directory prefix inside one.
+_LINE_COMMENT_RE, _COMMENT_DIR_RE = re.compile(r"//[^\n]*"), re.compile(r"(?<=\s)/(?:[^\s/]*/)+")
 
 
 def normalize_paths(text: str) -> str:
     """Cut quoted absolute paths (source locations, debug file names) to their basename; a
     process id in any quoted name reads N; line comments (`//`) get both rules."""
-    text = _ABS_PATH_RE.sub(r'"\1"', text)
-    text = _QUOTED_RE.sub(lambda m: _PID_RE.sub("_pid_N", m.group(0)), text)
-    return _LINE_COMMENT_RE.sub(_normalize_comment, text)
+    text = _QUOTED_RE.sub(lambda m: _PID_RE.sub("_pid_N", m.group(0)), _ABS_PATH_RE.sub(r'"\1"', text))
+    return _LINE_COMMENT_RE.sub(lambda m: _PID_RE.sub("_pid_N", _COMMENT_DIR_RE.sub("", m.group(0))), text)
 
 
 # A PTX debug section: `.section .debug_x` then a `{ ... }` block of .b8/.b32 data. The
