@@ -225,6 +225,28 @@ def switch_part(doc: Optional[Dict], aa1: Optional[Dict]) -> Dict:
             "agree": slower == exceeds, "nodes": nodes}
 
 
+def shape_key(s: Dict) -> tuple:
+    return (s.get("dtype"), s.get("size_detail"), s.get("occurrence"))
+
+
+def checked_again(b: Dict, sw_doc: Optional[Dict], rt_doc: Optional[Dict]) -> Dict:
+    """Each node of the symmetric difference that the retune stage measured again (its own A vs B
+    pair, another sitting): its SLOWER shapes of the switch stage and their verdict there. A
+    shape SLOWER in both pairs is a real shape-level change a node median can hide."""
+    if "note" in b or not rt_doc or rt_doc is sw_doc:
+        return {}
+    again = {node_of(o): {shape_key(s): s for s in o.get("shapes") or []} for o in rt_doc["ops"]}
+    out = {}
+    for o in sw_doc["ops"]:
+        n = node_of(o)
+        if n in b["symmetric_difference"] and n in again:
+            out[n] = [{"shape": s.get("size_detail"), "switch_pct": s["speedup_pct"],
+                       "again_pct": again[n].get(shape_key(s), {}).get("speedup_pct"),
+                       "again_verdict": again[n].get(shape_key(s), {}).get("aa_verdict", "not measured")}
+                      for s in o.get("shapes") or [] if s["aa_verdict"] == "SLOWER"]
+    return out
+
+
 def retune_part(doc: Optional[Dict], stage: str) -> Dict:
     """(c): per node with a side C (the `stage` screen's), A vs B and A vs C side by side with
     the picks."""
@@ -283,7 +305,11 @@ def markdown(rep: Dict) -> str:
                 f"symmetric difference: {' '.join(b['symmetric_difference']) or '-'}; undetermined: "
                 f"{' '.join(b['undetermined']) or '-'}; agree: {b['agree']}",
                 f"SLOWER shapes on nodes whose median stays under the noise: {b['slower_shapes_off_median']} "
-                f"(false FASTER/SLOWER the rule allows: <= {b['expected_false_verdicts']:.2f})", "",
+                f"(false FASTER/SLOWER the rule allows: <= {b['expected_false_verdicts']:.2f})"]
+        for n, shapes in (b.get("checked_again") or {}).items():
+            out.append(f"{n}, measured again by the retune stage's A vs B: " + "; ".join(
+                f"{x['shape']} {pct(x['switch_pct'])} -> {x['again_verdict']} {pct(x['again_pct'])}" for x in shapes))
+        out += ["",
                 "| node | code | shapes | verdicts | median slowdown | noise (aa1) |", "|---|---|---|---|---|---|"]
         for n, v in b["nodes"].items():
             out.append(f"| {n} | {v['code']} | {v['shapes']} | {nz(v['counts'])} | "
@@ -438,6 +464,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         sw_doc = summary_json("switch", out / "switch", aa1, args.false_alarm, out)
         rt_doc = summary_json("retune", out / "retune", aa1, args.false_alarm, out) if retune_ops else sw_doc
         rep["switch"], rep["retune"] = switch_part(sw_doc, aa1_doc), retune_part(rt_doc, "retune" if retune_ops else "switch")
+        if "note" not in rep["switch"]:
+            rep["switch"]["checked_again"] = checked_again(rep["switch"], sw_doc, rt_doc)
     except Failed as exc:
         print(f"!!! verdict_evidence.py: {exc}", file=sys.stderr)
         return 4

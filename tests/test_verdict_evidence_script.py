@@ -240,3 +240,36 @@ def test_shapes_below_the_floor_have_no_noise_and_one_slower_shape_is_counted_be
     assert b["slower_shapes_off_median"] == 1 and b["agree"] is False
     doc["ops"] = doc["ops"][:3]   # without "one": the view is in neither set, so they agree
     assert tool.switch_part(doc, aa1)["agree"] is True
+
+
+def test_a_node_in_one_set_only_is_checked_against_the_retune_stages_own_pair():
+    """(b): a node with SLOWER shapes under a median within the noise (linear on the H100: its
+    two small shapes -28.9 % and -24.7 %) is looked up in the retune stage's A vs B, another
+    sitting of the same switch; each SLOWER shape reads its verdict there. Nodes in both sets,
+    nodes the retune stage did not run, and a report without a retune stage get nothing."""
+    tool = load_tool()
+    aa1 = {"verdicts": {"rule": {"classes": [{"class": "< 10 us", "threshold_pct": 5.0}]}}}
+
+    def sh(size, speedup, verdict):
+        return {**shape(0.004, speedup, verdict), "dtype": "torch.float16", "size_detail": size, "occurrence": 0}
+
+    def doc(ops):
+        return {"ops": [{"op": n, "dirs": {"before": f"/b/before/main/{n}"}, "verdict": "IR_CHANGED@llir",
+                         "shapes": s} for n, s in ops],
+                "verdicts": {"summary": {"counts": {}, "expected_false_verdicts": 0.3}}}
+
+    sw = doc([("lin", [sh("384", -28.9, "SLOWER"), sh("1024", -24.7, "SLOWER"), sh("4096", -0.1, "SAME"),
+                       sh("2048", 0.2, "SAME"), sh("8192", 0.1, "SAME")]),
+              ("mv", [sh("256", -20.0, "SLOWER"), sh("64", 0.1, "SAME"), sh("1024", 0.2, "SAME")]),
+              ("slow", [sh("1", -9.0, "SLOWER"), sh("2", -8.0, "SLOWER")])])
+    rt = doc([("lin", [sh("384", -28.5, "SLOWER"), sh("1024", -3.0, "SAME"), sh("4096", 0.9, "SAME")]),
+              ("slow", [sh("1", -9.0, "SLOWER")])])
+    b = tool.switch_part(sw, aa1)
+    assert b["symmetric_difference"] == ["lin", "mv"]
+    again = tool.checked_again(b, sw, rt)
+    assert list(again) == ["lin"]   # mv was not run again; slow is in both sets
+    assert [(x["shape"], x["again_verdict"], x["again_pct"]) for x in again["lin"]] == \
+        [("384", "SLOWER", -28.5), ("1024", "SAME", -3.0)]
+    rt["ops"][0]["shapes"] = rt["ops"][0]["shapes"][2:]   # a shape the second pair lacks
+    assert [x["again_verdict"] for x in tool.checked_again(b, sw, rt)["lin"]] == ["not measured"] * 2
+    assert tool.checked_again(b, sw, sw) == {} and tool.checked_again(b, sw, None) == {}
