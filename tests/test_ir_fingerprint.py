@@ -105,6 +105,10 @@ def test_normalize_paths_covers_llvm_and_ptx_file_names():
     assert fp.normalize_paths("// /tmp/r1/code_cache/g_pid_7.py:3:1") == "// g_pid_N.py:3:1"
     assert fp.normalize_paths("// index_add_rank_1_pid_7.py:5:0") != fp.normalize_paths("// index_add_rank_0_pid_7.py:5:0")
     assert fp.normalize_paths("mov.u32 %r1_pid_7.py, 0;") == "mov.u32 %r1_pid_7.py, 0;"   # code: kept
+    # AMDGCN (recorded from Triton's gfx942 output, same kernel): `;` comments, same rule.
+    amd = "\t.loc\t1 5 0 prologue_end              ; index_add_rank_0_pid_%s.py:5:0"
+    assert fp.normalize_paths(amd % "111") == fp.normalize_paths(amd % "22222") \
+        == "\t.loc\t1 5 0 prologue_end              ; index_add_rank_0_pid_N.py:5:0"
     # Relative names and non-path strings are left alone.
     assert fp.normalize_paths('"ttg.target" = "cuda:90", "rel/x.py"') == '"ttg.target" = "cuda:90", "rel/x.py"'
 

@@ -190,6 +190,43 @@ def test_ptx_debug_sections_and_file_paths_are_normalised():
     assert ".debug_info" not in fp.normalize_text(one, "ptx") and "mov.u32" in fp.normalize_text(one, "ptx")
 
 
+# AMDGCN as LLVM's AMDGPU back end writes it for a kernel in a generated `..._pid_<n>.py`
+# (shape recorded from Triton's gfx942 output): the .file pair, `;` comments naming the file,
+# and debug sections whose string offsets follow the name's length, each ended by the next
+# section directive.
+SYNTH_AMDGCN = """\t.text
+\t.globl\tk
+k:
+\t.file\t1 "{dir}" "gen_rank_0_pid_{pid}.py"
+\t.loc\t1 5 0 prologue_end              ; gen_rank_0_pid_{pid}.py:5:0
+\t{body}
+\t.section\t.debug_abbrev,"",@progbits
+\t.byte\t1
+\t.section\t.debug_str,"MS",@progbits,1
+.Linfo_string1:
+\t.asciz\t"gen_rank_0_pid_{pid}.py"   ; string offset=7 ; gen_rank_0_pid_{pid}.py
+.Linfo_string2:
+\t.asciz\t"code_cache"      ; string offset={offset} ; code_cache
+\t.section\t".note.GNU-stack","",@progbits
+\t.amdgpu_metadata
+\t.end_amdgpu_metadata
+\t.section\t.debug_line,"",@progbits
+.Lline_table_start0:
+"""
+
+
+def test_amdgcn_comments_and_debug_sections_are_normalised():
+    one = SYNTH_AMDGCN.format(dir="/tmp/r1/code_cache", pid="111", offset="35", body="s_endpgm")
+    two = SYNTH_AMDGCN.format(dir="/tmp/r2/code_cache", pid="22222", offset="37", body="s_endpgm")
+    assert fp.normalize_text(one, "amdgcn") == fp.normalize_text(two, "amdgcn")
+    kept = fp.normalize_text(one, "amdgcn")
+    assert ".debug_" not in kept and "offset=" not in kept and "Lline_table" not in kept
+    assert "s_endpgm" in kept and ".amdgpu_metadata" in kept and ".note.GNU-stack" in kept
+    changed = SYNTH_AMDGCN.format(dir="/tmp/r2/code_cache", pid="22222", offset="37", body="s_nop 0")
+    assert fp.normalize_text(changed, "amdgcn") != kept   # the code still counts
+    assert "offset=" in fp.normalize_text(one, "ptx")      # PTX's rule is PTX's
+
+
 def test_binary_digest_ignores_debug_sections_and_hashes_non_elf_whole():
     x = elf([(".text.k", b"\x01" * 16), (".debug_line", b"/tmp/a")])
     y = elf([(".text.k", b"\x01" * 16), (".debug_line", b"/tmp/bbbb")])

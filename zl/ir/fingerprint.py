@@ -47,8 +47,8 @@ matched by identity, never file name: zl.ir.per_variant), common variants and on
 that specialise the other side's, a level is judged on the common ones (IR_CHANGED@<level> /
 BINARY_CHANGED: a COMMON variant differs; else exit 0 like NO_IR_DIFF). Otherwise (no common
 variant, a one-sided config, schema 1, levels hashed from files) the aggregate rule above.
-PTX loses its `.section .debug_*` blocks (line tables carrying the source path as bytes); a
-binary is hashed over its non-debug ELF sections (zl.ir.binary).
+PTX and AMDGCN lose their `.section .debug_*` blocks (line tables and string offsets that follow
+the source's path); a binary is hashed over its non-debug ELF sections (zl.ir.binary).
 """
 
 from __future__ import annotations
@@ -138,30 +138,30 @@ _ABS_PATH_RE = re.compile(r'"/(?:[^"\n]*/)?([^"/\n]*)"')
 # A process id in a generated file's name (FlagGems: f"..._pid_{os.getpid()}.py"); any quoted
 # string (LLVM's DIFile and PTX's .file name the file apart from its directory).
 _PID_RE, _QUOTED_RE = re.compile(r"_pid_[0-9]+(?=[._])"), re.compile(r'"[^"\n]*"')
-# A line comment (NVPTX ends each .loc with `// <file>:<line>:<col>`, unquoted: an index_add_
-# A/A read IR_CHANGED@ptx from them alone) and an absolute directory prefix inside one.
-_LINE_COMMENT_RE, _COMMENT_DIR_RE = re.compile(r"//[^\n]*"), re.compile(r"(?<=\s)/(?:[^\s/]*/)+")
+# A line comment (`//` PTX, `;` AMDGCN: each .loc ends with `<file>:<line>:<col>` unquoted; an
+# index_add_ A/A read IR_CHANGED@ptx from them alone) and an absolute directory prefix in one.
+_LINE_COMMENT_RE, _COMMENT_DIR_RE = re.compile(r"(?://|;)[^\n]*"), re.compile(r"(?<=\s)/(?:[^\s/]*/)+")
 
 
 def normalize_paths(text: str) -> str:
     """Cut quoted absolute paths (source locations, debug file names) to their basename; a
-    process id in any quoted name reads N; line comments (`//`) get both rules."""
+    process id in any quoted name reads N; line comments (`//`, `;`) get both rules."""
     text = _QUOTED_RE.sub(lambda m: _PID_RE.sub("_pid_N", m.group(0)), _ABS_PATH_RE.sub(r'"\1"', text))
     return _LINE_COMMENT_RE.sub(lambda m: _PID_RE.sub("_pid_N", _COMMENT_DIR_RE.sub("", m.group(0))), text)
 
 
-# A PTX debug section: `.section .debug_x` then a `{ ... }` block of .b8/.b32 data. The
-# line tables spell the source's absolute path as bytes, out of reach of normalize_paths.
+# A debug section, whose line tables and string offsets follow the source's path and name: in
+# PTX `.section .debug_x` and a `{ ... }` block; in AMDGCN up to the next section directive.
 _PTX_DEBUG_RE = re.compile(r"^[ \t]*\.section[ \t]+\.debug_\w+[ \t]*\n?[ \t]*\{.*?^[ \t]*\}[ \t]*\n?",
                            re.DOTALL | re.MULTILINE)
+_AMD_DEBUG_RE = re.compile(r"^[ \t]*\.section[ \t]+\.debug_\w+[^\n]*\n?(?:(?![ \t]*\.(?:section|text|data|"
+                           r"amdgpu_metadata)\b)[^\n]*(?:\n|$))*", re.MULTILINE)
 
 
 def normalize_text(text: str, level: str, prefixes: Optional[Sequence[str]] = None) -> str:
-    """The text a level's fingerprint reads: paths cut, switch stamps removed, PTX debug dropped."""
+    """The text a level's fingerprint reads: paths cut, switch stamps removed, assembly debug dropped."""
     text = strip_switch_stamps(normalize_paths(text), prefixes if prefixes is not None else strip_prefixes())
-    if level == "ptx":
-        text = _PTX_DEBUG_RE.sub("", text)
-    return text
+    return {"ptx": _PTX_DEBUG_RE, "amdgcn": _AMD_DEBUG_RE}[level].sub("", text) if level in ("ptx", "amdgcn") else text
 
 
 def digest_items(items: Iterable, level: str, prefixes: Optional[Sequence[str]] = None) -> str:
