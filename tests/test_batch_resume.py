@@ -745,3 +745,28 @@ def test_real_rounds_on_the_fake_tree_report_medians_of_the_cells(tmp_path):
             assert s["speedup_pct"] == pytest.approx((median(a) / median(b) - 1) * 100)
             assert s["deltas"] == pytest.approx([(x / y - 1) * 100 for x, y in zip(a, b)])
             assert s["verdict"] == "underpowered" and s["aa_verdict"] == "UNCLEAR"
+
+
+def test_devices_of_two_models_are_refused_unless_mixed_hardware_is_allowed(tmp_path):
+    """A local batch on devices nvidia-smi names as two models would time an H100 and an H200
+    into one table: refused before any case, both models named; --allow-mixed-hardware runs it
+    and records both."""
+    bindir = tmp_path / "smi_mixed"
+    bindir.mkdir()
+    smi = bindir / "nvidia-smi"
+    smi.write_text('#!/bin/sh\ncase "$*" in *"-i 1"*) echo "%s" ;; *) echo "%s" ;; esac\n' % (H200, H100))
+    smi.chmod(0o755)
+    path = f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"
+    bd = tmp_path / "b"
+    r = batch(tmp_path, "--ops", "softmax", "exp", "--devices", "0,1", "--batch-dir", bd, PATH=path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"devices 0,1, nvidia-smi: the devices are {H100} + {H200}; a timing batch compares within one" \
+        in r.stderr and "Traceback" not in r.stderr
+    assert not (bd / "batch.json").exists() and not trace(tmp_path)
+    r = batch(tmp_path, "--ops", "softmax", "exp", "--devices", "0", "--batch-dir", bd, PATH=path)
+    assert r.returncode == 0, r.stdout + r.stderr   # one device, one model
+    bd2 = tmp_path / "b2"
+    r = batch(tmp_path, "--ops", "softmax", "exp", "--devices", "0,1", "--batch-dir", bd2,
+              "--allow-mixed-hardware", PATH=path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads((bd2 / "batch.json").read_text())["conditions"]["device"] == {"models": [H100, H200]}

@@ -160,8 +160,7 @@ def check_args(args) -> None:
     if args.executor != "ray":
         given = [o for o, v in (("--ray-address", args.ray_address is not None),
                                 ("--ray-exclude-failing-nodes", args.ray_exclude_failing_nodes),
-                                ("--ray-device-name", args.ray_device_name is not None),
-                                ("--allow-mixed-hardware", args.allow_mixed_hardware)) if v]
+                                ("--ray-device-name", args.ray_device_name is not None)) if v]
         if given:
             raise UsageError(f"{given[0]} needs --executor ray")
         return
@@ -353,6 +352,11 @@ def settle_device(plan: Plan, models: Optional[List[str]], where: str) -> None:
     """conditions' device section: the GPU models of the devices the cases run on (`where`:
     which devices, found how); a --resume on other models is refused (DeviceModelError)."""
     plan.conditions[conds.DEVICE] = conds.device_section(models)
+    named = plan.conditions[conds.DEVICE]["models"] or []
+    if len(named) > 1 and not plan.args.allow_mixed_hardware and plan.args.executor != "ray":
+        raise conds.DeviceModelError(f"{where}: the devices are {conds.models_text(named)}; a timing batch "
+                                     "compares within one GPU model. Choose devices of one model, or pass "
+                                     "--allow-mixed-hardware (its reports then say MIXED HARDWARE)")
     if plan.args.resume:
         older = recorded_device(plan.started)   # a Ray batch from before the section
         conds.check_device(plan.started["conditions"], plan.conditions[conds.DEVICE], where,

@@ -193,7 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --executor ray: the device a timing batch runs on, as torch names it "
                         "(default: the device of most GPUs; --resume: the batch's)")
     x.add_argument("--allow-mixed-hardware", action="store_true",
-                   help="with --executor ray: also run on nodes of other devices; the batch and its "
+                   help="run on devices of more than one GPU model (locally: --devices naming two "
+                        "models; with --executor ray: nodes of other devices); the batch and its "
                         "reports say MIXED HARDWARE and each row names its device")
     r.add_argument("--budget-s", type=_positive(float), default=None,
                    help="start no case that could end after this many seconds (then exit 3)")
