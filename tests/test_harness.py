@@ -256,8 +256,12 @@ def test_libtuner_sqlite_cache_and_libentry_skip(tmp_path):
     # A new process on the same store hits: the tuner runs but benchmarks nothing.
     second = _py(code, tmp_path, FLAGGEMS_CACHE_DIR=cache_dir)
     assert second.stdout.split("CALLS ")[1].split()[:3] == ["1", "0", "True"], second.stdout
-    # FLAGGEMS_DB_URL wins over FLAGGEMS_CACHE_DIR.
+    # FLAGGEMS_DB_URL wins over FLAGGEMS_CACHE_DIR; as upstream, its folder must exist (FlagGems
+    # creates config_cache only for its default database; sqlite cannot open a file elsewhere).
     url_db = tmp_path / "elsewhere" / "t.db"
+    missing = _py(code, tmp_path, FLAGGEMS_CACHE_DIR=cache_dir, FLAGGEMS_DB_URL=f"sqlite:///{url_db}")
+    assert missing.returncode != 0 and "unable to open database file" in missing.stderr
+    url_db.parent.mkdir()
     third = _py(code, tmp_path, FLAGGEMS_CACHE_DIR=cache_dir, FLAGGEMS_DB_URL=f"sqlite:///{url_db}")
     assert third.returncode == 0, third.stderr
     assert url_db.is_file() and f"DB {url_db}" in third.stdout
