@@ -240,10 +240,9 @@ def checked_again(b: Dict, sw_doc: Optional[Dict], rt_doc: Optional[Dict]) -> Di
     for o in sw_doc["ops"]:
         n = node_of(o)
         if n in b["symmetric_difference"] and n in again:
-            out[n] = [{"shape": s.get("size_detail"), "switch_pct": s["speedup_pct"],
-                       "again_pct": again[n].get(shape_key(s), {}).get("speedup_pct"),
-                       "again_verdict": again[n].get(shape_key(s), {}).get("aa_verdict", "not measured")}
-                      for s in o.get("shapes") or [] if s["aa_verdict"] == "SLOWER"]
+            pairs = [(s, again[n].get(shape_key(s), {})) for s in o.get("shapes") or [] if s["aa_verdict"] == "SLOWER"]
+            out[n] = [{"shape": s.get("size_detail"), "switch_pct": s["speedup_pct"], "again_pct": a.get("speedup_pct"),
+                       "again_verdict": a.get("aa_verdict", "not measured")} for s, a in pairs]
     return out
 
 

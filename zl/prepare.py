@@ -243,8 +243,7 @@ def setup_tuner_cache(run: Run) -> str:
     that runs first hands its winners to the other (mm's compiled variants fell 945 -> 33 from
     that alone). Isolated: a private store, deleted afterwards. Returns the caliber text."""
     if run.vars.isolate:
-        tuner_dir = run.out / ".flaggems_cache"
-        (tuner_dir / "config_cache").mkdir(parents=True, exist_ok=True)
+        tuner_dir = run.out / ".flaggems_cache"   # its config_cache: childenv.tuner_store
         run.resolve(tuner_cache_dir=str(tuner_dir))
         run.records.append(("TUNER_CACHE_DIR", run.cfg.tuner_cache_dir))
         return "isolated"

@@ -353,7 +353,7 @@ def settle_device(plan: Plan, models: Optional[List[str]], where: str) -> None:
     which devices, found how); a --resume on other models is refused (DeviceModelError)."""
     plan.conditions[conds.DEVICE] = conds.device_section(models)
     named = plan.conditions[conds.DEVICE]["models"] or []
-    if len(named) > 1 and not plan.args.allow_mixed_hardware and plan.args.executor != "ray":
+    if len(named) > 1 and not plan.args.allow_mixed_hardware:   # Ray records its one batch device
         raise conds.DeviceModelError(f"{where}: the devices are {conds.models_text(named)}; a timing batch "
                                      "compares within one GPU model. Choose devices of one model, or pass "
                                      "--allow-mixed-hardware (its reports then say MIXED HARDWARE)")

@@ -152,16 +152,16 @@ def normalize_paths(text: str) -> str:
 
 # A debug section, whose line tables and string offsets follow the source's path and name: in
 # PTX `.section .debug_x` and a `{ ... }` block; in AMDGCN up to the next section directive.
-_PTX_DEBUG_RE = re.compile(r"^[ \t]*\.section[ \t]+\.debug_\w+[ \t]*\n?[ \t]*\{.*?^[ \t]*\}[ \t]*\n?",
-                           re.DOTALL | re.MULTILINE)
-_AMD_DEBUG_RE = re.compile(r"^[ \t]*\.section[ \t]+\.debug_\w+[^\n]*\n?(?:(?![ \t]*\.(?:section|text|data|"
-                           r"amdgpu_metadata)\b)[^\n]*(?:\n|$))*", re.MULTILINE)
+_DEBUG_SECTION_RE = {
+    "ptx": re.compile(r"^[ \t]*\.section[ \t]+\.debug_\w+[ \t]*\n?[ \t]*\{.*?^[ \t]*\}[ \t]*\n?", re.DOTALL | re.MULTILINE),
+    "amdgcn": re.compile(r"^[ \t]*\.section[ \t]+\.debug_\w+[^\n]*\n?(?:(?![ \t]*\.(?:section|text|data|"
+                         r"amdgpu_metadata)\b)[^\n]*(?:\n|$))*", re.MULTILINE)}
 
 
 def normalize_text(text: str, level: str, prefixes: Optional[Sequence[str]] = None) -> str:
     """The text a level's fingerprint reads: paths cut, switch stamps removed, assembly debug dropped."""
     text = strip_switch_stamps(normalize_paths(text), prefixes if prefixes is not None else strip_prefixes())
-    return {"ptx": _PTX_DEBUG_RE, "amdgcn": _AMD_DEBUG_RE}[level].sub("", text) if level in ("ptx", "amdgcn") else text
+    return debug.sub("", text) if (debug := _DEBUG_SECTION_RE.get(level)) else text
 
 
 def digest_items(items: Iterable, level: str, prefixes: Optional[Sequence[str]] = None) -> str:

@@ -50,10 +50,9 @@ def shard_jobs(plan: Plan, parts: List[List[Any]], scratch: Path, args: Sequence
         device = plan.devices[i]
         tuner_dir = ""
         if isolate:
-            # One sqlite per shard: N writers on one store is what isolation avoids.
-            fg = w / "flaggems_cache"
-            (fg / "config_cache").mkdir(parents=True)
-            tuner_dir = str(fg)
+            # One sqlite per shard: N writers on one store is what isolation avoids (its folder:
+            # childenv.tuner_store, through shard_environ below).
+            tuner_dir = str(w / "flaggems_cache")
         # Its identity and IR stay private, it sweeps (never replays) and starts no shards.
         cfg = replace(parent, out_dir=str(w), device=device, shape_file=str(shape_path),
                       ttgir_dump_dir=str(w / "ttgir"), record_dir=str(w / "autotune_records"),
