@@ -26,9 +26,9 @@ utilization every 100 ms (where it exists). The report (stdout and OUT/overlap_t
   and the parts of it lock waits and TIMEOUT sides took;
 - A/A noise per node: the median over shapes of |B/A - 1| of the gems latency, and its median
   over nodes;
-- with --upstream, beside them: FlagGems' own harness over the same nodes in one pytest
-  process (`--level core --mode cudagraph`, cold caches, nvidia-smi sampled): wall, nodes/h,
-  GPU-busy share, each node's outcome and seconds (zl.runlog.costs.node_seconds);
+- with --upstream, beside them: FlagGems' own harness over the same nodes in one pytest process
+  (`--level core --mode cudagraph`, cold caches, nvidia-smi sampled): wall, nodes and passed nodes
+  per hour (failures flagged), GPU-busy share, each node's outcome and seconds;
 - with --reference JSON: each node's A/A beside another run's (its overlap_throughput.json,
   e.g. five of the nodes one case at a time), on the nodes both measured: the medians and on
   how many nodes the A/A here is no higher.
@@ -159,14 +159,10 @@ def read_walls(path: Path) -> List[float]:
     return json.loads(path.read_text()) if path.is_file() else []
 
 
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
 def interrupt_on_sigterm() -> None:
     """SIGTERM to this tool unwinds like Ctrl-C, so wait_or_kill kills the child's process
     group (started in its own session, a kill of this tool's group would miss it)."""
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
 def exit_status(main: Callable[[], int]) -> int:
@@ -302,20 +298,32 @@ def run_upstream(nodes: List[str], args, out: Path) -> int:
 
 
 def summarize_upstream(out: Path) -> Optional[Dict]:
-    """The one-process run's figures: its wall (first stamp to last), nodes finished and per
-    hour, GPU-busy share, and each node's outcome and seconds; None when it did not run."""
-    from zl.runlog.costs import node_seconds, stamped_wall
+    """The one-process run's figures (zl.runlog.costs.one_process_figures), its exit status,
+    the nodes left out and its GPU-busy share; None when it did not run."""
+    from zl.runlog.costs import one_process_figures
     if not (out / "upstream.json").is_file():
         return None
     meta = json.loads((out / "upstream.json").read_text())
-    stamped = (out / "upstream.log").read_text(errors="replace")
-    wall = round(stamped_wall(stamped), 3)
-    by_id = {v: k for k, v in meta["ids"].items()}
-    per_node = {by_id.get(node, node): {"outcome": outcome, "seconds": sec}
-                for node, outcome, sec in node_seconds(stamped)}
-    return {"rc": meta["rc"], "wall_s": wall, "nodes_finished": len(per_node), "left_out": meta.get("left_out", []),
-            "nodes_per_hour": round(len(per_node) / wall * 3600, 1) if wall else None,
-            "gpu": utilization_summary(out / "util-upstream.txt"), "nodes": per_node}
+    names = {v: k for k, v in meta["ids"].items()}
+    figures = one_process_figures((out / "upstream.log").read_text(errors="replace"), names)
+    return {"rc": meta["rc"], "left_out": meta.get("left_out", []), **figures,
+            "gpu": utilization_summary(out / "util-upstream.txt")}
+
+
+def upstream_table(u: Dict, title: str) -> List[str]:
+    """The one-process run's table; failed nodes flagged: one failed graph capture fails every
+    later node of the process within a second (softmax_backward took 35 of 39 H100 nodes)."""
+    g = u["gpu"] or {}
+    out = ["", title, "", "| wall s | nodes finished | passed | nodes/h | passed/h | GPU-busy share | mean util % | "
+           "pytest exit |", "|---|---|---|---|---|---|---|---|",
+           f"| {u['wall_s']} | {u['nodes_finished']} | {u['nodes_passed']} | {u['nodes_per_hour']} | "
+           f"{u['passed_per_hour']} | {'n/a' if not g else format(g['busy_share'], '.1%')} | "
+           f"{'n/a' if not g else format(g['mean_util'], '.1f')} | {u['rc']} |"]
+    if u["nodes_failed"]:
+        out += ["", f"!!! upstream's one process failed {u['nodes_failed']} of {u['nodes_finished']} node(s), the first "
+                f"{u['first_failed']}: compare passed/h, or run it again with --upstream-leave-out {u['first_failed']}"]
+    return out + (["", "Left out of the one-process run (--upstream-leave-out): " + ", ".join(u["left_out"])]
+                  if u["left_out"] else [])
 
 
 def pct(x: Optional[float]) -> str:
@@ -357,15 +365,8 @@ def report(results: List[Dict], upstream: Optional[Dict] = None) -> str:
                           + ("" if not r.get("share_stretches") else
                              f", {r['share_held_s'] / r['share_stretches']:.2f} s per stretch") + ")."))
     if upstream is not None:
-        g = upstream["gpu"] or {}
-        out += ["", "Upstream, one pytest process over the same nodes, cold caches, each node run once (a screen runs two sides per node):", "",
-                "| wall s | nodes finished | nodes/h | GPU-busy share | mean util % | pytest exit |",
-                "|---|---|---|---|---|---|",
-                f"| {upstream['wall_s']} | {upstream['nodes_finished']} | {upstream['nodes_per_hour']} | "
-                f"{'n/a' if not g else format(g['busy_share'], '.1%')} | "
-                f"{'n/a' if not g else format(g['mean_util'], '.1f')} | {upstream['rc']} |"]
-        if upstream.get("left_out"):
-            out += ["", "Left out of the one-process run (--upstream-leave-out): " + ", ".join(upstream["left_out"])]
+        out += upstream_table(upstream, "Upstream, one pytest process over the same nodes, cold caches, each node "
+                              "run once (a screen runs two sides per node):")
     out += ["", "| node | " + " | ".join(f"overlap {r['overlap']}: status, verdict, A/A" for r in results)
             + (" | upstream: outcome, s" if upstream is not None else "") + " |",
             "|---|" + "---|" * (len(results) + (upstream is not None))]

@@ -23,8 +23,9 @@ and OUT/screen_throughput.md):
 - stage 1's verdict counts, the changed nodes, and every node it could not judge, with why;
 - GPU-busy share (samples > 0) and mean utilization over every call of the screen;
 - with --upstream: FlagGems' own harness over the same nodes in one pytest process
-  (overlap_throughput.py's run: `--level core --mode cudagraph`, cold caches), its nodes per
-  hour beside stage 1's. Upstream times every node and judges no code; a screen runs two
+  (overlap_throughput.py's run: `--level core --mode cudagraph`, cold caches), its nodes and
+  passed nodes per hour beside stage 1's, its failures flagged (one failed graph capture fails
+  every later node of the process). Upstream times every node and judges no code; a screen runs two
   untimed sides per node, then times the changed ones.
 
     python benchmarks/screen_throughput.py --sample 40 --seed 11 --switch DISABLE_LLVM_OPT \\
@@ -52,7 +53,7 @@ from typing import Dict, List, Optional
 
 from overlap_throughput import (ROOT, add_node_options, add_upstream_options, draw, exit_status,
                                 interrupt_on_sigterm, inventory_names, read_walls, run_batch_call, run_upstream,
-                                summarize_upstream)
+                                summarize_upstream, upstream_table)
 from telemetry import UtilizationSampler, utilization_summary
 from zl import atomic
 from zl.batch.judge_first import BASELINE_MARK, JUDGE, SUMMARY, TIMED
@@ -147,11 +148,8 @@ def report(res: Dict, upstream: Optional[Dict]) -> str:
     if res["rc"] not in (None, 0):
         out.append(f"The screen's last call ended with exit {res['rc']}.")
     if upstream is not None:
-        ug = upstream["gpu"] or {}
-        out += ["", "Upstream, one pytest process over the same nodes (every node timed once, no code judged):", "",
-                "| wall s | nodes finished | nodes/h | GPU-busy share | pytest exit |", "|---|---|---|---|---|",
-                f"| {upstream['wall_s']} | {upstream['nodes_finished']} | {upstream['nodes_per_hour']} | "
-                f"{'n/a' if not ug else format(ug['busy_share'], '.1%')} | {upstream['rc']} |"]
+        out += upstream_table(upstream, "Upstream, one pytest process over the same nodes (every node timed once, "
+                              "no code judged):")
     return "\n".join(out)
 
 

@@ -174,6 +174,11 @@ def test_upstream_runs_the_same_nodes_in_one_process_beside_the_batches(tmp_path
     assert {n: v["outcome"] for n, v in up["nodes"].items()} == {"relu": "PASSED", "amax": "FAILED"}
     assert up["nodes_finished"] == 2 and up["rc"] == 1 and up["gpu"] is None
     assert up["nodes_per_hour"] == round(2 / up["wall_s"] * 3600, 1)
+    # the failure is flagged: nodes/h counts it, passed/h does not
+    assert (up["nodes_passed"], up["nodes_failed"], up["first_failed"]) == (1, 1, "amax")
+    assert up["passed_per_hour"] == round(1 / up["wall_s"] * 3600, 1)
+    assert "!!! upstream's one process failed 1 of 2 node(s), the first amax: compare passed/h, or run it again " \
+           "with --upstream-leave-out amax" in r.stdout
     assert all(0 <= v["seconds"] <= up["wall_s"] for v in up["nodes"].values())
     log = (out / "upstream.log").read_text()
     assert "--mode kernel" in log and "--dtypes float32" in log
@@ -193,6 +198,7 @@ def test_upstream_runs_the_same_nodes_in_one_process_beside_the_batches(tmp_path
     assert list(data["upstream"]["nodes"]) == ["relu"] and data["upstream"]["left_out"] == ["amax"]
     assert data["results"][0]["rc"] is None and data["results"][0]["nodes"]["amax"]["status"] == "PASS/PASS"
     assert "Left out of the one-process run (--upstream-leave-out): amax" in r.stdout
+    assert data["upstream"]["nodes_failed"] == 0 and "!!! upstream" not in r.stdout
     assert "amax" not in (out / "upstream.log").read_text().splitlines()[0]
     assert next(ln for ln in r.stdout.splitlines() if ln.startswith("| amax |")).endswith("| left out |")
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from zl.runlog.costs import (batch_cost_rows, node_seconds, node_table, pytest_finished, read_upstream_per_node,
-                             summarise, write_batch_costs, zl_costs)
+from zl.runlog.costs import (batch_cost_rows, node_seconds, node_table, one_process_figures, pytest_finished,
+                             read_upstream_per_node, summarise, write_batch_costs, zl_costs)
 
 ROOT = Path(__file__).resolve().parents[1]
 LEDGER = ("[cudagraph-plugin] graph timer spent 3.900 s over 10 do_bench call(s): warmup 0.250 s "
@@ -191,3 +191,39 @@ def test_node_table_gives_the_one_process_rate():
     # 11 lines, 1.5 s apart: 15 s wall, 2 finished nodes -> 480 per hour
     assert table[-1] == "# 2 node(s) finished (1 PASSED), 9.0 s in nodes, 15.0 s wall, 480 per hour"
     assert node_table("").splitlines()[-1].endswith("0.0 s wall, - per hour")
+
+
+# An H100 one-process run's shape (2026-12-06): softmax_backward's failed capture, then every
+# later node failing within a second, FlagGems' colour codes and all.
+CASCADE = """collecting ... collected 5 items
+benchmark/test_special_expit.py::test_special_expit 
+Operator: special_expit  Performance Test (dtype=torch.float16, mode=cudagraph,level=core)
+SUCCESS               0.001690            0.001200               1.409               0.003          [torch.Size([64, 64])]
+PASSED
+benchmark/test_softmax.py::test_softmax_backward FAILED
+benchmark/test_true_divide.py::test_true_divide \x1b[31mFAILED\x1b[0m: Operator=div_tensor dtype={dtype} err=<<<{e}>>>
+FAILED
+benchmark/test_any.py::test_any \x1b[31mFAILED\x1b[0m: Operator=any dtype={dtype} err=<<<{e}>>>
+FAILED
+benchmark/test_indexer.py::test_indexer_k_quant SKIPPED (needs sm100)
+"""
+
+
+def test_one_process_figures_count_passed_nodes_and_name_the_first_failure():
+    stamps = [100.0, 100.5, 110.0, 110.0, 110.2, 110.4, 110.5, 110.6, 110.7, 110.8, 110.9]
+    lines = CASCADE.splitlines()
+    assert len(stamps) == len(lines)
+    stamped = "".join(f"{t:.2f} {line}\n" for t, line in zip(stamps, lines))
+    names = {"benchmark/test_softmax.py::test_softmax_backward": "softmax_backward"}
+    f = one_process_figures(stamped, names)
+    assert {n: v["outcome"] for n, v in f["nodes"].items()} == {
+        "benchmark/test_special_expit.py::test_special_expit": "PASSED", "softmax_backward": "FAILED",
+        "benchmark/test_true_divide.py::test_true_divide": "FAILED", "benchmark/test_any.py::test_any": "FAILED",
+        "benchmark/test_indexer.py::test_indexer_k_quant": "SKIPPED"}
+    # 10.9 s of wall: 5 finished nodes read 1651.4 per hour, the one that passed 330.3
+    assert (f["wall_s"], f["nodes_finished"], f["nodes_passed"], f["nodes_failed"]) == (10.9, 5, 1, 3)
+    assert (f["nodes_per_hour"], f["passed_per_hour"], f["first_failed"]) == (1651.4, 330.3, "softmax_backward")
+    clean = one_process_figures("".join(f"{t:.2f} {line}\n" for t, line in zip(stamps, lines[:5])), {})
+    assert (clean["nodes_failed"], clean["first_failed"], clean["nodes_passed"]) == (0, None, 1)
+    empty = one_process_figures("", {})
+    assert (empty["wall_s"], empty["nodes_per_hour"], empty["passed_per_hour"], empty["nodes"]) == (0.0, None, None, {})

@@ -156,6 +156,20 @@ def node_table(stamped: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def one_process_figures(stamped: str, names: dict[str, str]) -> dict:
+    """A one-process pytest run's figures from its stamped log: wall, each node's outcome and
+    seconds (keyed by names[node id] where given), nodes finished, passed and failed (FAILED or
+    ERROR), each per hour of the wall, and the first node that failed (None when none did)."""
+    wall = round(stamped_wall(stamped), 3)
+    nodes = {names.get(n, n): {"outcome": o, "seconds": s} for n, o, s in node_seconds(stamped)}
+    failed = [n for n, v in nodes.items() if v["outcome"] in ("FAILED", "ERROR")]
+    passed = sum(v["outcome"] == "PASSED" for v in nodes.values())
+    per_hour = lambda k: round(k / wall * 3600, 1) if wall else None  # noqa: E731
+    return {"wall_s": wall, "nodes_finished": len(nodes), "nodes_per_hour": per_hour(len(nodes)),
+            "nodes_passed": passed, "passed_per_hour": per_hour(passed), "nodes_failed": len(failed),
+            "first_failed": failed[0] if failed else None, "nodes": nodes}
+
+
 def _file_stem(path: str) -> str:
     """`benchmark/test_where.py` or `where` -> `where` (ops_status.csv's op_file)."""
     stem = Path(path).name
