@@ -294,3 +294,25 @@ def test_the_report_of_a_judge_first_batch_without_a_timed_stage_exits_2(tmp_pat
     r = subprocess.run([sys.executable, str(REPO_ROOT / "batch_summary.py"), "--screen", str(root)],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "judge-first batch without a timed stage to report" in r.stderr
+
+
+def test_one_budget_covers_both_stages_of_a_call(tmp_path):
+    """--budget-s bounds the call, not each stage: stage 2 starts only what can end within the
+    seconds stage 1 left (an H100 screen's stage 2 restarted the clock and ran past the limit
+    its caller had sized the budget for)."""
+    # each case reserves 2 sides x --op-timeout 4 + --kill-grace 0.5 + 5 = 13.5 s; stage 1's one
+    # case sleeps 3.5 s per side, so at least 7 s of the 20 s are gone when stage 2 would start
+    r = judge_first(tmp_path, "--ops", "softmax", "--controls", "0", "--op-timeout", "4", "--kill-grace", "0.5",
+                    "--budget-s", "20", ZL_STUB_PLAN="softmax=slow", ZL_STUB_SLOW_S="3.5")
+    assert r.returncode == 3, r.stdout + r.stderr
+    left = re.search(r"judge-first: stage 2 gets the (\d+) s left of --budget-s 20", r.stdout)
+    assert left and int(left.group(1)) <= 13, r.stdout
+    summary = json.loads((tmp_path / "jf/judge_first.json").read_text())
+    assert summary["stage1"]["changed"] == ["main:softmax"] and summary["stage2"]["exit"] == 3
+    assert status(tmp_path / "jf/timed/after")["softmax"]["status"] == "PENDING"
+    assert "case(s) not run; continue with" in r.stdout
+    # the next call, without a budget, times it
+    r = judge_first(tmp_path, "--resume", "--controls", "0", ZL_STUB_PLAN="")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert status(tmp_path / "jf/timed/after")["softmax"]["status"] == "PASS"
+    assert "stage 2 gets the" not in r.stdout

@@ -295,7 +295,7 @@ def _baseline_verdict(check: Dict, log: Callable[[str], None]) -> int:
 
 def run(args, run_stage: Callable[[object], int], log: Callable[[str], None]) -> int:
     """Both stages in `args.batch_dir`; `run_stage(args)` is run_batch's own run()."""
-    root = Path(args.batch_dir).resolve()
+    root, call_started = Path(args.batch_dir).resolve(), time.monotonic()
     summary_path = root / SUMMARY
     if args.resume and not summary_path.is_file():
         raise BatchDirError(f"--resume --judge-first: {root} holds no judge-first batch (no {SUMMARY})")
@@ -363,6 +363,9 @@ def run(args, run_stage: Callable[[object], int], log: Callable[[str], None]) ->
         timed = _stage_args(args, root / TIMED, judge=False, all=False, ops=to_time, ops_file=None)
         if timed.resume:
             timed.ops = []      # the batch's own case list, as recorded
+        if args.budget_s is not None:   # one --budget-s per call: stage 2 gets what stage 1 left
+            timed.budget_s = max(args.budget_s - (time.monotonic() - call_started), 0.001)
+            log(f"judge-first: stage 2 gets the {timed.budget_s:.0f} s left of --budget-s {args.budget_s:g}")
         started = time.monotonic()
         code = run_stage(timed)
         _wall(record, TIMED, started, log, root / TIMED)
