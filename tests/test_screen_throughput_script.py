@@ -72,6 +72,17 @@ def test_each_stage_is_measured_and_stage_one_is_projected_to_the_inventory(tmp_
     redo = json.loads((moved / "screen_throughput.json").read_text())
     assert redo["stages"] == again["stages"] and redo["projected_stage1_min"] == again["projected_stage1_min"]
     assert redo["nodes"] == list(OPS)
+    # upstream's one process beside it (its stamped log, as run_upstream writes it): a failure is flagged
+    ids = {"relu": "benchmark/test_relu.py::test_relu", "softmax": "benchmark/test_softmax.py::test_softmax"}
+    (moved / "upstream.json").write_text(json.dumps({"ids": ids, "rc": 1, "wall_s": 4.0, "left_out": []}))
+    (moved / "upstream.log").write_text("100.00 start: pytest\n101.00 benchmark/test_relu.py::test_relu \n"
+                                        "102.00 PASSED\n103.00 benchmark/test_softmax.py::test_softmax FAILED\n"
+                                        "104.00 rc=1\n")
+    r = run(tmp_path, "--report-only", "--out", moved)
+    up = json.loads((moved / "screen_throughput.json").read_text())["upstream"]
+    assert (up["nodes_finished"], up["nodes_passed"], up["first_failed"], up["passed_per_hour"]) == (2, 1, "softmax", 900.0)
+    assert "| 4.0 | 2 | 1 | 1800.0 | 900.0 | n/a | n/a | 1 |" in r.stdout
+    assert "!!! upstream's one process failed 1 of 2 node(s), the first softmax" in r.stdout
 
 
 def test_a_baselines_side_a_is_no_side_run_of_the_screen(tmp_path):
