@@ -860,6 +860,8 @@ def test_a_killed_runner_resumes_without_redoing_sealed_tasks(world, checkout, t
                 assert after[name] == stamp, name
     assert after["on@reverse/task-receipt.json"] and _receipt(frozen, "relu/on@reverse")["status"] == "PASS"
     assert "[frozen] 4/10 relu/on@reverse: PASS" in r.stdout and "1/10" not in r.stdout
+    assert "[frozen] resuming: 3 of 10 task(s) sealed, not run again" in r.stdout
+    assert "resuming" not in stopped.stdout
     assert json.loads((frozen / "campaign-receipt.json").read_text())["counts"]["G"] == 2
 
 

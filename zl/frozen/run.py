@@ -354,23 +354,23 @@ class Campaign:
 
     def run(self) -> int:
         started = time.monotonic()
-        seen, sealed, groups = self.preflight(), {}, _workloads(self.matrix)
+        seen, sealed, groups, n = self.preflight(), {}, _workloads(self.matrix), len(self.matrix["tasks"])
         self.campaign_receipt("running", seen, sealed, started)   # a killed runner leaves this
+        if self.receipts:
+            print(f"[frozen] resuming: {len(self.receipts)} of {n} task(s) sealed, not run again", flush=True)
         for t in self.matrix["tasks"]:
             rec = self.receipts.get(t["id"])
             if rec is None:
                 if self.args.budget_s is not None and time.monotonic() - started >= self.args.budget_s:
-                    left = sum(1 for x in self.matrix["tasks"] if x["id"] not in self.receipts)
                     self.campaign_receipt("stopped_at_budget", seen, sealed, started)
-                    print(f"!!! stopped at --budget-s {self.args.budget_s}: {left} task(s) left; rerun to resume")
+                    print(f"!!! stopped at --budget-s {self.args.budget_s}: {n - len(self.receipts)} task(s) left; rerun to resume")
                     return 3
-                busy = self.busy()
-                if busy:
+                if busy := self.busy():
                     raise CampaignError(busy)
                 rec = self.run_task(t)
                 atomic.write_json(t["receipt"], rec)
                 self.receipts[t["id"]] = rec
-                print(f"[frozen] {t['ordinal']}/{len(self.matrix['tasks'])} {t['id']}: {rec['status']}"
+                print(f"[frozen] {t['ordinal']}/{n} {t['id']}: {rec['status']}"
                       + (f" ({rec['reason']})" if rec.get("reason") else ""), flush=True)
             if not rec.get("control", {}).get("reproduces_baseline", True):
                 why = f"{t['id']} did not reproduce the baseline's code: {rec['control']['why']}"
