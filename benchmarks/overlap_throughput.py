@@ -10,8 +10,8 @@ ZL_AA_NOOP changes nothing, so side A (records autotune picks) and side B (repla
 record/replay A/A pair per node, both timed. While a batch runs, `nvidia-smi` samples the GPU's
 utilization every 100 ms (where it exists). The report (stdout and OUT/overlap_throughput.json):
 
-- side runs per hour and nodes finished (every side a final status) per hour by the batch's
-  wall time (summed over the calls that made it, when resumed, killed ones included);
+- side runs, PASS side runs (timings valid) and nodes finished (every side a final status) per
+  hour of the batch's wall (every call that made it, killed ones included);
 - GPU-busy share: the share of samples with utilization > 0, and the mean utilization (the
   samples of every call that made the batch);
 - statuses and screen verdicts per node, and whether they equal the first K's;
@@ -160,8 +160,7 @@ def read_walls(path: Path) -> List[float]:
 
 
 def interrupt_on_sigterm() -> None:
-    """SIGTERM to this tool unwinds like Ctrl-C, so wait_or_kill kills the child's process
-    group (started in its own session, a kill of this tool's group would miss it)."""
+    """SIGTERM unwinds like Ctrl-C: wait_or_kill kills the child's own process group."""
     signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
@@ -217,6 +216,7 @@ def summarize(k: int, bd: Path, rc: Optional[int], stage: Optional[str] = None) 
     wall = round(sum(walls), 3)   # the figures below are computed from this value
     per_node = read_batch(bd)
     ran = sum(1 for v in per_node.values() for s in v["status"].split("/") if side_ran(s))
+    passed = sum(1 for v in per_node.values() for s in v["status"].split("/") if s == "PASS")   # timings valid
     done = sum(1 for v in per_node.values() if node_finished(v["status"].split("/")))
     aa = [v["aa_median_abs_delta"] for v in per_node.values() if v["aa_median_abs_delta"] is not None]
     held = [v["lock_held_s"] for v in per_node.values() if v["lock_held_s"] is not None]
@@ -226,6 +226,7 @@ def summarize(k: int, bd: Path, rc: Optional[int], stage: Optional[str] = None) 
     case = round(sum(v.get("case_s", 0.0) for v in per_node.values()), 3)
     return {"overlap": k, "rc": rc, "wall_s": wall, "calls": len(walls), "side_runs": ran,
             "side_runs_per_hour": round(ran / wall * 3600, 1) if wall else None, "nodes_finished": done,
+            "passed_side_runs": passed, "passed_side_runs_per_hour": round(passed / wall * 3600, 1) if wall else None,
             "nodes_per_hour": round(done / wall * 3600, 1) if wall else None,
             "gpu": utilization_summary(bd.parent / f"util-{stage}.txt"),
             # the lock's busy share of the wall, and the rate if the lock were never idle
@@ -233,8 +234,7 @@ def summarize(k: int, bd: Path, rc: Optional[int], stage: Optional[str] = None) 
             "lock_bound_side_runs_per_hour": round(ran / sum(held) * 3600, 1) if held else None,
             # seconds cases waited for the lock, and of them the waits to start GPU work while
             # another case timed (None: some run predates the shared stretches)
-            "lock_waited_s": figure_sum(waits, 0),
-            "share_waited_s": figure_sum(waits, 1),
+            "lock_waited_s": figure_sum(waits, 0), "share_waited_s": figure_sum(waits, 1),
             # the seconds the cases held the lock shared: the stretches a timer had to wait out
             "share_held_s": figure_sum(waits, 2), "share_stretches": figure_sum(waits, 3),
             # CPU of the side runs' processes: per run, and the cores they kept busy over the wall
@@ -333,9 +333,9 @@ def pct(x: Optional[float]) -> str:
 
 def report(results: List[Dict], upstream: Optional[Dict] = None) -> str:
     first = results[0]["nodes"]
-    out = ["| overlap | wall s | side runs | side runs/h | nodes finished | nodes/h | GPU-busy share | "
-           "mean util % | lock held / wall | side runs/h if the lock never idled | A/A median abs delta | "
-           "statuses = first | verdicts = first |", "|" + "---|" * 13]
+    out = ["| overlap | wall s | side runs | side runs/h | PASS side runs/h | nodes finished | nodes/h | GPU-busy "
+           "share | mean util % | lock held / wall | side runs/h if the lock never idled | A/A median abs delta | "
+           "statuses = first | verdicts = first |", "|" + "---|" * 14]
     for r in results:
         g = r["gpu"] or {}
         same_s = all(r["nodes"].get(n, {}).get("status") == v["status"] for n, v in first.items())
@@ -345,7 +345,7 @@ def report(results: List[Dict], upstream: Optional[Dict] = None) -> str:
         held = "n/a" if r["lock_held_share"] is None else format(r["lock_held_share"], ".1%")
         bound = "n/a" if r["lock_bound_side_runs_per_hour"] is None else r["lock_bound_side_runs_per_hour"]
         out.append(f"| {r['overlap']} | {r['wall_s']} | {r['side_runs']} | {r['side_runs_per_hour']} | "
-                   f"{r['nodes_finished']} | {r['nodes_per_hour']} | {busy} | {util} | {held} | {bound} | {pct(r['aa_median_over_nodes'])} | {same_s} | {same_v} |")
+                   f"{r.get('passed_side_runs_per_hour', 'n/a')} | {r['nodes_finished']} | {r['nodes_per_hour']} | {busy} | {util} | {held} | {bound} | {pct(r['aa_median_over_nodes'])} | {same_s} | {same_v} |")
     for r in results:
         if r.get("cores_busy") is not None:
             out.append(f"\nOverlap {r['overlap']}: the side runs' processes used a median {r['cpu_s_median']:.1f} CPU-s "

@@ -40,6 +40,9 @@ def test_each_overlap_gets_its_screen_and_the_report_reads_the_batches(tmp_path)
         assert nodes["abs"]["aa_median_abs_delta"] is None
         assert res["side_runs"] == 5 and res["wall_s"] > 0
         assert res["side_runs_per_hour"] == round(5 / res["wall_s"] * 3600, 1)
+        # timings valid only where the side passed: relu's and softmax's two sides, not abs's FAIL
+        assert res["passed_side_runs"] == 4
+        assert res["passed_side_runs_per_hour"] == round(4 / res["wall_s"] * 3600, 1)
         assert res["nodes_finished"] == 3                # FAIL/NOT_RUN: done
         assert res["nodes_per_hour"] == round(3 / res["wall_s"] * 3600, 1)
         assert res["gpu"] is None                       # no nvidia-smi here: not a made-up share
@@ -132,7 +135,8 @@ def test_nodes_per_hour_counts_only_the_nodes_the_batch_finished(tmp_path):
     assert res["nodes_finished"] == 1 and res["wall_s"] > 0
     assert res["timeout_case_s"] == res["nodes"]["relu"]["case_s"] >= 1.0     # relu's side A timed out
     assert res["nodes_per_hour"] == round(1 / res["wall_s"] * 3600, 1)
-    assert f"| {res['side_runs_per_hour']} | 1 | {res['nodes_per_hour']} |" in r.stdout
+    assert res["passed_side_runs"] == 0 and res["passed_side_runs_per_hour"] == 0.0   # a TIMEOUT times nothing
+    assert f"| {res['side_runs_per_hour']} | 0.0 | 1 | {res['nodes_per_hour']} |" in r.stdout
     assert "--budget-s 18 reached after" in (out / "console-overlap-1.log").read_text()
 
 
