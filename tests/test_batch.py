@@ -535,3 +535,56 @@ def test_a_case_spawned_after_an_abort_is_killed_at_once():
         guard.release(proc)
     finally:
         guard.close()
+
+
+def test_cases_share_one_bytecode_cache_for_the_call_then_it_is_removed(tmp_path):
+    """--bytecode-cache shared: every case's interpreter caches bytecode in one TMPDIR folder of
+    the call, also under the PYTHONDONTWRITEBYTECODE=1 the harness sets; the second case reads
+    what the first compiled; the folder is gone after the call. auto here (torch ships
+    bytecode, or no torch) and off leave the environment alone; a user's prefix is kept."""
+    tmp, log = tmp_path / "tmp", tmp_path / "pyc.log"
+    tmp.mkdir()
+    r = batch(tmp_path, "--ops", "relu", "softmax", "--devices", "0", "--bytecode-cache", "shared",
+              "--batch-dir", tmp_path / "shared", TMPDIR=tmp, ZL_STUB_PYCACHE=log)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = [dict(kv.split("=", 1) for kv in ln.split()[1:]) for ln in log.read_text().splitlines()]
+    prefixes = {ln["prefix"] for ln in lines}
+    assert len(lines) == 2 and len(prefixes) == 1
+    prefix = Path(prefixes.pop())
+    assert prefix.parent == tmp and prefix.name.startswith("zl_pycache.")
+    assert f"bytecode cache shared by this call's cases: {prefix}" in r.stdout
+    assert [ln["write"] for ln in lines] == ["1", "1"]
+    assert sorted(ln["had"] for ln in lines) == ["0", "1"] and {ln["has"] for ln in lines} == {"1"}
+    assert not prefix.exists() and list(tmp.iterdir()) == []
+    for mode in ("auto", "off"):
+        log.write_text("")
+        r = batch(tmp_path, "--ops", "relu", "--devices", "0", "--bytecode-cache", mode,
+                  "--batch-dir", tmp_path / mode, TMPDIR=tmp, ZL_STUB_PYCACHE=log)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert log.read_text().split()[1:3] == ["prefix=-", "write=0"], mode
+        assert "bytecode cache shared" not in r.stdout
+    own = tmp_path / "own"
+    log.write_text("")
+    r = batch(tmp_path, "--ops", "relu", "--devices", "0", "--bytecode-cache", "shared",
+              "--batch-dir", tmp_path / "own_prefix", TMPDIR=tmp, ZL_STUB_PYCACHE=log,
+              PYTHONPYCACHEPREFIX=own)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert log.read_text().split()[1:3] == [f"prefix={own}", "write=0"]
+    assert list(tmp.iterdir()) == []      # the user's prefix, under the user's own PYTHONDONTWRITEBYTECODE
+
+
+def test_bytecode_cache_auto_follows_whether_the_cases_torch_ships_bytecode(tmp_path):
+    from types import SimpleNamespace
+    from zl.batch.execute import wants_bytecode_cache
+    torch_dir = tmp_path / "torch"
+    (torch_dir / "__pycache__").mkdir(parents=True)
+
+    def plan(mode, path=str(torch_dir), python="3.12.3"):
+        return SimpleNamespace(args=SimpleNamespace(bytecode_cache=mode),
+                               conditions={"toolchain": {"python": python, "torch": {"path": path}}})
+    assert wants_bytecode_cache(plan("auto"))                   # compiled from source by every case
+    (torch_dir / "__pycache__" / "__init__.cpython-312.pyc").write_bytes(b"")
+    assert not wants_bytecode_cache(plan("auto"))
+    assert wants_bytecode_cache(plan("auto", python="3.11.7"))  # not for this Python
+    assert not wants_bytecode_cache(plan("auto", path=""))      # no torch found: nothing to cache
+    assert wants_bytecode_cache(plan("shared")) and not wants_bytecode_cache(plan("off", python="3.11.7"))

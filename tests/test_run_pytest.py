@@ -313,12 +313,18 @@ def test_reclaim_removes_only_temporaries_of_dead_owners(tmp_path):
     stale = tmp_path / f"zl_triton_cache.{dead.pid}.abc"
     stale.mkdir()
     (tmp_path / f"zl_inline_shapes.{dead.pid}.x.yaml").write_text("a: 1\n")
+    # a killed batch's shared bytecode cache (zl.childenv), named for its driver's pid
+    from zl.childenv import PYCACHE_TMP
+    (tmp_path / f"{PYCACHE_TMP}{dead.pid}.q1").mkdir()
     live = tmp_path / f"zl_triton_cache.{os.getpid()}.abc"
     live.mkdir()
+    (tmp_path / f"{PYCACHE_TMP}{os.getpid()}.q2").mkdir()
     other = tmp_path / "zl_triton_cache.notapid"
     other.mkdir()
     removed = reclaim_tmp(str(tmp_path))
-    assert len(removed) == 2 and not stale.exists() and live.exists() and other.exists()
+    assert len(removed) == 3 and not stale.exists() and live.exists() and other.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [live.name, other.name, f"{PYCACHE_TMP}{os.getpid()}.q2"])
 
 
 _SLEEP_PLUGIN = """

@@ -26,7 +26,7 @@ from zl.identity import IDENTITY_NAME
 # so OUT_DIR=. or a data directory is refused instead of emptied.
 RUN_MARKERS = ("run.log", IDENTITY_NAME, "autotune_records", "ttgir", "shapes.yaml")
 PREV_PREFIX = "prev-"
-TMP_PREFIXES = ("zl_triton_cache.", "zl_inline_shapes.", "zl_preflight_cache.")
+TMP_PREFIXES = ("zl_triton_cache.", "zl_inline_shapes.", "zl_preflight_cache.", "zl_pycache.")
 RUN_TMP_NAMES = (".flaggems_cache",)
 # run_pytest.sh's lock on OUT_DIR (zl.locks): held for the whole run, never moved aside.
 LOCK_NAME = ".zl.lock"

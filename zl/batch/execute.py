@@ -8,6 +8,8 @@ executor (zl/batch/executor.py) calls per case.
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,7 +26,8 @@ from zl.batch.executor import GroupGuard, LocalExecutor
 from zl.batch.screen import (BASELINE_MISMATCH, ROUND_SIDE_RE, SIDES, ScreenTable, baseline_differences,
                              replays_before, screen_row)
 from zl.batch.status import UNFINISHED, StatusTable, blank_row
-from zl.childenv import batch_case_base
+from zl.childenv import (batch_case_base, bytecode_cache_dir, inherited, ships_bytecode,
+                         with_bytecode_cache)
 from zl.runlog.costs import write_batch_costs
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -86,8 +89,10 @@ class Progress:
 class BatchRun:
     """One call's cases: `work` runs a case (both sides of a screen) and records it."""
 
-    def __init__(self, plan, tables: Tables, todo: Dict[str, List[inv.Entry]], batch_id: str):
+    def __init__(self, plan, tables: Tables, todo: Dict[str, List[inv.Entry]], batch_id: str,
+                 pycache: str = ""):
         self.plan = plan
+        self.pycache = pycache   # the bytecode cache the cases share ("": none set here)
         self.tables = tables
         self.todo = todo
         self.stop = threading.Event()
@@ -113,7 +118,7 @@ class BatchRun:
             replay_root=replay, shape_file=p.shape_file, batch_id=batch_id,
             extra_env={**p.common_env, **extra}, device_share=a.share_device,
             device_overlap=a.overlap, timing_locks=p.batch_dir / TIMING_LOCKS,
-            base_env=batch_case_base({**p.common_env, **extra}))
+            base_env=with_bytecode_cache(batch_case_base({**p.common_env, **extra}), self.pycache))
 
     def may_start(self) -> bool:
         if self.stop.is_set():
@@ -242,6 +247,32 @@ def run_sides(runners: Dict[str, CaseRunner], names: List[str], c: inv.Entry, de
     return rows, dt
 
 
+def wants_bytecode_cache(plan) -> bool:
+    """--bytecode-cache: shared, off, or auto: shared when the cases' torch (batch.json's
+    toolchain) ships no bytecode for their Python."""
+    mode = getattr(plan.args, "bytecode_cache", "auto")
+    if mode != "auto":
+        return mode == "shared"
+    tool = plan.conditions.get("toolchain") or {}
+    torch_dir = (tool.get("torch") or {}).get("path") or ""
+    return bool(torch_dir) and not ships_bytecode(torch_dir, str(tool.get("python") or ""))
+
+
+def shared_bytecode_cache() -> str:
+    """The bytecode cache this call's local cases share (zl.childenv), named on the console;
+    "" (each case compiles its own) when the user set PYTHONPYCACHEPREFIX or TMPDIR refuses it."""
+    try:
+        path = bytecode_cache_dir(inherited(), os.getpid())
+    except OSError as exc:
+        print(f"!!! {LOG} no shared bytecode cache in TMPDIR ({exc}): every case compiles its "
+              "Python modules from source", flush=True)
+        return ""
+    if path:
+        print(f"{LOG} bytecode cache shared by this call's cases: {path} (PYTHONPYCACHEPREFIX, "
+              "removed at the end)", flush=True)
+    return path
+
+
 def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
@@ -252,7 +283,8 @@ def execute(plan, tables: Tables, todo: Dict[str, List[inv.Entry]], batch_id: st
     connection) -> (True when Ctrl-C or SIGTERM stopped it, why --budget-s held cases back or
     ""). An interruption kills the running cases with their process groups (Ray tasks
     cancelled), and every row still RUNNING reads INTERRUPTED."""
-    batch = BatchRun(plan, tables, todo, batch_id)
+    pycache = shared_bytecode_cache() if cluster is None and wants_bytecode_cache(plan) else ""
+    batch = BatchRun(plan, tables, todo, batch_id, pycache)
     executor = cluster.executor(batch) if cluster is not None else LocalExecutor(slots_per_device(plan.args))
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     interrupted = False
@@ -267,6 +299,8 @@ def execute(plan, tables: Tables, todo: Dict[str, List[inv.Entry]], batch_id: st
     finally:
         signal.signal(signal.SIGTERM, previous)
         batch.guard.close()
+        if pycache:
+            shutil.rmtree(pycache, ignore_errors=True)
     for table in tables.status.values():
         for key in table.order:
             if table.get(key)["status"] == "RUNNING":   # a worker that never got to write its row

@@ -196,6 +196,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run on devices of more than one GPU model (locally: --devices naming two "
                         "models; with --executor ray: nodes of other devices); the batch and its "
                         "reports say MIXED HARDWARE and each row names its device")
+    r.add_argument("--bytecode-cache", choices=("auto", "shared", "off"), default="auto",
+                   help="shared: this call's local cases cache Python bytecode in one TMPDIR folder "
+                        "(PYTHONPYCACHEPREFIX; removed at the end); auto (default): shared when the "
+                        "cases' torch ships no bytecode (every case would compile it from source); "
+                        "off: as the environment says. A PYTHONPYCACHEPREFIX you set is kept")
     r.add_argument("--budget-s", type=_positive(float), default=None,
                    help="start no case that could end after this many seconds (then exit 3)")
     return p
