@@ -330,8 +330,17 @@ def test_budget_stops_starting_cases_then_resume_finishes(tmp_path):
     assert why.startswith("!!! [batch] --budget-s 9 reached after "), r.stdout
     assert ("--op-timeout 2 s x 1 side(s) + --kill-grace 0.5 s + 5 s = 7.5 s; "
             "give a larger --budget-s or a smaller --op-timeout") in why
+    # said before the first case too: how long cases may start
+    assert ("[batch] --budget-s 9: cases start during its first 2 s; a case starts only if it can end "
+            "within the budget") in r.stdout
+    assert r.stdout.index("cases start during its first") < r.stdout.index("main:softmax")
     r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0")
     assert "--budget-s" not in r.stdout
+    # a budget below one case's reserve is said at once
+    r2 = batch(tmp_path, "--ops", "relu", "--devices", "0", "--batch-dir", tmp_path / "tiny",
+               "--op-timeout", "2", "--kill-grace", "0.5", "--budget-s", "5")
+    assert r2.returncode == 3 and "!!! [batch] --budget-s 5 is below one case's reserve: no case will start" \
+        in r2.stdout, r2.stdout + r2.stderr
     assert r.returncode == 0 and all(v["status"] == "PASS" for k, v in status(bd).items()
                                      if k != "softmax")
     assert status(bd)["softmax"]["status"] == "PASS"    # a TIMEOUT is rerun by --resume

@@ -131,17 +131,32 @@ class BatchRun:
             self.budget_refused_at = elapsed
         return False
 
+    def _reserve(self) -> str:
+        a = self.plan.args
+        return (f"a case starts only if it can end within the budget, so each start reserves its worst "
+                f"case, --op-timeout {a.op_timeout:g} s" + (" x 2 (lock waits credited under --overlap)"
+                                                            if a.overlap > 1 else "")
+                + f" x {len(self.plan.sides)} side(s) + --kill-grace {a.kill_grace:g} s + 5 s = "
+                f"{self.worst_case:g} s")
+
+    def budget_plan(self) -> str:
+        """The line said before the first case: how long --budget-s lets cases start ("" without one).
+        On an H100 a 480 s budget at --overlap 12 --op-timeout 90 started cases for 105 s."""
+        budget = self.plan.args.budget_s
+        if budget is None:
+            return ""
+        window = budget - self.worst_case
+        head = (f"{LOG} --budget-s {budget:g}: cases start during its first {window:.0f} s; " if window >= 0
+                else f"!!! {LOG} --budget-s {budget:g} is below one case's reserve: no case will start; ")
+        return head + self._reserve()
+
     def budget_note(self) -> str:
         """Why --budget-s held cases back ("" when it did not), named because the reserve is
         large: a screen at --op-timeout 180 reserves 375 s, so a 462 s budget starts cases for 87 s."""
         if self.budget_refused_at is None:
             return ""
-        a = self.plan.args
-        return (f"--budget-s {a.budget_s:g} reached after {self.budget_refused_at:.0f} s: a case starts only if "
-                f"it can end within the budget, so each start reserves its worst case, --op-timeout "
-                f"{a.op_timeout:g} s" + (" x 2 (lock waits credited under --overlap)" if a.overlap > 1 else "")
-                + f" x {len(self.plan.sides)} side(s) + --kill-grace {a.kill_grace:g} s + 5 s = "
-                f"{self.worst_case:g} s; give a larger --budget-s or a smaller --op-timeout")
+        return (f"--budget-s {self.plan.args.budget_s:g} reached after {self.budget_refused_at:.0f} s: "
+                + self._reserve() + "; give a larger --budget-s or a smaller --op-timeout")
 
     def work(self, c: inv.Entry, device: str) -> None:
         """Run the case here on `device`, each side's row written as it starts and ends."""
@@ -285,6 +300,8 @@ def execute(plan, tables: Tables, todo: Dict[str, List[inv.Entry]], batch_id: st
     cancelled), and every row still RUNNING reads INTERRUPTED."""
     pycache = shared_bytecode_cache() if cluster is None and wants_bytecode_cache(plan) else ""
     batch = BatchRun(plan, tables, todo, batch_id, pycache)
+    if batch.budget_plan():
+        print(batch.budget_plan(), flush=True)
     executor = cluster.executor(batch) if cluster is not None else LocalExecutor(slots_per_device(plan.args))
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     interrupted = False
