@@ -12,20 +12,18 @@ utilization every 100 ms (where it exists). The report (stdout and OUT/overlap_t
 
 - side runs, PASS side runs (timings valid) and nodes finished (every side a final status) per
   hour of the batch's wall (every call that made it, killed ones included);
-- GPU-busy share: the share of samples with utilization > 0, and the mean utilization (the
-  samples of every call that made the batch);
-- statuses and screen verdicts per node, and whether they equal the first K's;
+- GPU-busy share (samples > 0) and mean utilization, over every call; statuses and screen
+  verdicts per node, and whether they equal the first K's;
 - the timing lock (overlap > 1): the seconds it was held alone, as a share of the wall, and the
   side runs per hour if it were never idle (the GPU-bound limit under exclusive timing); the
   seconds cases waited for it, how many held back GPU work while another timed, and the seconds
   they held it shared (zl/timing/exclusive.py: what a waiting timer must outlast);
 - CPU: the median CPU seconds of a side run's processes (run_pytest.sh's CPU line) and the
-  cores they kept busy on average over the wall: near the host's core count, the batch is
-  short of CPU, not of GPU;
+  cores they kept busy over the wall (near the host's core count: short of CPU, not of GPU);
 - case time: the side runs' own seconds (ops_status.csv) as a share of K slots over the wall,
   and the parts of it lock waits and TIMEOUT sides took;
-- A/A noise per node: the median over shapes of |B/A - 1| of the gems latency, and its median
-  over nodes;
+- A/A noise: per node the median over shapes of |B/A - 1| of the gems latency, its median over
+  nodes, and over all shapes by side A's latency (< 5 us, 5-50 us, >= 50 us: where noise sits);
 - with --upstream, beside them: FlagGems' own harness over the same nodes in one pytest process
   (`--level core --mode cudagraph`, cold caches, nvidia-smi sampled): wall, nodes and passed nodes
   per hour (failures flagged), GPU-busy share, each node's outcome and seconds;
@@ -36,17 +34,16 @@ utilization every 100 ms (where it exists). The report (stdout and OUT/overlap_t
     python benchmarks/overlap_throughput.py --sample 40 --seed 1 --overlap 1 4 --out runs/ovl
     python benchmarks/overlap_throughput.py --sample 40 --seed 1 --overlap 4 --upstream --out runs/ovl
     python benchmarks/overlap_throughput.py --report-only --overlap 1 3 --out <unpacked bundle>/ovl
-    python benchmarks/overlap_throughput.py --ops relu softmax --overlap 1 --out runs/solo
     python benchmarks/overlap_throughput.py --sample 40 --seed 1 --overlap 8 --out runs/ovl \
-        --reference runs/solo/overlap_throughput.json
+        --reference runs/solo/overlap_throughput.json     # runs/solo: --ops relu softmax --overlap 1
 
 Nodes: --ops, or --sample N drawn with --seed from the inventory (ops/inventory_main.csv rows
 that are not marked skip or dismissed, repo main). A batch directory that exists is resumed
 (run_batch.py --resume), so the tool can be called again after a time limit. Exit status: 0
 report written; 2 bad arguments (no nodes, an overlap < 1, a --reference that is not an
-overlap_throughput.json or lacks --reference-overlap); 3 a batch left cases unrun (the
-report covers what ran; call again to resume); 130 stopped by SIGTERM or Ctrl-C (the running
-run_batch.py killed with its cases, its wall recorded; call again to resume).
+overlap_throughput.json or lacks --reference-overlap); 3 a batch left cases unrun (the report
+covers what ran); 130 stopped by SIGTERM or Ctrl-C (run_batch.py killed with its cases, its
+wall recorded). After 3 or 130, call again to resume.
 """
 
 from __future__ import annotations
@@ -70,6 +67,7 @@ from zl import atomic
 from zl.batch.screen import read_screen_rows
 from zl.batch.status import node_finished, read_rows, side_ran
 from zl.runlog.costs import figure_sum, lock_figures, zl_costs
+from zl.runlog.stats import aa_by_latency, band_label
 
 ROOT = Path(__file__).resolve().parents[1]
 SWITCH = "ZL_AA_NOOP"
@@ -90,8 +88,7 @@ def draw(n: int, seed: int) -> List[str]:
 
 
 def log_figures(run_dir: Path) -> tuple:
-    """(timing lock: held alone, waited, of it for GPU work, held shared; CPU seconds) of a side
-    run, from its run.log (zl.runlog.costs.lock_figures); None for each figure the log lacks."""
+    """(lock figures (zl.runlog.costs.lock_figures), CPU seconds) of a side run's run.log."""
     try:
         text = (run_dir / "run.log").read_text(errors="replace")
     except OSError:
@@ -117,13 +114,14 @@ def read_batch(bd: Path) -> Dict:
         # the case directories under this batch directory (it may have moved since it ran)
         da, db = bd / "before" / row["repo"] / name, bd / "after" / row["repo"] / name
         ra, rb = gems_rows(da), gems_rows(db)
-        deltas = [abs(rb[k] / ra[k] - 1) for k in ra if k in rb]
+        shapes = [(ra[k], rb[k] / ra[k] - 1) for k in ra if k in rb]   # (A's latency ms, B/A - 1)
+        deltas = [abs(d) for _, d in shapes]
         figures = [log_figures(da), log_figures(db)]
         locks = [lock for lock, _ in figures if lock is not None]
         # each side's own seconds (ops_status.csv), and those of the sides that timed out
         secs = [(float(r.get("elapsed_ms") or 0) / 1000, r.get("status")) for r in (row, b.get(name, {}))]
         nodes[name] = {"status": f"{row['status']}/{b.get(name, {}).get('status', '-')}",
-                       "verdict": verdicts.get(name, ""), "shapes": len(deltas),
+                       "verdict": verdicts.get(name, ""), "shapes": len(deltas), "shape_deltas": shapes,
                        "aa_median_abs_delta": float(np.median(deltas)) if deltas else None,
                        "lock_held_s": figure_sum(locks, 0), "lock_waited_s": figure_sum(locks, 1),
                        "cpu_s": [cpu for _, cpu in figures if cpu is not None],
@@ -137,8 +135,8 @@ def read_batch(bd: Path) -> Dict:
 
 
 def run_one(k: int, nodes: List[str], args, bd: Path) -> int:
-    """One call of run_batch.py for overlap k (a new batch, or --resume); its wall appended to
-    walls-overlap-k.json, its utilization samples to util-overlap-k.txt. -> its exit status."""
+    """One run_batch.py call at overlap k (new, or --resume): wall to walls-overlap-k.json,
+    samples to util-overlap-k.txt. -> its exit status."""
     cmd = [sys.executable, str(ROOT / "run_batch.py"), "--switch", SWITCH, "--overlap", str(k),
            "--dtypes", args.dtypes, "--op-timeout", str(args.op_timeout), "--batch-dir", str(bd)]
     resume = (bd / "batch.json").is_file()
@@ -195,10 +193,9 @@ def wait_or_kill(proc: subprocess.Popen, each_line: Optional[Callable[[str], Non
 
 
 def run_batch_call(cmd: List[str], console: Path, walls_file: Path) -> int:
-    """Run `cmd` (a run_batch.py call) in its own process group, killed with this tool, its
-    output appended to `console`; append its wall to `walls_file`, also when this tool is
-    stopped (a time limit's SIGTERM), so a resumed batch's rate covers every call that made
-    it, the killed ones included. -> its exit status."""
+    """Run `cmd` (a run_batch.py call) in its own process group, killed with this tool, output
+    appended to `console`; its wall appended to `walls_file` also when this tool is stopped, so
+    a resumed batch's rate covers every call, killed ones included. -> its exit status."""
     t0 = time.monotonic()
     try:
         with open(console, "a") as log:
@@ -245,7 +242,8 @@ def summarize(k: int, bd: Path, rc: Optional[int], stage: Optional[str] = None) 
             # e.g. a killed call's cases, the ends of calls), and the TIMEOUT sides' part of them
             "case_s": case, "slot_share": round(case / (k * wall), 3) if wall else None,
             "timeout_case_s": round(sum(v.get("timeout_case_s", 0.0) for v in per_node.values()), 3),
-            "aa_median_over_nodes": float(np.median(aa)) if aa else None, "nodes": per_node}
+            "aa_median_over_nodes": float(np.median(aa)) if aa else None, "nodes": per_node,
+            "aa_by_latency": aa_by_latency([p for v in per_node.values() for p in v.get("shape_deltas", [])])}
 
 
 def upstream_ids(nodes: List[str], devices: str) -> Dict[str, str]:
@@ -326,9 +324,9 @@ def upstream_table(u: Dict, title: str) -> List[str]:
                   if u["left_out"] else [])
 
 
-def pct(x: Optional[float]) -> str:
+def pct(x: Optional[float], digits: int = 2) -> str:
     """A share as the report prints it (an A/A delta: 0.0379 -> 3.79%), n/a for None."""
-    return "n/a" if x is None else format(x, ".2%")
+    return "n/a" if x is None else format(x, f".{digits}%")
 
 
 def report(results: List[Dict], upstream: Optional[Dict] = None) -> str:
@@ -347,6 +345,9 @@ def report(results: List[Dict], upstream: Optional[Dict] = None) -> str:
         out.append(f"| {r['overlap']} | {r['wall_s']} | {r['side_runs']} | {r['side_runs_per_hour']} | "
                    f"{r.get('passed_side_runs_per_hour', 'n/a')} | {r['nodes_finished']} | {r['nodes_per_hour']} | {busy} | {util} | {held} | {bound} | {pct(r['aa_median_over_nodes'])} | {same_s} | {same_v} |")
     for r in results:
+        out.append(f"\nOverlap {r['overlap']}: A/A by side A's latency: " + "; ".join(
+            f"{band_label(b)} {b['shapes']} shape(s), median {pct(b['median_abs'])}, B slower in "
+            f"{pct(b['positive_share'], 0)}" for b in r.get("aa_by_latency") or []) + ".")
         if r.get("cores_busy") is not None:
             out.append(f"\nOverlap {r['overlap']}: the side runs' processes used a median {r['cpu_s_median']:.1f} CPU-s "
                        f"each, {r['cores_busy']:.2f} cores on average over the wall.")

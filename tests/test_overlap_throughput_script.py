@@ -46,6 +46,12 @@ def test_each_overlap_gets_its_screen_and_the_report_reads_the_batches(tmp_path)
         assert res["nodes_finished"] == 3                # FAIL/NOT_RUN: done
         assert res["nodes_per_hour"] == round(3 / res["wall_s"] * 3600, 1)
         assert res["gpu"] is None                       # no nvidia-smi here: not a made-up share
+        # the stub's 8 and 16 us shapes: all in the middle band, B 5 % slower on each
+        small, mid, large = res["aa_by_latency"]
+        assert (small["shapes"], large["shapes"], small["median_abs"]) == (0, 0, None)
+        assert mid["shapes"] == 4 and abs(mid["median_abs"] - 0.05) < 1e-9 and mid["positive_share"] == 1.0
+    assert ("Overlap 2: A/A by side A's latency: < 5 us 0 shape(s), median n/a, B slower in n/a; "
+            "5-50 us 4 shape(s), median 5.00%, B slower in 100%; >= 50 us 0 shape(s)") in r.stdout
     assert solo["lock_held_share"] is None and solo["nodes"]["relu"]["lock_held_s"] is None
     # overlapped: the stub's lock line, 0.5 s held per side run (5 side runs wrote one)
     assert over["nodes"]["relu"]["lock_held_s"] == 1.0 and over["nodes"]["abs"]["lock_waited_s"] == 0.25

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from zl.runlog.parse import RunLogError, parse_run_log, read_run_log
-from zl.runlog.stats import index_rows, pair_logs
+from zl.runlog.stats import aa_by_latency, band_label, index_rows, pair_logs
 
 from harness import report_fixtures as rf
 
@@ -196,3 +196,15 @@ def test_replay_fallback_events_keep_key_with_spaces():
     assert p.replay_fallbacks == [
         {"op": "mm", "kernel": "mm_kernel", "key": "(64, 'torch.float16')", "reason": "key_missing"},
         {"op": "mm", "kernel": "*", "key": "*", "reason": "backend_mismatch"}]
+
+
+def test_aa_noise_is_split_by_side_a_latency():
+    pairs = [(0.001, 0.04), (0.004, -0.02), (0.005, 0.01), (0.02, -0.03), (0.05, 0.002), (3.0, -0.001)]
+    small, mid, large = aa_by_latency(pairs)
+    assert [b["shapes"] for b in (small, mid, large)] == [2, 2, 2]      # 5 us and 50 us open a band
+    assert abs(small["median_abs"] - 0.03) < 1e-12 and small["positive_share"] == 0.5
+    assert abs(mid["median_abs"] - 0.02) < 1e-12 and abs(large["median_abs"] - 0.0015) < 1e-12
+    assert [band_label(b) for b in (small, mid, large)] == ["< 5 us", "5-50 us", ">= 50 us"]
+    empty = aa_by_latency([], edges_ms=(1.0,))
+    assert [(b["shapes"], b["median_abs"], b["positive_share"]) for b in empty] == [(0, None, None)] * 2
+    assert band_label(empty[1]) == ">= 1000 us"
