@@ -548,8 +548,8 @@ def test_a_case_spawned_after_an_abort_is_killed_at_once():
 
 def test_cases_share_one_bytecode_cache_for_the_call_then_it_is_removed(tmp_path):
     """--bytecode-cache shared: every case's interpreter caches bytecode in one TMPDIR folder of
-    the call, also under the PYTHONDONTWRITEBYTECODE=1 the harness sets; the second case reads
-    what the first compiled; the folder is gone after the call. auto here (torch ships
+    the call and side, also under the PYTHONDONTWRITEBYTECODE=1 the harness sets; the second
+    case of a side reads what the first compiled; the folder is gone after the call. auto here (torch ships
     bytecode, or no torch) and off leave the environment alone; a user's prefix is kept."""
     tmp, log = tmp_path / "tmp", tmp_path / "pyc.log"
     tmp.mkdir()
@@ -560,11 +560,22 @@ def test_cases_share_one_bytecode_cache_for_the_call_then_it_is_removed(tmp_path
     prefixes = {ln["prefix"] for ln in lines}
     assert len(lines) == 2 and len(prefixes) == 1
     prefix = Path(prefixes.pop())
-    assert prefix.parent == tmp and prefix.name.startswith("zl_pycache.")
-    assert f"bytecode cache shared by this call's cases: {prefix}" in r.stdout
     assert [ln["write"] for ln in lines] == ["1", "1"]
     assert sorted(ln["had"] for ln in lines) == ["0", "1"] and {ln["has"] for ln in lines} == {"1"}
-    assert not prefix.exists() and list(tmp.iterdir()) == []
+    assert prefix.name == "cases" and prefix.parent.parent == tmp and prefix.parent.name.startswith("zl_pycache.")
+    assert f"bytecode cache shared by this call's cases: {prefix.parent}" in r.stdout
+    assert not prefix.parent.exists() and list(tmp.iterdir()) == []
+    # a screen: each side's cases share one folder, and no side reads another side's bytecode
+    log.write_text("")
+    r = batch(tmp_path, "--ops", "relu", "softmax", "--devices", "0", "--bytecode-cache", "shared",
+              "--switch", "ZL_STUB_FLAG", "--batch-dir", tmp_path / "screen", TMPDIR=tmp, ZL_STUB_PYCACHE=log)
+    assert r.returncode == 0, r.stdout + r.stderr
+    seen = [dict(kv.split("=", 1) for kv in ln.split()[1:]) for ln in log.read_text().splitlines()]
+    by_side = {}
+    for ln in seen:
+        by_side.setdefault(Path(ln["prefix"]).name, []).append(ln["had"])
+    assert {k: sorted(v) for k, v in by_side.items()} == {"before": ["0", "1"], "after": ["0", "1"]}
+    assert len({Path(ln["prefix"]).parent for ln in seen}) == 1 and list(tmp.iterdir()) == []
     for mode in ("auto", "off"):
         log.write_text("")
         r = batch(tmp_path, "--ops", "relu", "--devices", "0", "--bytecode-cache", mode,

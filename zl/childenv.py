@@ -86,8 +86,8 @@ def batch_case_base(extra: Optional[Mapping[str, str]] = None) -> Dict[str, str]
 # A side run imports torch, Triton and FlagGems in a fresh interpreter. On the lent H100 each
 # such process compiled 2293 modules from source (5.7-6.0 of its 26 profiled CPU-s): no
 # bytecode was read or written there. run_batch.py --bytecode-cache lets the local executor's
-# cases share one bytecode cache per call (PYTHONPYCACHEPREFIX, written even under
-# PYTHONDONTWRITEBYTECODE): the source is compiled once per call. Bytecode changes no result.
+# cases share a bytecode cache per call and side (PYTHONPYCACHEPREFIX, written even under
+# PYTHONDONTWRITEBYTECODE): the source is compiled once per side. Bytecode changes no result.
 # A prefix the user set is theirs and kept.
 PYCACHE_TMP = "zl_pycache."
 

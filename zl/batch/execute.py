@@ -92,7 +92,9 @@ class BatchRun:
     def __init__(self, plan, tables: Tables, todo: Dict[str, List[inv.Entry]], batch_id: str,
                  pycache: str = ""):
         self.plan = plan
-        self.pycache = pycache   # the bytecode cache the cases share ("": none set here)
+        # the bytecode cache ("": none set here), one folder per side: a side's cases share
+        # theirs, and no side reads bytecode another side wrote (compile caches are per side)
+        self.pycache = pycache
         self.tables = tables
         self.todo = todo
         self.stop = threading.Event()
@@ -118,7 +120,8 @@ class BatchRun:
             replay_root=replay, shape_file=p.shape_file, batch_id=batch_id,
             extra_env={**p.common_env, **extra}, device_share=a.share_device,
             device_overlap=a.overlap, timing_locks=p.batch_dir / TIMING_LOCKS,
-            base_env=with_bytecode_cache(batch_case_base({**p.common_env, **extra}), self.pycache))
+            base_env=with_bytecode_cache(batch_case_base({**p.common_env, **extra}),
+                                         str(Path(self.pycache, name or "cases")) if self.pycache else ""))
 
     def may_start(self) -> bool:
         if self.stop.is_set():
