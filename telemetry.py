@@ -244,17 +244,19 @@ def watch_parent(pid: int, stop: threading.Event, poll: float = PARENT_POLL_S) -
 
 
 class UtilizationSampler:
-    """The device's utilization every 100 ms (one integer percent per line) into `path` while
-    a batch runs (nvidia-smi; nothing where it is missing); `append`: a resumed batch's samples
-    follow its earlier calls'."""
+    """The devices' telemetry every 100 ms while a batch runs (nvidia-smi, the CUDA backend's
+    query: index, SM and memory clocks, temperature, power, utilization; one CSV line per GPU)
+    into `path`; nothing where nvidia-smi is missing. `append`: a resumed batch's samples follow
+    its earlier calls'. Files of older runs hold the utilization alone, one number per line."""
 
     def __init__(self, path: Path, append: bool = False) -> None:
         self.path, self.proc = path, None
         exe = shutil.which("nvidia-smi")
         if exe:
+            query = get_backend("cuda").telemetry_argv[1]
             self.fh = open(path, "a" if append else "w")
-            self.proc = subprocess.Popen([exe, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
-                                          "-lms", "100"], stdout=self.fh, stderr=subprocess.DEVNULL)
+            self.proc = subprocess.Popen([exe, query, "--format=csv,noheader,nounits", "-lms", "100"],
+                                         stdout=self.fh, stderr=subprocess.DEVNULL)
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -263,14 +265,52 @@ class UtilizationSampler:
             self.fh.close()
 
 
+def _samples(text: str) -> List[Dict[str, Optional[float]]]:
+    """Each sample of a UtilizationSampler file: util_pct, and sm_clock_mhz / temp_c where the
+    line has them (None otherwise)."""
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.replace(".", "", 1).isdigit():            # an older file: utilization alone
+            out.append({"util_pct": float(line), "sm_clock_mhz": None, "temp_c": None})
+            continue
+        for row in get_backend("cuda").parse_telemetry(line):
+            if row.get("util_pct"):
+                out.append({k: float(row[k]) if row.get(k) else None
+                            for k in ("util_pct", "sm_clock_mhz", "temp_c")})
+    return out
+
+
 def utilization_summary(path: Path) -> Optional[Dict[str, float]]:
-    """GPU-busy share (samples > 0) and mean utilization of a UtilizationSampler's file; None
-    without samples."""
-    vals = [float(v) for v in path.read_text().split() if v.replace(".", "", 1).isdigit()] if path.is_file() else []
-    if not vals:
+    """GPU-busy share (samples > 0) and mean utilization of a UtilizationSampler's file; where
+    it has clocks, the SM clock over the busy samples (median, 5th percentile, lowest; the
+    highest over all) and the highest temperature. None without samples."""
+    rows = _samples(path.read_text()) if path.is_file() else []
+    if not rows:
         return None
-    return {"samples": len(vals), "busy_share": statistics.fmean(v > 0 for v in vals),
-            "mean_util": statistics.fmean(vals)}
+    util = [r["util_pct"] for r in rows]
+    out = {"samples": len(util), "busy_share": statistics.fmean(v > 0 for v in util),
+           "mean_util": statistics.fmean(util)}
+    busy = sorted(r["sm_clock_mhz"] for r in rows if r["util_pct"] > 0 and r["sm_clock_mhz"] is not None)
+    clocks = [r["sm_clock_mhz"] for r in rows if r["sm_clock_mhz"] is not None]
+    temps = [r["temp_c"] for r in rows if r["temp_c"] is not None]
+    if busy:
+        out.update(sm_clock_busy_median=statistics.median(busy), sm_clock_busy_min=busy[0],
+                   sm_clock_busy_p05=busy[int(0.05 * (len(busy) - 1))], sm_clock_max=max(clocks))
+    if temps:
+        out["temp_max_c"] = max(temps)
+    return out
+
+
+def clock_line(summary: Optional[Dict[str, float]]) -> str:
+    """`SM clock over busy samples: ...` from utilization_summary ("" without clocks): whether
+    the card held its clock while the batch timed (a throttled clock moves short kernels most)."""
+    if not summary or "sm_clock_busy_median" not in summary:
+        return ""
+    return (f"SM clock over busy samples: median {summary['sm_clock_busy_median']:g} MHz, 5th percentile "
+            f"{summary['sm_clock_busy_p05']:g}, lowest {summary['sm_clock_busy_min']:g} (highest seen "
+            f"{summary['sm_clock_max']:g})" + (f"; hottest {summary['temp_max_c']:g} C" if "temp_max_c" in summary
+                                                else "") + ".")
 
 
 def _build_parser() -> argparse.ArgumentParser:

@@ -62,11 +62,12 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
-from telemetry import UtilizationSampler, utilization_summary
+from telemetry import UtilizationSampler, clock_line, utilization_summary
 from zl import atomic
 from zl.batch.screen import read_screen_rows
 from zl.batch.status import node_finished, read_rows, side_ran
 from zl.runlog.costs import figure_sum, lock_figures, zl_costs
+from zl.runlog.parse import RunLogError, parse_run_log
 from zl.runlog.stats import aa_by_latency, band_label
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,7 +98,6 @@ def log_figures(run_dir: Path) -> tuple:
 
 
 def gems_rows(run_dir: Path) -> Dict[str, float]:
-    from zl.runlog.parse import RunLogError, parse_run_log
     try:
         parsed = parse_run_log((run_dir / "run.log").read_text(errors="replace"))
     except (OSError, RunLogError):
@@ -152,8 +152,7 @@ def run_one(k: int, nodes: List[str], args, bd: Path) -> int:
         sampler.stop()
 
 
-def read_walls(path: Path) -> List[float]:
-    """The walls of every run_batch.py call `run_batch_call` recorded in `path` ([] before any)."""
+def read_walls(path: Path) -> List[float]:    # every run_batch.py call's wall ([] before any)
     return json.loads(path.read_text()) if path.is_file() else []
 
 
@@ -163,8 +162,7 @@ def interrupt_on_sigterm() -> None:
 
 
 def exit_status(main: Callable[[], int]) -> int:
-    """main()'s exit status; a stop (SIGTERM, Ctrl-C) is exit 130 with one line, not a traceback;
-    a reader that closed stdout early (`| head`) costs nothing: the report files come first."""
+    """main()'s exit status; a stop is 130 with one line, a closed stdout (`| head`) costs nothing."""
     try:
         status = main()
         sys.stdout.flush()   # a closed stdout raises here, not in the interpreter's exit
@@ -324,8 +322,7 @@ def upstream_table(u: Dict, title: str) -> List[str]:
                   if u["left_out"] else [])
 
 
-def pct(x: Optional[float], digits: int = 2) -> str:
-    """A share as the report prints it (an A/A delta: 0.0379 -> 3.79%), n/a for None."""
+def pct(x: Optional[float], digits: int = 2) -> str:    # 0.0379 -> 3.79%, None -> n/a
     return "n/a" if x is None else format(x, f".{digits}%")
 
 
@@ -345,6 +342,8 @@ def report(results: List[Dict], upstream: Optional[Dict] = None) -> str:
         out.append(f"| {r['overlap']} | {r['wall_s']} | {r['side_runs']} | {r['side_runs_per_hour']} | "
                    f"{r.get('passed_side_runs_per_hour', 'n/a')} | {r['nodes_finished']} | {r['nodes_per_hour']} | {busy} | {util} | {held} | {bound} | {pct(r['aa_median_over_nodes'])} | {same_s} | {same_v} |")
     for r in results:
+        if clock_line(r["gpu"]):
+            out.append(f"\nOverlap {r['overlap']}: {clock_line(r['gpu'])}")
         out.append(f"\nOverlap {r['overlap']}: A/A by side A's latency: " + "; ".join(
             f"{band_label(b)} {b['shapes']} shape(s), median {pct(b['median_abs'])}, B slower in "
             f"{pct(b['positive_share'], 0)}" for b in r.get("aa_by_latency") or []) + ".")

@@ -54,7 +54,7 @@ from typing import Dict, List, Optional
 from overlap_throughput import (ROOT, add_node_options, add_upstream_options, draw, exit_status,
                                 interrupt_on_sigterm, inventory_names, read_walls, run_batch_call, run_upstream,
                                 summarize_upstream, upstream_table)
-from telemetry import UtilizationSampler, utilization_summary
+from telemetry import UtilizationSampler, clock_line, utilization_summary
 from zl import atomic
 from zl.batch.judge_first import BASELINE_MARK, JUDGE, SUMMARY, TIMED
 from zl.batch.status import node_finished, read_rows, side_ran
@@ -141,6 +141,8 @@ def report(res: Dict, upstream: Optional[Dict]) -> str:
     out.append("GPU-busy share over the screen: " + ("n/a (no nvidia-smi samples)" if not g else
                                                     f"{g['busy_share']:.1%} of {g['samples']} samples, mean "
                                                     f"utilization {g['mean_util']:.1f} %") + ".")
+    if clock_line(g):
+        out.append(clock_line(g))
     if res["counts"] is not None:
         out.append("Stage 1 verdicts: " + ", ".join(f"{k} {v}" for k, v in res["counts"].items())
                    + f"; changed: {', '.join(res['changed']) or 'none'}; controls: {', '.join(res['controls']) or 'none'}.")

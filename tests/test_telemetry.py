@@ -381,3 +381,31 @@ def _running(pid: int) -> bool:
 def test_parent_alive_checks_reparenting():
     assert telemetry._parent_alive(os.getppid())
     assert not telemetry._parent_alive(os.getpid())   # not our parent: reparent check
+
+
+def test_batch_sampler_records_clocks_and_the_summary_reads_old_and_new_files(env, tmp_path):
+    """UtilizationSampler (the throughput tools' 100 ms sampler) runs the CUDA query with -lms
+    100; its summary reads those lines (SM clock over busy samples, hottest reading) and the
+    older files of one utilization number per line alike."""
+    env.nvsmi("0, 1980, 3201, 41, 122.35, 63\\n0, 1755, 3201, 44, 300.10, 80\\n"
+              "0, 1410, 3201, 39, 60.00, 0\\n0, 1980, 3201, 40, [N/A], 55\\n'; exec sleep 30; printf '")
+    out = tmp_path / "util.txt"
+    sampler = telemetry.UtilizationSampler(out)
+    deadline = time.monotonic() + 30
+    while len(out.read_text().splitlines()) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    sampler.stop()
+    query = f"--query-gpu={','.join(['index', 'clocks.sm', 'clocks.mem', 'temperature.gpu', 'power.draw', 'utilization.gpu'])}"
+    assert env.argv_log() == [f"{query} --format=csv,noheader,nounits -lms 100"]
+    s = telemetry.utilization_summary(out)
+    assert s["samples"] == 4 and s["busy_share"] == 0.75 and abs(s["mean_util"] - 49.5) < 1e-9
+    # busy samples only: 1980, 1755, 1980 (the idle 1410 is the card resting, not throttled)
+    assert (s["sm_clock_busy_median"], s["sm_clock_busy_min"], s["sm_clock_busy_p05"]) == (1980, 1755, 1755)
+    assert s["sm_clock_max"] == 1980 and s["temp_max_c"] == 44
+    assert telemetry.clock_line(s) == ("SM clock over busy samples: median 1980 MHz, 5th percentile 1755, "
+                                       "lowest 1755 (highest seen 1980); hottest 44 C.")
+    old = tmp_path / "old.txt"
+    old.write_text("0\n50\n100\n")
+    s = telemetry.utilization_summary(old)
+    assert s == {"samples": 3, "busy_share": 2 / 3, "mean_util": 50.0}
+    assert telemetry.clock_line(s) == "" and telemetry.utilization_summary(tmp_path / "none.txt") is None
