@@ -197,8 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "models; with --executor ray: nodes of other devices); the batch and its "
                         "reports say MIXED HARDWARE and each row names its device")
     r.add_argument("--bytecode-cache", choices=("auto", "shared", "off"), default="auto",
-                   help="shared: this call's local cases cache Python bytecode in one TMPDIR folder "
-                        "(PYTHONPYCACHEPREFIX; removed at the end); auto (default): shared when the "
+                   help="shared: this call's local cases cache Python bytecode in a TMPDIR folder "
+                        "per side (PYTHONPYCACHEPREFIX; removed at the end); auto (default): shared when the "
                         "cases' torch ships no bytecode (every case would compile it from source); "
                         "off: as the environment says. A PYTHONPYCACHEPREFIX you set is kept")
     r.add_argument("--budget-s", type=_positive(float), default=None,
