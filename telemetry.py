@@ -245,9 +245,10 @@ def watch_parent(pid: int, stop: threading.Event, poll: float = PARENT_POLL_S) -
 
 class UtilizationSampler:
     """The devices' telemetry every 100 ms while a batch runs (nvidia-smi, the CUDA backend's
-    query: index, SM and memory clocks, temperature, power, utilization; one CSV line per GPU)
-    into `path`; nothing where nvidia-smi is missing. `append`: a resumed batch's samples follow
-    its earlier calls'. Files of older runs hold the utilization alone, one number per line."""
+    query: index, SM and memory clocks, temperature, power, utilization; one CSV line per GPU),
+    each line prefixed with the epoch second it was read, into `path`; nothing where nvidia-smi
+    is missing. `append`: a resumed batch's samples follow its earlier calls'. Files of older
+    runs hold the utilization alone, one number per line."""
 
     def __init__(self, path: Path, append: bool = False) -> None:
         self.path, self.proc = path, None
@@ -256,36 +257,74 @@ class UtilizationSampler:
             query = get_backend("cuda").telemetry_argv[1]
             self.fh = open(path, "a" if append else "w")
             self.proc = subprocess.Popen([exe, query, "--format=csv,noheader,nounits", "-lms", "100"],
-                                         stdout=self.fh, stderr=subprocess.DEVNULL)
+                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            self.reader = threading.Thread(target=self._stamp, name="util-sampler", daemon=True)
+            self.reader.start()
+
+    def _stamp(self) -> None:
+        for line in self.proc.stdout:
+            self.fh.write(f"{time.time():.3f}, {line}")
+            self.fh.flush()
 
     def stop(self) -> None:
         if self.proc is not None:
             self.proc.send_signal(signal.SIGTERM)
             self.proc.wait(timeout=10)
+            self.reader.join(timeout=10)
             self.fh.close()
 
 
-def _samples(text: str) -> List[Dict[str, Optional[float]]]:
-    """Each sample of a UtilizationSampler file: util_pct, and sm_clock_mhz / temp_c where the
-    line has them (None otherwise)."""
-    out = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line.replace(".", "", 1).isdigit():            # an older file: utilization alone
-            out.append({"util_pct": float(line), "sm_clock_mhz": None, "temp_c": None})
+def read_samples(path: Path) -> List[Dict[str, Optional[float]]]:
+    """Each sample of a UtilizationSampler file ([] without one): util_pct, and where the line
+    has them t (epoch s), sm_clock_mhz and temp_c (None otherwise)."""
+    out, cuda = [], get_backend("cuda")
+    def number(text: str) -> bool:
+        return text.replace(".", "", 1).isdigit()
+
+    for line in (path.read_text() if path.is_file() else "").splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        stamped = len(fields) in (2, len(TELEMETRY_FIELDS) + 1) and number(fields[0])   # our epoch first
+        t, body = (float(fields[0]), ",".join(fields[1:])) if stamped else (None, line.strip())
+        if number(body):                                 # utilization alone (older files)
+            out.append({"util_pct": float(body), "sm_clock_mhz": None, "temp_c": None, "t": t})
             continue
-        for row in get_backend("cuda").parse_telemetry(line):
+        for row in cuda.parse_telemetry(body):
             if row.get("util_pct"):
-                out.append({k: float(row[k]) if row.get(k) else None
-                            for k in ("util_pct", "sm_clock_mhz", "temp_c")})
+                out.append({**{k: float(row[k]) if row.get(k) else None
+                               for k in ("util_pct", "sm_clock_mhz", "temp_c")}, "t": t})
     return out
+
+
+def clock_during(samples: List[Dict[str, Optional[float]]], stretches: List[List[float]]) -> Optional[float]:
+    """Median SM clock (MHz) of the samples (read_samples) read inside any of `stretches`
+    ([start, end] epoch s, e.g. a run's timed stretches); None when none fell inside."""
+    inside = [r["sm_clock_mhz"] for r in samples if r["t"] is not None and r["sm_clock_mhz"] is not None
+              and any(a <= r["t"] <= b for a, b in stretches)]
+    return statistics.median(inside) if inside else None
+
+
+def clock_split(sides: List[tuple], apart: float = 0.01) -> Optional[Dict]:
+    """Whether A/A tracks the clock: `sides` are (name, SM clock while side A timed, while side
+    B timed, A/A median |delta|) per node. -> the clocks' range, the nodes whose two sides timed
+    more than `apart` apart and the A/A median of those against the rest; None without a node
+    whose both sides have a clock and an A/A."""
+    both = [(n, a, b, aa) for n, a, b, aa in sides if a and b and aa is not None]
+    if not both:
+        return None
+    far = [(n, aa) for n, a, b, aa in both if abs(b / a - 1) > apart]
+    near = [aa for n, a, b, aa in both if abs(b / a - 1) <= apart]
+    return {"nodes": len(both), "clock_min": min(min(a, b) for _, a, b, _ in both),
+            "clock_max": max(max(a, b) for _, a, b, _ in both), "apart": apart,
+            "apart_nodes": [n for n, _ in far],
+            "aa_apart": statistics.median(aa for _, aa in far) if far else None,
+            "aa_together": statistics.median(near) if near else None}
 
 
 def utilization_summary(path: Path) -> Optional[Dict[str, float]]:
     """GPU-busy share (samples > 0) and mean utilization of a UtilizationSampler's file; where
     it has clocks, the SM clock over the busy samples (median, 5th percentile, lowest; the
     highest over all) and the highest temperature. None without samples."""
-    rows = _samples(path.read_text()) if path.is_file() else []
+    rows = read_samples(path)
     if not rows:
         return None
     util = [r["util_pct"] for r in rows]

@@ -12,8 +12,11 @@ utilization every 100 ms (where it exists). The report (stdout and OUT/overlap_t
 
 - side runs, PASS side runs (timings valid) and nodes finished (every side a final status) per
   hour of the batch's wall (every call that made it, killed ones included);
-- GPU-busy share (samples > 0) and mean utilization, over every call; statuses and screen
-  verdicts per node, and whether they equal the first K's;
+- GPU-busy share (samples > 0) and mean utilization, over every call; where nvidia-smi gives
+  clocks, the SM clock over busy samples and, per node, the clock each side timed at (the
+  samples inside its timed stretches, lock_wait.json): the nodes whose sides timed at clocks
+  more than 1 % apart, with their A/A beside the others'; statuses and screen verdicts per
+  node, and whether they equal the first K's;
 - the timing lock (overlap > 1): the seconds it was held alone, as a share of the wall, and the
   side runs per hour if it were never idle (the GPU-bound limit under exclusive timing); the
   seconds cases waited for it, how many held back GPU work while another timed, and the seconds
@@ -62,13 +65,14 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
-from telemetry import UtilizationSampler, clock_line, utilization_summary
+from telemetry import UtilizationSampler, clock_during, clock_line, clock_split, read_samples, utilization_summary
 from zl import atomic
 from zl.batch.screen import read_screen_rows
 from zl.batch.status import node_finished, read_rows, side_ran
 from zl.runlog.costs import figure_sum, lock_figures, zl_costs
 from zl.runlog.parse import RunLogError, parse_run_log
-from zl.runlog.stats import aa_by_latency, band_label
+from zl.runlog.stats import aa_by_latency, against_reference, band_label, load_reference
+from zl.timing.exclusive import timed_stretches
 
 ROOT = Path(__file__).resolve().parents[1]
 SWITCH = "ZL_AA_NOOP"
@@ -130,7 +134,8 @@ def read_batch(bd: Path) -> Dict:
                        "share_waited_s": figure_sum(locks, 2), "share_held_s": figure_sum(locks, 3),
                        "share_stretches": figure_sum(locks, 4),
                        "case_s": round(sum(t for t, _ in secs), 3),
-                       "timeout_case_s": round(sum(t for t, st in secs if st == "TIMEOUT"), 3)}
+                       "timeout_case_s": round(sum(t for t, st in secs if st == "TIMEOUT"), 3),
+                       "timed": [timed_stretches(da), timed_stretches(db)]}
     return nodes
 
 
@@ -209,7 +214,9 @@ def summarize(k: int, bd: Path, rc: Optional[int], stage: Optional[str] = None) 
     stage = stage or f"overlap-{k}"
     walls = read_walls(bd.parent / f"walls-{stage}.json")
     wall = round(sum(walls), 3)   # the figures below are computed from this value
-    per_node = read_batch(bd)
+    per_node, samples = read_batch(bd), read_samples(bd.parent / f"util-{stage}.txt")
+    for v in per_node.values():    # the SM clock each side timed at (its stretches' samples)
+        v["timed_clock_mhz"] = [clock_during(samples, t) for t in v.pop("timed")]
     ran = sum(1 for v in per_node.values() for s in v["status"].split("/") if side_ran(s))
     passed = sum(1 for v in per_node.values() for s in v["status"].split("/") if s == "PASS")   # timings valid
     done = sum(1 for v in per_node.values() if node_finished(v["status"].split("/")))
@@ -241,7 +248,8 @@ def summarize(k: int, bd: Path, rc: Optional[int], stage: Optional[str] = None) 
             "case_s": case, "slot_share": round(case / (k * wall), 3) if wall else None,
             "timeout_case_s": round(sum(v.get("timeout_case_s", 0.0) for v in per_node.values()), 3),
             "aa_median_over_nodes": float(np.median(aa)) if aa else None, "nodes": per_node,
-            "aa_by_latency": aa_by_latency([p for v in per_node.values() for p in v.get("shape_deltas", [])])}
+            "aa_by_latency": aa_by_latency([p for v in per_node.values() for p in v.get("shape_deltas", [])]),
+            "clock_split": clock_split([(n, *v["timed_clock_mhz"], v["aa_median_abs_delta"]) for n, v in per_node.items()])}
 
 
 def upstream_ids(nodes: List[str], devices: str) -> Dict[str, str]:
@@ -344,6 +352,12 @@ def report(results: List[Dict], upstream: Optional[Dict] = None) -> str:
     for r in results:
         if clock_line(r["gpu"]):
             out.append(f"\nOverlap {r['overlap']}: {clock_line(r['gpu'])}")
+        c = r.get("clock_split")
+        if c:
+            out.append(f"\nOverlap {r['overlap']}: the sides timed at SM clocks of {c['clock_min']:g}-{c['clock_max']:g} MHz; "
+                       f"{len(c['apart_nodes'])} of {c['nodes']} node(s) timed their sides more than {c['apart']:.0%} apart "
+                       f"(A/A median {pct(c['aa_apart'])}, the others {pct(c['aa_together'])})"
+                       + (": " + ", ".join(c["apart_nodes"]) if c["apart_nodes"] else "") + ".")
         out.append(f"\nOverlap {r['overlap']}: A/A by side A's latency: " + "; ".join(
             f"{band_label(b)} {b['shapes']} shape(s), median {pct(b['median_abs'])}, B slower in "
             f"{pct(b['positive_share'], 0)}" for b in r.get("aa_by_latency") or []) + ".")
@@ -381,32 +395,6 @@ def report(results: List[Dict], upstream: Optional[Dict] = None) -> str:
                          "left out" if n in upstream["left_out"] else "not finished")
         out.append(f"| {n} | " + " | ".join(cells) + " |")
     return "\n".join(out)
-
-
-def load_reference(path: Path, k: Optional[int]) -> Dict:
-    """One overlap value's results from another overlap_throughput.json (default: its first)."""
-    try:
-        results = json.loads(path.read_text())["results"]
-        return next(r for r in results if k is None or r["overlap"] == k)
-    except (OSError, ValueError, KeyError, TypeError):
-        raise ValueError(f"--reference {path}: not an overlap_throughput.json") from None
-    except StopIteration:
-        raise ValueError(f"--reference {path}: holds no overlap {k}") from None
-
-
-def against_reference(results: List[Dict], ref: Dict, path: Path) -> Dict:
-    """Each node's A/A here beside the reference's, on the nodes both measured (every side
-    PASS with an A/A), per overlap value: the medians, and on how many nodes it is no higher."""
-    out = {"path": str(path), "overlap": ref["overlap"], "per_overlap": {}}
-    for r in results:
-        common = sorted(n for n, v in r["nodes"].items() if v.get("aa_median_abs_delta") is not None
-                        and (ref["nodes"].get(n) or {}).get("aa_median_abs_delta") is not None)
-        pairs = {n: (ref["nodes"][n]["aa_median_abs_delta"], r["nodes"][n]["aa_median_abs_delta"]) for n in common}
-        out["per_overlap"][r["overlap"]] = {
-            "nodes": pairs, "median_reference": float(np.median([a for a, _ in pairs.values()])) if pairs else None,
-            "median": float(np.median([b for _, b in pairs.values()])) if pairs else None,
-            "no_higher": sum(1 for a, b in pairs.values() if b <= a)}
-    return out
 
 
 def reference_report(cmp: Dict) -> str:

@@ -296,3 +296,27 @@ def test_a_side_run_counts_once_it_ended_and_a_node_is_finished_when_every_side_
     assert node_finished(["FAIL", "NOT_RUN"]) and node_finished(["PASS", "PASS"])
     assert not node_finished(["PASS", "-"]) and not node_finished(["PASS", "PENDING"])
     assert not node_finished(["INTERRUPTED", "NOT_RUN"])
+
+
+def test_each_side_gets_the_sm_clock_it_timed_at(tmp_path):
+    """With nvidia-smi answering (a stand-in printing one H100 line every 50 ms), the sampler's
+    stamped samples inside each side's timed stretches (lock_wait.json) give the clock that side
+    timed at, and the report says how many nodes timed their sides at clocks apart."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    smi = bindir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nwhile :; do echo '0, 1980, 2619, 41, 122.35, 63'; sleep 0.05; done\n")
+    smi.chmod(0o755)
+    out = tmp_path / "ovl"
+    r = run(tmp_path, "--ops", "relu", "softmax", "--overlap", "2", "--devices", "0", "--out", out,
+            ZL_STUB_PLAN="relu=lockwait,softmax=lockwait", ZL_STUB_TIMED_S="0.5",
+            PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = json.loads((out / "overlap_throughput.json").read_text())["results"][0]
+    assert {n: v["timed_clock_mhz"] for n, v in res["nodes"].items()} == {"relu": [1980, 1980],
+                                                                          "softmax": [1980, 1980]}
+    c = res["clock_split"]
+    assert (c["nodes"], c["clock_min"], c["clock_max"], c["apart_nodes"], c["aa_apart"]) == (2, 1980, 1980, [], None)
+    assert ("Overlap 2: the sides timed at SM clocks of 1980-1980 MHz; 0 of 2 node(s) timed their sides more "
+            "than 1% apart (A/A median n/a, the others 0.00%).") in r.stdout
+    assert "Overlap 2: SM clock over busy samples: median 1980 MHz" in r.stdout

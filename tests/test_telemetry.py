@@ -385,8 +385,8 @@ def test_parent_alive_checks_reparenting():
 
 def test_batch_sampler_records_clocks_and_the_summary_reads_old_and_new_files(env, tmp_path):
     """UtilizationSampler (the throughput tools' 100 ms sampler) runs the CUDA query with -lms
-    100; its summary reads those lines (SM clock over busy samples, hottest reading) and the
-    older files of one utilization number per line alike."""
+    100 and stamps each line; its summary reads those lines (SM clock over busy samples, hottest
+    reading) and the older files of one utilization number per line alike."""
     env.nvsmi("0, 1980, 3201, 41, 122.35, 63\\n0, 1755, 3201, 44, 300.10, 80\\n"
               "0, 1410, 3201, 39, 60.00, 0\\n0, 1980, 3201, 40, [N/A], 55\\n'; exec sleep 30; printf '")
     out = tmp_path / "util.txt"
@@ -404,8 +404,27 @@ def test_batch_sampler_records_clocks_and_the_summary_reads_old_and_new_files(en
     assert s["sm_clock_max"] == 1980 and s["temp_max_c"] == 44
     assert telemetry.clock_line(s) == ("SM clock over busy samples: median 1980 MHz, 5th percentile 1755, "
                                        "lowest 1755 (highest seen 1980); hottest 44 C.")
+    # each line stamped with the epoch second it was read: the samples inside a run's timed
+    # stretches give the clock it timed at
+    rows = telemetry.read_samples(out)
+    ts = [r["t"] for r in rows]
+    assert all(t is not None and abs(t - time.time()) < 60 for t in ts)
+    assert telemetry.clock_during(rows, [[min(ts), max(ts)]]) == (1755 + 1980) / 2
+    assert telemetry.clock_during(rows, [[max(ts) + 1, max(ts) + 2]]) is None
+    unstamped = tmp_path / "unstamped.txt"      # the query's lines as nvidia-smi prints them
+    unstamped.write_text("0, 1980, 3201, 41, 122.35, 63\n")
+    assert [(r["t"], r["sm_clock_mhz"]) for r in telemetry.read_samples(unstamped)] == [(None, 1980)]
     old = tmp_path / "old.txt"
     old.write_text("0\n50\n100\n")
     s = telemetry.utilization_summary(old)
     assert s == {"samples": 3, "busy_share": 2 / 3, "mean_util": 50.0}
     assert telemetry.clock_line(s) == "" and telemetry.utilization_summary(tmp_path / "none.txt") is None
+
+
+def test_clock_split_names_the_nodes_whose_sides_timed_at_other_clocks():
+    sides = [("a", 1980, 1980, 0.001), ("b", 1980, 1755, 0.04), ("c", 1755, 1980, 0.02),
+             ("d", 1980, None, 0.5), ("e", 1980, 1975, None)]
+    c = telemetry.clock_split(sides)
+    assert c["nodes"] == 3 and c["apart_nodes"] == ["b", "c"] and (c["clock_min"], c["clock_max"]) == (1755, 1980)
+    assert abs(c["aa_apart"] - 0.03) < 1e-12 and c["aa_together"] == 0.001
+    assert telemetry.clock_split([("d", 1980, None, 0.5)]) is None

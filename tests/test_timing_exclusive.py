@@ -318,12 +318,18 @@ def test_a_wait_is_written_for_the_batch_while_it_lasts_and_after(tmp_path):
     time.sleep(0.5)
     during = waited_s(tmp_path)
     assert 0.3 < during < 5.0 and waited_s(tmp_path, now=time.time() + 10) > during + 9   # under way
+    released = time.time()
     fcntl.flock(other, fcntl.LOCK_UN)
     t.join()
     rec = json.loads((tmp_path / WAIT_FILE).read_text())
     assert rec["waiting_since"] is None and rec["waited_s"] >= 0.4
+    # the timed stretch on record (epoch s), after the wait: what ran beside it can be looked up
+    (start, end), = rec["timed"]
+    assert released - 0.01 <= start <= end <= time.time()
+    from zl.timing.exclusive import timed_stretches
+    assert timed_stretches(tmp_path) == [[start, end]]
     assert waited_s(tmp_path, now=time.time() + 10) == rec["waited_s"]   # a finished wait stays put
     (tmp_path / WAIT_FILE).write_text("{half")
-    assert waited_s(tmp_path) == 0.0
+    assert waited_s(tmp_path) == 0.0 and timed_stretches(tmp_path) == []
     bench.close()
     os.close(other)

@@ -32,6 +32,7 @@ Round statistics (beyond the seed's medians and spreads):
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -366,3 +367,30 @@ def band_label(band: Dict) -> str:
     if not lo:
         return f"< {hi:g} us"
     return f">= {lo:g} us" if hi is None else f"{lo:g}-{hi:g} us"
+
+
+# overlap_throughput.py --reference: each node's A/A beside another run's
+def load_reference(path: Path, k: Optional[int]) -> Dict:
+    """One overlap value's results from another overlap_throughput.json (default: its first)."""
+    try:
+        results = json.loads(path.read_text())["results"]
+        return next(r for r in results if k is None or r["overlap"] == k)
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ValueError(f"--reference {path}: not an overlap_throughput.json") from None
+    except StopIteration:
+        raise ValueError(f"--reference {path}: holds no overlap {k}") from None
+
+
+def against_reference(results: List[Dict], ref: Dict, path: Path) -> Dict:
+    """Each node's A/A here beside the reference's, on the nodes both measured (every side
+    PASS with an A/A), per overlap value: the medians, and on how many nodes it is no higher."""
+    out = {"path": str(path), "overlap": ref["overlap"], "per_overlap": {}}
+    for r in results:
+        common = sorted(n for n, v in r["nodes"].items() if v.get("aa_median_abs_delta") is not None
+                        and (ref["nodes"].get(n) or {}).get("aa_median_abs_delta") is not None)
+        pairs = {n: (ref["nodes"][n]["aa_median_abs_delta"], r["nodes"][n]["aa_median_abs_delta"]) for n in common}
+        out["per_overlap"][r["overlap"]] = {
+            "nodes": pairs, "median_reference": float(median([a for a, _ in pairs.values()])) if pairs else None,
+            "median": float(median([b for _, b in pairs.values()])) if pairs else None,
+            "no_higher": sum(1 for a, b in pairs.values() if b <= a)}
+    return out

@@ -36,7 +36,8 @@ Left outside every stretch: CUDA context creation while a process imports flag_g
 results plugin's prewarm thread during collection (one small tensor per dtype).
 
 While a run waits for the lock (either way) its --op-timeout clock stops: the run writes its
-waits to `OUT_DIR/lock_wait.json` (WAIT_FILE: seconds waited, and since when it waits now)
+waits to `OUT_DIR/lock_wait.json` (WAIT_FILE: seconds waited, since when it waits now, and
+each timed stretch's start and end)
 and the batch credits them, up to one more --op-timeout (`waited_s`). Measured at --overlap
 8: cases waited 5-49 s, and softmax_backward timed out at --op-timeout 90 where it passed in
 52 s at --overlap 4: a status depended on the overlap.
@@ -111,6 +112,9 @@ class ExclusiveBench:
                       "stretches": 0, "compiles": 0, "share_waited_s": 0.0, "settle_errors": 0,
                       "share_held_s": 0.0, "share_longest_s": 0.0, "share_takes": 0}
         self.share_since = 0.0          # when this process's current share was taken
+        # each timed stretch's [start, end] (epoch s), in WAIT_FILE: what ran while it timed can
+        # be read from samples of the device (SM clock, other runs' stamps) afterwards
+        self.timed: list = []
 
     def __call__(self, fn, *args, **kwargs):
         if self.depth:   # inside this process's own locked stretch
@@ -125,6 +129,7 @@ class ExclusiveBench:
         if was:
             self._drop_share()
         t1 = self._take(fcntl.LOCK_EX)
+        began = time.time()
         self.depth += 1
         try:
             return self.inner(fn, *args, **kwargs)
@@ -132,11 +137,13 @@ class ExclusiveBench:
             self.depth -= 1
             self.stats["calls"] += 1
             self.stats["held_s"] += time.perf_counter() - t1
+            self.timed.append([round(began, 3), round(time.time(), 3)])
             if not (was and self._share_if_alone()):
                 fcntl.flock(self.fd, fcntl.LOCK_UN)
                 fcntl.flock(self.gate, fcntl.LOCK_UN)    # the announcement ends with the timing
                 if was:
                     self._take_share()
+            self._note_wait(None)                        # the stretch on record, the lock let go
 
     def _share_if_alone(self) -> bool:
         """After a timed stretch, when no other timer is announced: turn the lock into this
@@ -241,7 +248,7 @@ class ExclusiveBench:
     def _note_wait(self, since: Optional[float]) -> None:
         if self.wait_file:
             atomic.write_json(self.wait_file, {"waited_s": round(self.stats["waited_s"], 3),
-                                               "waiting_since": since})
+                                               "waiting_since": since, "timed": self.timed})
 
     def close(self) -> None:
         for name in ("fd", "gate"):
@@ -290,3 +297,13 @@ def waited_s(out_dir: Path, now: Optional[float] = None) -> float:
     if since is not None:
         total += max(0.0, (time.time() if now is None else now) - float(since))
     return total
+
+
+def timed_stretches(out_dir: Path) -> list:
+    """The [start, end] epoch seconds of each timed stretch the run writing into `out_dir`
+    recorded ([] where it recorded none, or its WAIT_FILE is unreadable)."""
+    try:
+        timed = json.loads((Path(out_dir) / WAIT_FILE).read_text(encoding="utf-8")).get("timed")
+    except (OSError, ValueError, AttributeError):
+        return []
+    return timed if isinstance(timed, list) else []
