@@ -146,18 +146,23 @@ def test_nodes_per_hour_counts_only_the_nodes_the_batch_finished(tmp_path):
     assert "--budget-s 18 reached after" in (out / "console-overlap-1.log").read_text()
 
 
+def fake_smi(tmp_path, body: str) -> str:
+    """PATH with an nvidia-smi stand-in (a sh script of `body`) first."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "nvidia-smi").write_text("#!/bin/sh\n" + body)
+    (bindir / "nvidia-smi").chmod(0o755)
+    return f"{bindir}{os.pathsep}{os.environ['PATH']}"
+
+
 def test_a_resumed_batch_keeps_every_calls_gpu_samples(tmp_path):
     """The GPU-busy share of a batch made by several calls covers all of them: an H100 batch
     resumed after its first call's time limit reported only its second call's samples."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    smi = bindir / "nvidia-smi"   # two samples per sampling call; anything else: no GPU here
-    smi.write_text('#!/bin/sh\ncase "$*" in *utilization.gpu*-lms*) echo 0; echo 40; exec sleep 60;; esac\nexit 1\n')
-    smi.chmod(0o755)
+    # two samples per sampling call; anything else: no GPU here
+    path = fake_smi(tmp_path, 'case "$*" in *utilization.gpu*-lms*) echo 0; echo 40; exec sleep 60;; esac\nexit 1\n')
     out = tmp_path / "ovl"
     for call in (1, 2):
-        r = run(tmp_path, "--ops", "relu", "--overlap", "2", "--devices", "0", "--out", out,
-                PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}")
+        r = run(tmp_path, "--ops", "relu", "--overlap", "2", "--devices", "0", "--out", out, PATH=path)
         assert r.returncode == 0, r.stdout + r.stderr
         res = json.loads((out / "overlap_throughput.json").read_text())["results"][0]
         assert res["calls"] == call and res["gpu"] == {"samples": 2 * call, "busy_share": 0.5, "mean_util": 20.0}
@@ -302,15 +307,10 @@ def test_each_side_gets_the_sm_clock_it_timed_at(tmp_path):
     """With nvidia-smi answering (a stand-in printing one H100 line every 50 ms), the sampler's
     stamped samples inside each side's timed stretches (lock_wait.json) give the clock that side
     timed at, and the report says how many nodes timed their sides at clocks apart."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    smi = bindir / "nvidia-smi"
-    smi.write_text("#!/bin/sh\nwhile :; do echo '0, 1980, 2619, 41, 122.35, 63'; sleep 0.05; done\n")
-    smi.chmod(0o755)
+    path = fake_smi(tmp_path, "while :; do echo '0, 1980, 2619, 41, 122.35, 63'; sleep 0.05; done\n")
     out = tmp_path / "ovl"
     r = run(tmp_path, "--ops", "relu", "softmax", "--overlap", "2", "--devices", "0", "--out", out,
-            ZL_STUB_PLAN="relu=lockwait,softmax=lockwait", ZL_STUB_TIMED_S="0.5",
-            PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}")
+            ZL_STUB_PLAN="relu=lockwait,softmax=lockwait", ZL_STUB_TIMED_S="0.5", PATH=path)
     assert r.returncode == 0, r.stdout + r.stderr
     res = json.loads((out / "overlap_throughput.json").read_text())["results"][0]
     assert {n: v["timed_clock_mhz"] for n, v in res["nodes"].items()} == {"relu": [1980, 1980],
