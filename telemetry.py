@@ -244,26 +244,37 @@ def watch_parent(pid: int, stop: threading.Event, poll: float = PARENT_POLL_S) -
 
 
 class UtilizationSampler:
-    """The devices' telemetry every 100 ms while a batch runs (nvidia-smi, the CUDA backend's
-    query: index, SM and memory clocks, temperature, power, utilization; one CSV line per GPU),
-    each line prefixed with the epoch second it was read, into `path`; nothing where nvidia-smi
-    is missing. `append`: a resumed batch's samples follow its earlier calls'. Files of older
-    runs hold the utilization alone, one number per line."""
+    """The devices' telemetry every 100 ms while a batch runs (nvidia-smi: its timestamp, then
+    the CUDA backend's query: index, SM and memory clocks, temperature, power, utilization; one
+    CSV line per GPU) into `path`, each line led by the epoch second nvidia-smi took it (its
+    local-time stamp converted here, where it was taken: a pipe may deliver lines in bursts, and
+    a report may be read in another time zone); nothing where nvidia-smi is missing. `append`:
+    a resumed batch's samples follow its earlier calls'. Files of older runs hold the
+    utilization alone, one number per line."""
+
+    QUERY = "--query-gpu=timestamp," + get_backend("cuda").telemetry_argv[1].split("=", 1)[1]
 
     def __init__(self, path: Path, append: bool = False) -> None:
         self.path, self.proc = path, None
         exe = shutil.which("nvidia-smi")
         if exe:
-            query = get_backend("cuda").telemetry_argv[1]
             self.fh = open(path, "a" if append else "w")
-            self.proc = subprocess.Popen([exe, query, "--format=csv,noheader,nounits", "-lms", "100"],
+            self.proc = subprocess.Popen([exe, self.QUERY, "--format=csv,noheader,nounits", "-lms", "100"],
                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
             self.reader = threading.Thread(target=self._stamp, name="util-sampler", daemon=True)
             self.reader.start()
 
     def _stamp(self) -> None:
+        """Each line as `<epoch>, <query fields>`; a stamp that does not parse is dropped and the
+        line kept unstamped (its clock still counts, no timed stretch claims it)."""
         for line in self.proc.stdout:
-            self.fh.write(f"{time.time():.3f}, {line}")
+            stamp, sep, rest = line.partition(",")
+            try:
+                t = _dt.datetime.strptime(stamp.strip(), "%Y/%m/%d %H:%M:%S.%f").timestamp()
+                line = f"{t:.3f},{rest}"
+            except ValueError:
+                line = rest.lstrip() if sep else line
+            self.fh.write(line)
             self.fh.flush()
 
     def stop(self) -> None:
@@ -278,6 +289,7 @@ def read_samples(path: Path) -> List[Dict[str, Optional[float]]]:
     """Each sample of a UtilizationSampler file ([] without one): util_pct, and where the line
     has them t (epoch s), sm_clock_mhz and temp_c (None otherwise)."""
     out, cuda = [], get_backend("cuda")
+
     def number(text: str) -> bool:
         return text.replace(".", "", 1).isdigit()
 
@@ -321,10 +333,14 @@ def clock_split(sides: List[tuple], apart: float = 0.01) -> Optional[Dict]:
 
 
 def utilization_summary(path: Path) -> Optional[Dict[str, float]]:
-    """GPU-busy share (samples > 0) and mean utilization of a UtilizationSampler's file; where
-    it has clocks, the SM clock over the busy samples (median, 5th percentile, lowest; the
+    """sample_summary of a UtilizationSampler's file."""
+    return sample_summary(read_samples(path))
+
+
+def sample_summary(rows: List[Dict[str, Optional[float]]]) -> Optional[Dict[str, float]]:
+    """GPU-busy share (samples > 0) and mean utilization of samples (read_samples); where they
+    have clocks, the SM clock over the busy samples (median, 5th percentile, lowest; the
     highest over all) and the highest temperature. None without samples."""
-    rows = read_samples(path)
     if not rows:
         return None
     util = [r["util_pct"] for r in rows]

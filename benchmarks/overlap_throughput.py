@@ -65,7 +65,8 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
-from telemetry import UtilizationSampler, clock_during, clock_line, clock_split, read_samples, utilization_summary
+from telemetry import (UtilizationSampler, clock_during, clock_line, clock_split, read_samples, sample_summary,
+                       utilization_summary)
 from zl import atomic
 from zl.batch.screen import read_screen_rows
 from zl.batch.status import node_finished, read_rows, side_ran
@@ -230,7 +231,7 @@ def summarize(k: int, bd: Path, rc: Optional[int], stage: Optional[str] = None) 
             "side_runs_per_hour": round(ran / wall * 3600, 1) if wall else None, "nodes_finished": done,
             "passed_side_runs": passed, "passed_side_runs_per_hour": round(passed / wall * 3600, 1) if wall else None,
             "nodes_per_hour": round(done / wall * 3600, 1) if wall else None,
-            "gpu": utilization_summary(bd.parent / f"util-{stage}.txt"),
+            "gpu": sample_summary(samples),
             # the lock's busy share of the wall, and the rate if the lock were never idle
             "lock_held_share": round(sum(held) / wall, 3) if held and wall else None,
             "lock_bound_side_runs_per_hour": round(ran / sum(held) * 3600, 1) if held else None,

@@ -304,10 +304,11 @@ def test_a_side_run_counts_once_it_ended_and_a_node_is_finished_when_every_side_
 
 
 def test_each_side_gets_the_sm_clock_it_timed_at(tmp_path):
-    """With nvidia-smi answering (a stand-in printing one H100 line every 50 ms), the sampler's
+    """With nvidia-smi answering (a stand-in printing one stamped H100 line every 50 ms), the sampler's
     stamped samples inside each side's timed stretches (lock_wait.json) give the clock that side
     timed at, and the report says how many nodes timed their sides at clocks apart."""
-    path = fake_smi(tmp_path, "while :; do echo '0, 1980, 2619, 41, 122.35, 63'; sleep 0.05; done\n")
+    path = fake_smi(tmp_path, "while :; do echo \"$(date '+%Y/%m/%d %H:%M:%S.%3N'), 0, 1980, 2619, 41, 122.35, 63\"; "
+                              "sleep 0.05; done\n")
     out = tmp_path / "ovl"
     r = run(tmp_path, "--ops", "relu", "softmax", "--overlap", "2", "--devices", "0", "--out", out,
             ZL_STUB_PLAN="relu=lockwait,softmax=lockwait", ZL_STUB_TIMED_S="0.5", PATH=path)

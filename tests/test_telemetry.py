@@ -384,18 +384,22 @@ def test_parent_alive_checks_reparenting():
 
 
 def test_batch_sampler_records_clocks_and_the_summary_reads_old_and_new_files(env, tmp_path):
-    """UtilizationSampler (the throughput tools' 100 ms sampler) runs the CUDA query with -lms
-    100 and stamps each line; its summary reads those lines (SM clock over busy samples, hottest
-    reading) and the older files of one utilization number per line alike."""
-    env.nvsmi("0, 1980, 3201, 41, 122.35, 63\\n0, 1755, 3201, 44, 300.10, 80\\n"
-              "0, 1410, 3201, 39, 60.00, 0\\n0, 1980, 3201, 40, [N/A], 55\\n'; exec sleep 30; printf '")
+    """UtilizationSampler (the throughput tools' 100 ms sampler) runs nvidia-smi's timestamp and
+    the CUDA query with -lms 100 and leads each line with that stamp as an epoch second; its
+    summary reads those lines (SM clock over busy samples, hottest reading) and the older files
+    of one utilization number per line alike."""
+    env.nvsmi("2026/12/06 21:00:00.100, 0, 1980, 3201, 41, 122.35, 63\\n"
+              "2026/12/06 21:00:00.200, 0, 1755, 3201, 44, 300.10, 80\\n"
+              "2026/12/06 21:00:00.300, 0, 1410, 3201, 39, 60.00, 0\\n"
+              "[N/A], 0, 1980, 3201, 40, [N/A], 55\\n'; exec sleep 30; printf '")
     out = tmp_path / "util.txt"
     sampler = telemetry.UtilizationSampler(out)
     deadline = time.monotonic() + 30
     while len(out.read_text().splitlines()) < 4 and time.monotonic() < deadline:
         time.sleep(0.05)
     sampler.stop()
-    query = f"--query-gpu={','.join(['index', 'clocks.sm', 'clocks.mem', 'temperature.gpu', 'power.draw', 'utilization.gpu'])}"
+    query = ("--query-gpu=" + ",".join(["timestamp", "index", "clocks.sm", "clocks.mem", "temperature.gpu",
+                                        "power.draw", "utilization.gpu"]))
     assert env.argv_log() == [f"{query} --format=csv,noheader,nounits -lms 100"]
     s = telemetry.utilization_summary(out)
     assert s["samples"] == 4 and s["busy_share"] == 0.75 and abs(s["mean_util"] - 49.5) < 1e-9
@@ -404,13 +408,15 @@ def test_batch_sampler_records_clocks_and_the_summary_reads_old_and_new_files(en
     assert s["sm_clock_max"] == 1980 and s["temp_max_c"] == 44
     assert telemetry.clock_line(s) == ("SM clock over busy samples: median 1980 MHz, 5th percentile 1755, "
                                        "lowest 1755 (highest seen 1980); hottest 44 C.")
-    # each line stamped with the epoch second it was read: the samples inside a run's timed
-    # stretches give the clock it timed at
+    # each line led by the epoch second nvidia-smi took it (local time, converted where it was
+    # taken); a stamp that does not parse leaves its line unstamped. The samples inside a run's
+    # timed stretches give the clock it timed at
     rows = telemetry.read_samples(out)
-    ts = [r["t"] for r in rows]
-    assert all(t is not None and abs(t - time.time()) < 60 for t in ts)
-    assert telemetry.clock_during(rows, [[min(ts), max(ts)]]) == (1755 + 1980) / 2
-    assert telemetry.clock_during(rows, [[max(ts) + 1, max(ts) + 2]]) is None
+    t0 = dt.datetime(2026, 12, 6, 21, 0, 0, 100000).timestamp()
+    assert [r["t"] for r in rows] == [round(t0, 3), round(t0 + 0.1, 3), round(t0 + 0.2, 3), None]
+    assert telemetry.clock_during(rows, [[t0, t0 + 0.15]]) == (1755 + 1980) / 2
+    assert telemetry.clock_during(rows, [[t0 + 0.15, t0 + 5]]) == 1410      # the unstamped line claims none
+    assert telemetry.clock_during(rows, [[t0 + 1, t0 + 2]]) is None
     unstamped = tmp_path / "unstamped.txt"      # the query's lines as nvidia-smi prints them
     unstamped.write_text("0, 1980, 3201, 41, 122.35, 63\n")
     assert [(r["t"], r["sm_clock_mhz"]) for r in telemetry.read_samples(unstamped)] == [(None, 1980)]

@@ -268,7 +268,7 @@ def run_sides(runners: Dict[str, CaseRunner], names: List[str], c: inv.Entry, de
 def wants_bytecode_cache(plan) -> bool:
     """--bytecode-cache: shared, off, or auto: shared when the cases' torch (batch.json's
     toolchain) ships no bytecode for their Python."""
-    mode = getattr(plan.args, "bytecode_cache", "auto")
+    mode = plan.args.bytecode_cache
     if mode != "auto":
         return mode == "shared"
     tool = plan.conditions.get("toolchain") or {}
@@ -303,8 +303,9 @@ def execute(plan, tables: Tables, todo: Dict[str, List[inv.Entry]], batch_id: st
     cancelled), and every row still RUNNING reads INTERRUPTED."""
     pycache = shared_bytecode_cache() if cluster is None and wants_bytecode_cache(plan) else ""
     batch = BatchRun(plan, tables, todo, batch_id, pycache)
-    if batch.budget_plan():
-        print(batch.budget_plan(), flush=True)
+    said = batch.budget_plan()
+    if said:
+        print(said, flush=True)
     executor = cluster.executor(batch) if cluster is not None else LocalExecutor(slots_per_device(plan.args))
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     interrupted = False

@@ -285,15 +285,25 @@ def release_share_while_compiling(bench: ExclusiveBench, patches: Any) -> Option
     return None
 
 
+def _wait_record(out_dir: Path) -> dict:
+    """The WAIT_FILE the run writing into `out_dir` keeps ({} when it wrote none, or a half-read
+    file: it counts as none)."""
+    try:
+        rec = json.loads((Path(out_dir) / WAIT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return rec if isinstance(rec, dict) else {}
+
+
 def waited_s(out_dir: Path, now: Optional[float] = None) -> float:
     """Seconds the run writing into `out_dir` has waited for the device's timing lock, the
     wait under way included (0.0 when it recorded none; a half-read file counts as none)."""
+    rec = _wait_record(out_dir)
     try:
-        rec = json.loads((Path(out_dir) / WAIT_FILE).read_text(encoding="utf-8"))
         total = float(rec.get("waited_s") or 0.0)
-        since = rec.get("waiting_since")
-    except (OSError, ValueError, TypeError, AttributeError):
+    except (TypeError, ValueError):
         return 0.0
+    since = rec.get("waiting_since")
     if since is not None:
         total += max(0.0, (time.time() if now is None else now) - float(since))
     return total
@@ -302,8 +312,5 @@ def waited_s(out_dir: Path, now: Optional[float] = None) -> float:
 def timed_stretches(out_dir: Path) -> list:
     """The [start, end] epoch seconds of each timed stretch the run writing into `out_dir`
     recorded ([] where it recorded none, or its WAIT_FILE is unreadable)."""
-    try:
-        timed = json.loads((Path(out_dir) / WAIT_FILE).read_text(encoding="utf-8")).get("timed")
-    except (OSError, ValueError, AttributeError):
-        return []
+    timed = _wait_record(out_dir).get("timed")
     return timed if isinstance(timed, list) else []
