@@ -9,7 +9,9 @@ case's exit frees its memory). This tool times a few kernels with Triton's
 helper processes load the machine one way at a time:
 
     quiet    nothing else runs
-    cpu      --helpers processes spin pure-Python loops (no CUDA)
+    cpu      --cpu-helpers processes spin pure-Python loops (no CUDA; default twice the
+             cores, so the timing thread must share a core: if even that moves nothing, the
+             host's load is ruled out)
     context  --helpers processes create and destroy a CUDA context in a loop (no memory)
     memory   --helpers processes create a context, allocate and fill --alloc-gib GiB, free
              it and destroy the context, in a loop (the driver scrubs what they free)
@@ -102,7 +104,7 @@ def _fmt(v, spec: str, suffix: str = "") -> str:
 
 def render(meta: Dict, rows: List[Dict]) -> str:
     lines = [f"# Graph timer under interference ({meta.get('device', '?')}, {meta.get('helpers')} "
-             f"helper(s), {meta.get('rounds')} round(s) x {meta.get('readings')} reading(s), rep "
+             f"helper(s), {meta.get('cpu_helpers')} in cpu, {meta.get('rounds')} round(s) x {meta.get('readings')} reading(s), rep "
              f"{meta.get('rep_ms')} ms)", "",
              "| kernel | condition | readings | median us | vs quiet | pair spread | max / median | SM MHz |",
              "|---|---|---|---|---|---|---|---|"]
@@ -194,7 +196,8 @@ def measure(args) -> Dict:
     readings: List[Dict] = []
     for rnd in range(args.rounds):
         for cond in CONDITIONS:
-            helpers = None if cond == "quiet" else Helpers(cond, args.helpers, args.alloc_gib)
+            count = args.cpu_helpers if cond == "cpu" else args.helpers
+            helpers = None if cond == "quiet" else Helpers(cond, count, args.alloc_gib)
             try:
                 time.sleep(SETTLE_S if helpers else 0.0)
                 for name, fn in benches:
@@ -211,6 +214,7 @@ def measure(args) -> Dict:
             print(f"round {rnd + 1}/{args.rounds} {cond}: done", file=sys.stderr, flush=True)
     return {"meta": {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
                      "triton": __import__("triton").__version__, "helpers": args.helpers,
+                     "cpu_helpers": args.cpu_helpers,
                      "rounds": args.rounds, "readings": args.readings, "rep_ms": args.rep_ms,
                      "alloc_gib": args.alloc_gib, "cores": os.cpu_count()},
             "readings": readings}
@@ -221,6 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", help="folder for timer_interference.json and .md (required)")
     ap.add_argument("--helpers", type=int, default=12, help="helper processes per loaded condition (12)")
+    ap.add_argument("--cpu-helpers", type=int, default=2 * (os.cpu_count() or 1),
+                    help="spinning processes in the cpu condition (twice the cores)")
     ap.add_argument("--rounds", type=int, default=2, help="times the four conditions alternate (2)")
     ap.add_argument("--readings", type=int, default=5, help="do_bench_cudagraph calls per kernel and condition (5)")
     ap.add_argument("--rep-ms", type=float, default=100.0, help="do_bench_cudagraph's rep (100, FlagGems' own)")
@@ -233,9 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
 def check(args) -> None:
     if not args.out:
         raise UsageError("--out is required: the folder for the measurement")
-    for name in ("helpers", "rounds", "readings"):
+    for name in ("helpers", "cpu_helpers", "rounds", "readings"):
         if getattr(args, name) < 1:
-            raise UsageError(f"--{name} must be at least 1 (got {getattr(args, name)})")
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(args, name)})")
     if args.rep_ms <= 0 or args.alloc_gib <= 0:
         raise UsageError("--rep-ms and --alloc-gib must be positive")
 

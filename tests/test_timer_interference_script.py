@@ -60,6 +60,7 @@ def test_report_only_renders_a_stored_measurement(tmp_path):
 @pytest.mark.parametrize("argv, needle", [
     (["--rounds", "0"], "--rounds must be at least 1"),
     (["--helpers", "0"], "--helpers must be at least 1"),
+    (["--cpu-helpers", "0"], "--cpu-helpers must be at least 1"),
     (["--rep-ms", "-1"], "--rep-ms and --alloc-gib must be positive"),
     (["--report-only"], "no readable"),
 ])
