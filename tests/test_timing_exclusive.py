@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # One process: `calls` do_bench calls; the pre-call (taking `pre` s, the GPU work a case does
 # between two timings) and the timed stretch stamp a file.
 WORKER = textwrap.dedent('''
-    import os, sys, time
+    import fcntl, os, sys, time
     from zl.timing.exclusive import ExclusiveBench
     lock, stamps, name, calls, hold = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
     pre = float(sys.argv[6])
@@ -43,6 +43,14 @@ WORKER = textwrap.dedent('''
         return 1.0
 
     bench = ExclusiveBench(timed, lock, lambda: None)
+    real_flock = fcntl.flock
+
+    def flock(fd, op):              # a timer announces itself by taking the gate shared
+        real_flock(fd, op)
+        if fd == bench.gate and op == fcntl.LOCK_SH:
+            stamp("announced")
+
+    fcntl.flock = flock
     if calls:                       # a timer: its test's run is GPU work too, like a case's
         with bench.gpu_work():
             for _ in range(calls):
@@ -65,9 +73,11 @@ def worker(tmp_path, name, calls=1, hold=0.05, pre=0.0):
                              name, str(calls), str(hold), str(pre)], env=env, stdout=subprocess.PIPE, text=True)
 
 
-def stamps(tmp_path):
-    """[(what, name, t)] of all processes in time order, each process's in its own order."""
-    per_process = [[(w, n, float(t)) for w, n, t in (ln.split() for ln in p.read_text().splitlines())]
+def stamps(tmp_path, announced=False):
+    """[(what, name, t)] of all processes in time order, each process's in its own order; the
+    timers' gate announcements only when asked for."""
+    per_process = [[(w, n, float(t)) for w, n, t in (ln.split() for ln in p.read_text().splitlines())
+                    if announced or w != "announced"]
                    for p in sorted(tmp_path.glob("stamps-*"))]
     return list(heapq.merge(*per_process, key=lambda e: e[2]))
 
@@ -172,10 +182,11 @@ def test_a_timed_stretch_never_meets_another_runs_gpu_work_and_a_waiting_timer_g
 
 
 def test_timers_waiting_together_time_one_after_another_with_no_share_between(tmp_path):
-    """Five timers and three runs in back-to-back shared stretches. A timer that did its
-    pre-call before another's timed stretch began was waiting through it: the next timed
-    stretch must then follow with no shared stretch begun in between (a gate held only while
-    waiting let shares in between waiting timers, each timer paying a drain of its own)."""
+    """Five timers and three runs in back-to-back shared stretches. A timer announced on the
+    gate before another's timed stretch ended was waiting through it: the next timed stretch
+    must then follow with no shared stretch begun in between (a gate held only while waiting
+    let shares in between waiting timers, each timer paying a drain of its own). The
+    announcement, not the pre-call, is the mark: between the two a share may rightly start."""
     readers = [worker(tmp_path, f"w{i}", calls=0, hold=0.15) for i in range(3)]
     assert wait_for(lambda: len({n for w, n, _ in stamps(tmp_path) if w == "win"}) == 3)
     timers = [worker(tmp_path, f"t{i}", calls=4, hold=0.1) for i in range(5)]
@@ -185,13 +196,13 @@ def test_timers_waiting_together_time_one_after_another_with_no_share_between(tm
     (tmp_path / "stamps.stop").write_text("")
     for p in readers:
         p.communicate(timeout=60)
-    events = stamps(tmp_path)
+    events = stamps(tmp_path, announced=True)
     timed = sorted((iv, n) for n, ivs in intervals(events, "start", "end").items() for iv in ivs)
     wins = [t for w, _, t in events if w == "win"]
     chained = 0
     for (a, _), (b, owner) in zip(timed, timed[1:]):
-        pre = max(t for w, n, t in events if w == "pre" and n == owner and t < b[0])
-        if pre < a[0]:                  # `owner` waited through a's timed stretch
+        announced = max(t for w, n, t in events if w == "announced" and n == owner and t < b[0])
+        if announced < a[1]:            # `owner` waited through a's timed stretch
             chained += 1
             assert not [t for t in wins if a[1] < t < b[0]], (a, b, owner)
     assert chained >= 3 and len(timed) == 20
