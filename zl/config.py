@@ -87,6 +87,7 @@ SETTINGS: Tuple[Setting, ...] = (
     Setting("cold_clock", "ZL_COLD_CLOCK", "--zl-cold-clock", "auto"),
     Setting("judge_only", "ZL_JUDGE_ONLY", "--zl-judge-only", "0"),
     Setting("time_torch", "ZL_TIME_TORCH", "--zl-time-torch", "1"),
+    Setting("gc_freeze", "ZL_GC_FREEZE", "--zl-gc-freeze", "1"),
     Setting("device_overlap", "ZL_DEVICE_OVERLAP", "--zl-device-overlap", "1"),
     Setting("timing_lock", "ZL_TIMING_LOCK", "--zl-timing-lock", ""),
     Setting("enable_ir", "ZL_ENABLE_IR", "--zl-enable-ir", "1"),
@@ -130,6 +131,7 @@ class RunConfig:
     cold_clock: str = "auto"
     judge_only: str = "0"
     time_torch: str = "1"
+    gc_freeze: str = "1"
     device_overlap: str = "1"
     timing_lock: str = ""
     enable_ir: str = "1"

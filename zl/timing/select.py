@@ -59,6 +59,9 @@ OPT_JUDGE = "--zl-judge-only"
 # Off: the torch baseline is not timed (zl.timing.session.TorchBaselineOff).
 ENV_TIME_TORCH = "ZL_TIME_TORCH"
 OPT_TIME_TORCH = "--zl-time-torch"
+# On: the heap is frozen after collection (zl.timing.session.TimingSession.freeze_heap).
+ENV_GC_FREEZE = "ZL_GC_FREEZE"
+OPT_GC_FREEZE = "--zl-gc-freeze"
 
 
 class TimerConfigError(SwitchError):
@@ -106,6 +109,10 @@ def add_options(parser: Any) -> None:
                 "use_gems() returns nan untimed (Torch Latency and speedup print nan; the gems "
                 "latencies an A/B compares are timed as always, at half the GPU time); identity "
                 "time_torch=off, a caliber field", "1")
+    options.add(parser, OPT_GC_FREEZE, ENV_GC_FREEZE,
+                "1 = freeze the heap after collection (gc.freeze), so the gc.collect() FlagGems "
+                "runs after every shape scans only what the run made since; 0/off = leave the "
+                "collector alone", "1")
     options.add(parser, exclusive.OPT_OVERLAP, exclusive.OVERLAP_ENV,
                 "runs overlapping on this device (run_batch.py --overlap N); N > 1 needs "
                 "--zl-timing-lock and is recorded as identity device_overlap", "1")

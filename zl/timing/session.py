@@ -8,6 +8,7 @@ objects, so one process can configure, unconfigure and configure again.
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -98,7 +99,7 @@ class TimingSession:
 
     def __init__(self, backend, timer: str, graph_capture: str, repeat: int,
                  warmup_cap_ms: Optional[float] = 25.0, l2: str = "warm",
-                 cold_clock: str = "events", time_torch: bool = True) -> None:
+                 cold_clock: str = "events", time_torch: bool = True, gc_freeze: bool = True) -> None:
         self.backend = backend
         self.timer = timer
         self.graph_capture = graph_capture
@@ -110,6 +111,8 @@ class TimingSession:
         self.exclusive: Optional[ExclusiveBench] = None
         self.overlap = 1
         self.torch_off = None if time_torch else TorchBaselineOff()
+        self.gc_freeze = gc_freeze
+        self.frozen = 0                 # objects this session froze (unfrozen at unconfigure)
         self.patches = PatchStack()
 
     def install(self, pluginmanager: Any) -> None:
@@ -173,7 +176,22 @@ class TimingSession:
                             + ("compilation drops the share)" if why is None
                                else f"compilation keeps the share: {why})"))
 
+    def freeze_heap(self) -> None:
+        """After collection (torch, Triton, flag_gems and the benchmark modules imported):
+        collect once, then move every live object to the collector's permanent generation.
+        FlagGems' benchmark runs gc.collect() after every shape; each scanned the whole heap,
+        0.15 s a call on the H100 (2.6 s of a 26 s judge side run, under the device's shared
+        lock when overlapped), and now scans only what the run made since. A run's own
+        garbage is collected as before; the frozen objects are the imports, alive anyway."""
+        gc.collect()
+        gc.freeze()
+        self.frozen = gc.get_freeze_count()
+        log(TIMING_LOG_TAG, f"gc: {self.frozen} objects frozen after collection ({select.ENV_GC_FREEZE}; "
+                            "each gc.collect() of the run scans only what it made since)")
+
     def pytest_collection_finish(self, session):
+        if self.gc_freeze:
+            self.freeze_heap()
         if self.torch_off is None:
             return
         n = self.torch_off.apply()
@@ -208,6 +226,11 @@ class TimingSession:
         self.patches.undo_all()
         self.graph = None
         self.exclusive = None
+        if self.frozen:
+            # the interpreter's own last collection at exit must see these objects again
+            # (frozen ones stay alive past it, and Triton's bindings then report leaks)
+            gc.unfreeze()
+            self.frozen = 0
 
 
 def _settle() -> None:
@@ -275,12 +298,15 @@ def start(config: Any) -> TimingSession:
     patch do_bench accordingly, write the identity fields."""
     backend, timer, capture, repeat, warmup_cap, l2, clock = _choose(config)
     lock, overlap = _exclusive(config)
-    raw, name = select.read_setting(config, select.OPT_TIME_TORCH, select.ENV_TIME_TORCH)
     try:
-        time_torch = parse_switch(raw, True, name=name)
+        time_torch, gc_freeze = (parse_switch(raw, True, name=name) for raw, name in (
+            select.read_setting(config, select.OPT_TIME_TORCH, select.ENV_TIME_TORCH),
+            select.read_setting(config, select.OPT_GC_FREEZE, select.ENV_GC_FREEZE)))
     except SwitchError as exc:
         raise pytest.UsageError(f"{TIMING_LOG_TAG} {exc}") from None
-    session = TimingSession(backend, timer, capture, repeat, warmup_cap, l2, clock, time_torch)
+    session = TimingSession(backend, timer, capture, repeat, warmup_cap, l2, clock, time_torch, gc_freeze)
+    if not gc_freeze:
+        update_identity(gc_freeze="off")      # on the record, not a caliber field
     config.pluginmanager.register(session, PLUGIN_NAME)
     session.install(config.pluginmanager)
     if lock:
