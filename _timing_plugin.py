@@ -32,14 +32,26 @@ the torch baseline is not timed (identity time_torch=off; zl.timing.session.Torc
 graph_capture (attempted|disabled|refused|unsupported), direct_repeat, graph_warmup_ms, l2
 and, when cold, cold_clock. Fallback markers carry host_share=<pct>|unknown: the
 measured host-dispatch share of the direct reading.
+Under --overlap (ZL_DEVICE_OVERLAP > 1 with ZL_TIMING_LOCK) on torch.cuda, this process's CUDA
+context is created holding the device's lock shared before the benchmark's conftest is imported,
+and from the exit handler on the process holds the share until it is gone
+(zl.timing.exclusive.context_under_share, hold_share_at_exit).
 The code lives in `zl/timing/`; this module only connects it to pytest.
 """
+
+import pytest
 
 from zl.timing import select, session
 
 
 def pytest_addoption(parser):
     select.add_options(parser)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config, parser, args):
+    """Under --overlap, this process's CUDA context first, under the device's shared lock."""
+    session.context_first(early_config)
 
 
 def pytest_configure(config):

@@ -32,8 +32,12 @@ deadlock.
 Why shared stretches exist: on the H200 at --overlap 8 with only do_bench under the lock,
 A/A went from 0.1-1.4 % (overlap 4) to 0.9-27 % on the same nodes, medium and large shapes
 slowing, 64x64 ones not: another run's GPU work (references, inputs) ran during replays.
-Left outside every stretch: CUDA context creation while a process imports flag_gems, and the
-results plugin's prewarm thread during collection (one small tensor per dtype).
+A process's CUDA context is created, and at exit torn down, under a share as well
+(`context_under_share`, `hold_share_at_exit`): on an H100, 12 helper processes creating and
+destroying contexts with no kernel of their own moved a 0.5 ms kernel's graph-timed readings up
+to 6.5 %, and filling and freeing 4 GiB each up to 13.7 % (quiet: 0.01 %; SM clock 1980 MHz
+throughout; benchmarks/timer_interference.py, docs/validation/speed.md). Left outside every
+stretch: the results plugin's prewarm thread during collection (one small tensor per dtype).
 
 While a run waits for the lock (either way) its --op-timeout clock stops: the run writes its
 waits to `OUT_DIR/lock_wait.json` (WAIT_FILE: seconds waited, since when it waits now, and
@@ -269,6 +273,59 @@ class ExclusiveBench:
                    if s["precall_errors"] else "")
                 + (f"; {s['settle_errors']} synchronize(s) before releasing the share raised"
                    if s["settle_errors"] else ""))
+
+
+def context_under_share(lock_path: str, create: Callable[[], Any]) -> float:
+    """Run `create` (the first device call of this process, which creates its CUDA context)
+    holding the device's lock shared, so no other run is timing meanwhile. -> seconds waited
+    for the share (not credited to --op-timeout: this runs before the run's wait record)."""
+    bench = ExclusiveBench(lambda *a, **k: None, lock_path, create)
+    try:
+        with bench.gpu_work():
+            create()
+        return bench.stats["share_waited_s"]
+    finally:
+        bench.close()
+
+
+_HELD_AT_EXIT: dict = {}     # lock path -> the descriptor holding its share until exit
+
+
+def _highest_fd() -> int:
+    try:
+        return max(int(n) for n in os.listdir("/proc/self/fd"))
+    except (OSError, ValueError):
+        return 255
+
+
+def _hold_share(lock_path: str) -> None:
+    """atexit: take the device's lock shared and keep it until this process is gone. The
+    descriptor is moved above every open one: the kernel closes a dying process's descriptors
+    in ascending order, so the device's own (its memory freed, its context destroyed) close
+    before the share is let go. Python's later exit steps and the driver's run under it too."""
+    if lock_path in _HELD_AT_EXIT:
+        return
+    try:
+        bench = ExclusiveBench(lambda *a, **k: None, lock_path, lambda: None)
+    except ExclusiveTimingError:
+        return
+    try:
+        bench._take_share()
+        _HELD_AT_EXIT[lock_path] = fcntl.fcntl(bench.fd, fcntl.F_DUPFD_CLOEXEC, _highest_fd() + 1)
+    except OSError:
+        pass
+    finally:
+        bench.close()        # the share stays with the moved descriptor (one open file)
+
+
+def hold_share_at_exit(lock_path: str) -> None:
+    """At this process's exit, hold the device's lock shared until the process is gone
+    (`_hold_share`), so tearing down its context and freeing its memory never runs beside
+    another run's timing. Registered once per lock; runs before handlers registered earlier
+    (torch's among them). A process killed by a signal runs no exit handler."""
+    import atexit
+    atexit.unregister(_hold_share)
+    atexit.register(_hold_share, lock_path)
 
 
 def release_share_while_compiling(bench: ExclusiveBench, patches: Any) -> Optional[str]:
