@@ -39,7 +39,8 @@ again after a time limit; every call's wall counts. Exit status: 0 report writte
 ended with exit 0; 1 report written, the screen ended with another exit status (the report
 names it: 5 is a baseline that did not stand for side A); 2 bad arguments (no nodes, --sample
 with --all, --report-only without a screen in --out); 3 the screen left cases unrun
-(--budget-s: call again to resume); 130 stopped by SIGTERM or Ctrl-C (run_batch.py killed with
+(--budget-s: call again to resume); 4 run_batch.py refused before stage 1 started (its exit
+status and last console lines printed, no report: a --baseline of other conditions, say); 130 stopped by SIGTERM or Ctrl-C (run_batch.py killed with
 its cases, the call's wall recorded; call again to resume).
 """
 
@@ -192,6 +193,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         inventory = len(names)
         rc = run_screen(nodes, args, args.out)
+        if not (args.out / SCREEN / SUMMARY).is_file():
+            # run_batch.py refused before stage 1 (a baseline of other conditions, say): no report
+            tail = (args.out / "console-screen.log").read_text(errors="replace").strip().splitlines()[-6:]
+            print(f"!!! screen_throughput.py: run_batch.py exited {rc} before the screen started; "
+                  "nothing to report. Its last lines:\n" + "\n".join(tail), file=sys.stderr)
+            return 4
         if args.upstream:
             run_upstream(nodes, args, args.out)
     res = summarize(args.out, rc, inventory or len(inventory_names()), args.goal_min)

@@ -100,6 +100,16 @@ def test_a_baselines_side_a_is_no_side_run_of_the_screen(tmp_path):
     assert "side A from the baseline" in r.stdout
 
 
+def test_a_refused_baseline_exits_4_naming_why_without_a_traceback(tmp_path):
+    base = tmp_path / "base"
+    assert screen(tmp_path, base).returncode == 0
+    out = tmp_path / "scr"
+    r = screen(tmp_path, out, "--baseline", base / "screen", "--dtypes", "bfloat16")
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert "run_batch.py exited 2 before the screen started" in r.stderr and "dtypes" in r.stderr
+    assert "Traceback" not in r.stderr and not (out / "screen_throughput.json").exists()
+
+
 def test_a_screen_cut_by_its_budget_exits_3_and_reports_what_ran(tmp_path):
     out = tmp_path / "scr"
     r = screen(tmp_path, out, "--budget-s", "0.001")
