@@ -172,9 +172,13 @@ def test_overlap_runs_n_at_once_and_a_solo_run_is_not_its_peer(tmp_path):
     peer = _run(tmp_path / "peer", autotune_mode="record", device_overlap=3)
     assert complaints([("before", peer), ("after", over)]) == []
     # overlapped under the shared-stretch protocol vs before it existed: another caliber
-    now = _run(tmp_path / "now", autotune_mode="replay", device_overlap=3, overlap_protocol="timed-alone")
+    now = _run(tmp_path / "now", autotune_mode="replay", device_overlap=3, overlap_protocol="timed-alone-lifecycle")
     assert complaints([("before", peer), ("after", now)]) == [
-        "overlap_protocol differs: before=<missing>, after=timed-alone"]
+        "overlap_protocol differs: before=<missing>, after=timed-alone-lifecycle"]
+    # a run whose contexts and exits ran beside others' timings vs one where they did not
+    then = _run(tmp_path / "then", autotune_mode="record", device_overlap=3, overlap_protocol="timed-alone")
+    assert complaints([("before", then), ("after", now)]) == [
+        "overlap_protocol differs: before=timed-alone, after=timed-alone-lifecycle"]
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -320,7 +324,7 @@ def test_a_real_overlapped_screen_holds_each_tests_gpu_work_shared_and_records_t
         for name in st:
             case = bd / side / "main" / name
             ident = json.loads((case / "run_identity.json").read_text())
-            assert (ident["device_overlap"], ident["overlap_protocol"]) == (2, "timed-alone")
+            assert (ident["device_overlap"], ident["overlap_protocol"]) == (2, "timed-alone-lifecycle")
             log = (case / "run.log").read_text()
             line = [ln for ln in log.splitlines() if "exclusive timing (overlap=2" in ln]
             assert line and " 1 test run(s) held it shared" in line[-1] and "do_bench call(s) held" in line[-1], log

@@ -358,7 +358,7 @@ def test_subprocess_overlapped_run_times_every_call_under_the_lock(tmp_path, tim
     proc, ident = run_pytest(tmp_path, ZL_BACKEND="cuda", ZL_DEVICE_OVERLAP="2", ZL_TIMING_LOCK=str(lock),
                              **timer)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert ident["device_overlap"] == 2 and ident["overlap_protocol"] == "timed-alone"
+    assert ident["device_overlap"] == 2 and ident["overlap_protocol"] == "timed-alone-lifecycle"
     assert len([line for line in proc.stdout.splitlines() if "ROW " in line]) == 4
     # outermost over whichever timer: all four do_bench calls went through the lock
     assert f"exclusive timing (overlap=2, lock {lock}): 4 do_bench call(s) held the device" in proc.stderr

@@ -31,9 +31,12 @@ because changing it alone moved a measured result (seed, S5000 / H200):
   device_overlap   N runs overlapped on one GPU (run_batch.py --overlap N), each do_bench
                    call exclusive under a per-device lock, compilation and start-up
                    concurrent: absent on a solo run, so overlapped vs solo is a mismatch
-  overlap_protocol what an overlapped run kept out of its timed stretches (`timed-alone`:
-                   every other run's GPU work, zl/timing/exclusive.py); absent on runs
-                   overlapped before it existed, which timed beside others' GPU work
+  overlap_protocol what an overlapped run kept out of its timed stretches
+                   (`timed-alone-lifecycle`: every other run's GPU work, CUDA context
+                   creation and process exit included, zl/timing/exclusive.py; `timed-alone`:
+                   all but those two, which moved timed kernels up to 13.7 % on an H100);
+                   absent on runs overlapped before it existed, which timed beside others'
+                   GPU work
   time_torch       `off` (ZL_TIME_TORCH=off): the torch baseline was not timed, so the
                    gems calls ran without a torch timing before each: absent when it was
 

@@ -70,7 +70,9 @@ OPT_OVERLAP = "--zl-device-overlap"
 OPT_LOCK = "--zl-timing-lock"
 WAIT_FILE = "lock_wait.json"
 GATE_SUFFIX = ".gate"
-PROTOCOL = "timed-alone"   # identity overlap_protocol: the shared/exclusive protocol above
+# identity overlap_protocol: the shared/exclusive protocol above. `timed-alone` (earlier runs)
+# left each process's context creation and exit outside the share; `timed-alone-lifecycle` does not.
+PROTOCOL = "timed-alone-lifecycle"
 
 
 class ExclusiveTimingError(ValueError):
