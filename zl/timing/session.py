@@ -181,10 +181,10 @@ class TimingSession:
     def freeze_heap(self) -> None:
         """After collection (torch, Triton, flag_gems and the benchmark modules imported):
         collect once, then move every live object to the collector's permanent generation.
-        FlagGems' benchmark runs gc.collect() after every shape; each scanned the whole heap,
-        0.15 s a call on the H100 (2.6 s of a 26 s judge side run, under the device's shared
-        lock when overlapped), and now scans only what the run made since. A run's own
-        garbage is collected as before; the frozen objects are the imports, alive anyway."""
+        FlagGems' benchmark runs gc.collect() after every shape; each scanned the whole heap:
+        in a profiled judge side run on an H100, 17 calls took 3.90 s, and 0.88 s frozen (under
+        the device's shared lock when overlapped). A run's own garbage is collected as before;
+        the frozen objects are the imports, alive anyway."""
         gc.collect()
         gc.freeze()
         self.frozen = gc.get_freeze_count()
