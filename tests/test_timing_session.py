@@ -244,13 +244,8 @@ def test_plugin_modules_import_no_other_plugin_module(module):
 
 # --- real pytest subprocesses on the CPU driver ---------------------------------------------
 
-BENCH_FILE = textwrap.dedent('''
-    import fcntl, gc, os
-    import triton.testing
-
-    def work():
-        return sum(range(2000))
-
+# The device lock as another process sees it (source for the test files below).
+LOCK_STATE = textwrap.dedent('''
     def lock_state():
         """The device lock as another process sees it: free, shared or exclusive."""
         path = os.environ.get("ZL_TIMING_LOCK")
@@ -267,7 +262,16 @@ BENCH_FILE = textwrap.dedent('''
             return "exclusive"
         finally:
             os.close(fd)
+''')
 
+BENCH_FILE = textwrap.dedent('''
+    import fcntl, gc, os
+    import triton.testing
+
+    def work():
+        return sum(range(2000))
+
+''') + LOCK_STATE + textwrap.dedent('''
     def test_softmax():
         print("BODY", lock_state())
         print("FROZEN", gc.get_freeze_count())
@@ -466,19 +470,7 @@ FAKE_CUDA = textwrap.dedent('''
 
     real = (torch.cuda.is_available, torch.cuda.synchronize)
 
-    def lock_state():
-        fd = os.open(os.environ["ZL_TIMING_LOCK"], os.O_RDWR)
-        try:
-            for mode, held in ((fcntl.LOCK_EX, "free"), (fcntl.LOCK_SH, "shared")):
-                try:
-                    fcntl.flock(fd, mode | fcntl.LOCK_NB)
-                    return held
-                except BlockingIOError:
-                    pass
-            return "exclusive"
-        finally:
-            os.close(fd)
-
+''') + LOCK_STATE + textwrap.dedent('''
     def synchronize(device=None):
         print("CONTEXT", lock_state(), flush=True)
 
