@@ -154,6 +154,26 @@ def test_batch_costs_script_prints_a_table_and_refuses_bad_input(tmp_path):
     assert usage.returncode == 2 and "batch_dir" in usage.stderr
 
 
+def test_batch_costs_adds_the_rate_and_its_projections_given_the_wall(tmp_path):
+    batch = _batch(tmp_path, [("clamp", "PASS", "20000", LEDGER), ("relu", "PASS", "30000", LEDGER),
+                              ("mv", "TIMEOUT", "70000", LEDGER)])
+    (batch / "costs.tsv").write_text("run_name\tstatus\tcpu_s\nclamp\tPASS\t10.0\nrelu\tPASS\t20.0\n"
+                                     "mv\tTIMEOUT\t-\n")
+    script = ROOT / "benchmarks/batch_costs.py"
+    r = subprocess.run([sys.executable, str(script), str(batch), "--wall-s", "60", "--slots", "2",
+                        "--inventory", "120"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    # 3 side runs in 60 s; 120 case seconds, 40 a side run; 30 CPU-s over 60 s
+    assert "# rate: 3 side run(s) in 60.0 s: 180.0 per hour (PASS 2, TIMEOUT 1)" in r.stderr
+    assert ("# case seconds 120.0 (mean 40.0 s a side run); cores busy 0.50; CPU-s per PASS side run: "
+            "median 15.0, mean 15.0") in r.stderr
+    assert "# with 2 slot(s) never idle: 180.0 side runs per hour" in r.stderr
+    assert "# 120 side runs: 40.0 minutes at the measured rate, 40.0 with 2 slot(s) never idle" in r.stderr
+    for bad, says in ((["--slots", "2"], "need --wall-s"), (["--wall-s", "0"], "must be positive")):
+        r = subprocess.run([sys.executable, str(script), str(batch), *bad], capture_output=True, text=True)
+        assert r.returncode == 2 and says in r.stderr
+
+
 def test_batch_report_counts_a_cut_one_process_run(tmp_path):
     root = tmp_path / "root"
     (root / "upstream").mkdir(parents=True)
