@@ -88,7 +88,9 @@ def pytest_load_initial_conftests(early_config, parser, args):
     if _PREWARM in early_config.stash or not _wanted(early_config):
         return
     from zl.results.prewarm import Prewarm
-    prewarm = Prewarm(lambda m: log(TAG, m))
+    from zl.timing.exclusive import OPT_LOCK, OPT_OVERLAP, overlap_lock
+    lock = overlap_lock(options.early_value(early_config, OPT_LOCK), options.early_value(early_config, OPT_OVERLAP))
+    prewarm = Prewarm(lambda m: log(TAG, m), lock)
     early_config.stash[_PREWARM] = prewarm
     prewarm.start()
 

@@ -35,7 +35,7 @@ measured host-dispatch share of the direct reading.
 Under --overlap (ZL_DEVICE_OVERLAP > 1 with ZL_TIMING_LOCK) on torch.cuda, this process's CUDA
 context is created holding the device's lock shared before the benchmark's conftest is imported,
 and from the exit handler on the process holds the share until it is gone
-(zl.timing.exclusive.context_under_share, hold_share_at_exit).
+(zl.timing.exclusive.run_shared, hold_share_at_exit).
 The code lives in `zl/timing/`; this module only connects it to pytest.
 """
 

@@ -45,6 +45,38 @@ def test_it_runs_the_large_record_path_once_per_float_dtype(monkeypatch):
     assert "float16, bfloat16, float32 loaded" in logged[0]
 
 
+def test_with_overlapping_runs_the_work_holds_the_device_lock_shared(monkeypatch, tmp_path):
+    """Under --overlap the prewarm's kernels are GPU work like a test's: no other run may time
+    beside them (taking the lock exclusively fails while they run), and the lock is free after."""
+    import fcntl
+    import os
+    lock = str(tmp_path / "device.lock")
+    probe = os.open(lock, os.O_RDWR | os.O_CREAT)
+
+    def can_time():
+        try:
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(probe, fcntl.LOCK_UN)
+        return True
+    seen = []
+    _fake_cuda(monkeypatch, describe=lambda t: seen.append(can_time()) or {})
+    p = prewarm.Prewarm(lambda m: None, lock)
+    p.start()
+    p.join()
+    assert seen == [False, False, False] and can_time()
+    assert p.outcome.startswith("float16, bfloat16, float32 loaded under the device's shared lock (waited ")
+    os.close(probe)
+
+
+def test_the_overlap_lock_is_named_only_when_runs_overlap():
+    from zl.timing.exclusive import overlap_lock
+    assert overlap_lock("/tmp/l", "2") == "/tmp/l"
+    assert overlap_lock("/tmp/l", "1") is None and overlap_lock("", "2") is None
+    assert overlap_lock("/tmp/l", "many") is None          # named at configure, not here
+
+
 def test_the_work_happens_off_the_calling_thread_and_join_waits_for_it(monkeypatch):
     release, started, threads = threading.Event(), threading.Event(), []
 

@@ -10,7 +10,9 @@ on a tensor just above the host path's cap runs the same kernels as a real large
 
 The thread is joined before collection ends (and again, as a backstop, before each test), so
 none of its device work overlaps a timed loop or a `use_gems()` block (inside one, its torch
-calls would dispatch to FlagGems). Only on torch.cuda: lazy loading is CUDA's.
+calls would dispatch to FlagGems). When runs overlap on the device (`run_batch.py --overlap`),
+the work holds the device's lock shared, so it never runs beside another run's timing either.
+Only on torch.cuda: lazy loading is CUDA's.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ ELEMENTS = 2 * capture.HOST_CAP     # above the cap: the device path; a whole nu
 
 
 class Prewarm:
-    def __init__(self, log: Callable[[str], None]):
+    def __init__(self, log: Callable[[str], None], lock: Optional[str] = None):
         self.log = log
+        self.lock = lock     # the device's timing lock when runs overlap: the work holds it shared
         self.thread: Optional[threading.Thread] = None
         self.busy_s = 0.0
         self.outcome = "not started"
@@ -44,10 +47,17 @@ class Prewarm:
             if not torch.cuda.is_available():
                 self.outcome = "skipped (no CUDA device)"
                 return
-            for name in DTYPES:
-                capture.describe(torch.ones(ELEMENTS, dtype=getattr(torch, name), device="cuda"))
-            torch.cuda.synchronize()
+            def work() -> None:
+                for name in DTYPES:
+                    capture.describe(torch.ones(ELEMENTS, dtype=getattr(torch, name), device="cuda"))
+                torch.cuda.synchronize()
             self.outcome = f"{', '.join(DTYPES)} loaded"
+            if self.lock is None:
+                work()
+            else:   # GPU work: never beside another overlapped run's timing (zl/timing/exclusive.py)
+                from zl.timing.exclusive import run_shared
+                waited = run_shared(self.lock, work, torch.cuda.synchronize)
+                self.outcome += f" under the device's shared lock (waited {waited:.3f} s)"
         except Exception as exc:  # a failed prewarm only leaves the first record slower
             self.outcome = f"failed ({exc!r:.200})"
         finally:

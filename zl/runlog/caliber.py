@@ -33,10 +33,10 @@ because changing it alone moved a measured result (seed, S5000 / H200):
                    concurrent: absent on a solo run, so overlapped vs solo is a mismatch
   overlap_protocol what an overlapped run kept out of its timed stretches
                    (`timed-alone-lifecycle`: every other run's GPU work, CUDA context
-                   creation and process exit included, zl/timing/exclusive.py; `timed-alone`:
-                   all but those two, which moved timed kernels up to 13.7 % on an H100);
-                   absent on runs overlapped before it existed, which timed beside others'
-                   GPU work
+                   creation, process exit and the results prewarm included,
+                   zl/timing/exclusive.py; `timed-alone`: all but those three, and the
+                   first two alone moved timed kernels up to 13.7 % on an H100); absent on
+                   runs overlapped before it existed, which timed beside others' GPU work
   time_torch       `off` (ZL_TIME_TORCH=off): the torch baseline was not timed, so the
                    gems calls ran without a torch timing before each: absent when it was
 

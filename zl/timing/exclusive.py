@@ -33,11 +33,11 @@ Why shared stretches exist: on the H200 at --overlap 8 with only do_bench under 
 A/A went from 0.1-1.4 % (overlap 4) to 0.9-27 % on the same nodes, medium and large shapes
 slowing, 64x64 ones not: another run's GPU work (references, inputs) ran during replays.
 A process's CUDA context is created, and at exit torn down, under a share as well
-(`context_under_share`, `hold_share_at_exit`): on an H100, 12 helper processes creating and
+(`run_shared`, `hold_share_at_exit`): on an H100, 12 helper processes creating and
 destroying contexts with no kernel of their own moved a 0.5 ms kernel's graph-timed readings up
 to 6.5 %, and filling and freeing 4 GiB each up to 13.7 % (quiet: 0.01 %; SM clock 1980 MHz
-throughout; benchmarks/timer_interference.py, docs/validation/speed.md). Left outside every
-stretch: the results plugin's prewarm thread during collection (one small tensor per dtype).
+throughout; benchmarks/timer_interference.py, docs/validation/speed.md). So is the results
+plugin's prewarm (one describe per float dtype, in a thread during start-up).
 
 While a run waits for the lock (either way) its --op-timeout clock stops: the run writes its
 waits to `OUT_DIR/lock_wait.json` (WAIT_FILE: seconds waited, since when it waits now, and
@@ -277,17 +277,28 @@ class ExclusiveBench:
                    if s["settle_errors"] else ""))
 
 
-def context_under_share(lock_path: str, create: Callable[[], Any]) -> float:
-    """Run `create` (the first device call of this process, which creates its CUDA context)
-    holding the device's lock shared, so no other run is timing meanwhile. -> seconds waited
-    for the share (not credited to --op-timeout: this runs before the run's wait record)."""
-    bench = ExclusiveBench(lambda *a, **k: None, lock_path, create)
+def run_shared(lock_path: str, work: Callable[[], Any], settle: Callable[[], Any]) -> float:
+    """Run `work` (GPU work before the run's session exists: its CUDA context's creation, the
+    results prewarm) holding the device's lock shared, `settle` (a synchronize) before the share
+    is dropped, so no other run is timing meanwhile. -> seconds waited for the share (not
+    credited to --op-timeout: this runs before the run's wait record)."""
+    bench = ExclusiveBench(lambda *a, **k: None, lock_path, settle)
     try:
         with bench.gpu_work():
-            create()
+            work()
         return bench.stats["share_waited_s"]
     finally:
         bench.close()
+
+
+def overlap_lock(lock_text: Optional[str], overlap_text: Optional[str]) -> Optional[str]:
+    """The device's lock file when this run overlaps others on it (ZL_DEVICE_OVERLAP > 1 with
+    ZL_TIMING_LOCK), else None; unusable settings are None here, named at configure."""
+    lock = (lock_text or "").strip()
+    try:
+        return lock if parse_overlap(overlap_text, lock) > 1 else None
+    except ValueError:
+        return None
 
 
 _HELD_AT_EXIT: dict = {}     # lock path -> the descriptor holding its share until exit

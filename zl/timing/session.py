@@ -238,24 +238,24 @@ class TimingSession:
 def context_first(early_config: Any) -> None:
     """Under --overlap on torch.cuda, before the benchmark's conftest imports flag_gems (and
     before the results prewarm starts): create this process's CUDA context holding the device's
-    lock shared (`exclusive.context_under_share`), so no other run times meanwhile. A bad
+    lock shared (`exclusive.run_shared`), so no other run times meanwhile. A bad
     setting is left to pytest_configure to name; a --zl-backend or --zl-device on the command
     line is applied only later in this hook, so then the context waits for the benchmark."""
-    lock = options.early_value(early_config, exclusive.OPT_LOCK).strip()
+    lock = exclusive.overlap_lock(options.early_value(early_config, exclusive.OPT_LOCK),
+                                  options.early_value(early_config, exclusive.OPT_OVERLAP))
     try:
-        overlap = exclusive.parse_overlap(options.early_value(early_config, exclusive.OPT_OVERLAP), lock)
         backend = get_backend(options.early_value(early_config, "--zl-backend"))
     except ValueError:
         return
     ns = early_config.known_args_namespace
-    if overlap <= 1 or backend.torch_namespace != "cuda" or \
+    if lock is None or backend.torch_namespace != "cuda" or \
             getattr(ns, "zl_backend", None) is not None or getattr(ns, "zl_device", None) is not None:
         return
     import torch
     if not torch.cuda.is_available():
         return
     try:
-        waited = exclusive.context_under_share(lock, torch.cuda.synchronize)
+        waited = exclusive.run_shared(lock, torch.cuda.synchronize, torch.cuda.synchronize)
     except exclusive.ExclusiveTimingError:
         return      # an unusable lock file: pytest_configure names it
     log(TIMING_LOG_TAG, f"CUDA context created with {lock} held shared (waited {waited:.3f} s for it): "
