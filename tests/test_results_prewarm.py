@@ -48,18 +48,10 @@ def test_it_runs_the_large_record_path_once_per_float_dtype(monkeypatch):
 def test_with_overlapping_runs_the_work_holds_the_device_lock_shared(monkeypatch, tmp_path):
     """Under --overlap the prewarm's kernels are GPU work like a test's: no other run may time
     beside them (taking the lock exclusively fails while they run), and the lock is free after."""
-    import fcntl
     import os
+    from test_timing_exclusive import other_runs_probe
     lock = str(tmp_path / "device.lock")
-    probe = os.open(lock, os.O_RDWR | os.O_CREAT)
-
-    def can_time():
-        try:
-            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        fcntl.flock(probe, fcntl.LOCK_UN)
-        return True
+    probe, can_time = other_runs_probe(lock)
     seen = []
     _fake_cuda(monkeypatch, describe=lambda t: seen.append(can_time()) or {})
     p = prewarm.Prewarm(lambda m: None, lock)
