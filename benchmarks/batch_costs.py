@@ -56,9 +56,12 @@ def main(argv=None) -> int:
 
 
 def rate_lines(batch: Path, rows, wall: float, slots, inventory) -> list:
-    """The batch's rate over `wall` seconds, and what `slots` never idle would give."""
+    """The batch's rate over `wall` seconds, and what `slots` never idle would give. The case
+    seconds are ops_status.csv's milliseconds (batch_cost_rows rounds each to 0.1 s)."""
     with open(batch / "ops_status.csv", newline="") as fh:
         cases = list(csv.DictReader(fh))
+    if not cases:
+        return [f"rate: no case in {batch / 'ops_status.csv'}"]
     source = rows
     if (batch / "costs.tsv").is_file():
         with open(batch / "costs.tsv", newline="") as fh:

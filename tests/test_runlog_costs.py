@@ -169,6 +169,12 @@ def test_batch_costs_adds_the_rate_and_its_projections_given_the_wall(tmp_path):
             "median 15.0, mean 15.0") in r.stderr
     assert "# with 2 slot(s) never idle: 180.0 side runs per hour" in r.stderr
     assert "# 120 side runs: 40.0 minutes at the measured rate, 40.0 with 2 slot(s) never idle" in r.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "ops_status.csv").write_text("repo,op,op_file,run_name,status,elapsed_ms,out_dir\n")
+    r = subprocess.run([sys.executable, str(script), str(empty), "--wall-s", "60", "--slots", "2"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "# rate: no case in" in r.stderr and "Traceback" not in r.stderr
     for bad, says in ((["--slots", "2"], "need --wall-s"), (["--wall-s", "0"], "must be positive")):
         r = subprocess.run([sys.executable, str(script), str(batch), *bad], capture_output=True, text=True)
         assert r.returncode == 2 and says in r.stderr
