@@ -173,13 +173,16 @@ class Helpers:
             p.stderr.close()
 
 
-def sm_clock(index: int = 0) -> Optional[float]:
-    """nvidia-smi's current SM clock in MHz; None where it cannot be read."""
+def sm_clock() -> Optional[float]:
+    """The SM clock in MHz of the card this process times on, read by telemetry.py's sampler
+    (the card the visibility variable names, else the first); None where it cannot be read."""
+    import telemetry
+    from zl.backends import get_backend
+    backend = get_backend("cuda")
     try:
-        out = subprocess.run(["nvidia-smi", "-i", str(index), "--query-gpu=clocks.sm",
-                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
-        return float(out.stdout.strip().splitlines()[0])
-    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        rows = telemetry.sample(backend, backend.telemetry_command(telemetry.resolve_device(backend, None)))
+        return float(rows[0]["sm_clock_mhz"])
+    except (telemetry.SamplerUnavailable, ValueError, IndexError, KeyError):
         return None
 
 

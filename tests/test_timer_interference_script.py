@@ -106,3 +106,16 @@ def test_a_helper_that_cannot_load_the_machine_is_named(monkeypatch):
         assert "exited 1" in why and "libcuda" in why
     finally:
         helpers.stop()
+
+
+def test_the_clock_is_the_visible_cards_read_by_the_projects_sampler(tmp_path, monkeypatch):
+    """CUDA_VISIBLE_DEVICES=5: nvidia-smi is asked for card 5 (its numbering), not card 0."""
+    from test_overlap_throughput_script import fake_smi
+    # index, SM clock, memory clock, temperature, power, utilization for the card asked for
+    monkeypatch.setenv("PATH", fake_smi(tmp_path, 'case "$*" in *"-i 5"*) echo "5, 1755, 2619, 41, 120.5, 0";;\n'
+                                                   '*) echo "0, 1980, 2619, 40, 110.0, 0";; esac\n'))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")
+    assert ti.sm_clock() == 1755.0
+    (tmp_path / "broken").mkdir()
+    monkeypatch.setenv("PATH", fake_smi(tmp_path / "broken", "exit 9\n"))
+    assert ti.sm_clock() is None
