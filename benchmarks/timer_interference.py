@@ -144,11 +144,14 @@ def helper(mode: str, alloc_gib: float) -> int:
 
 
 class Helpers:
-    """`count` helper processes of one mode in their own process group, stopped on exit."""
+    """`count` helper processes of one mode in their own process group, stopped on exit; a
+    driver killed outright takes them with it (zl.batch.executor.child_setup)."""
 
     def __init__(self, mode: str, count: int, alloc_gib: float) -> None:
+        from zl.batch.executor import child_setup
         self.procs = [subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--helper", mode,
                                         "--alloc-gib", str(alloc_gib)], start_new_session=True,
+                                       preexec_fn=child_setup(os.getpid()),
                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
                       for _ in range(count)]
 

@@ -91,6 +91,24 @@ def test_cpu_helpers_spin_until_stopped_and_stop_kills_them():
     assert not any(_alive(pid) for pid in pids)
 
 
+def test_a_driver_killed_outright_takes_its_helpers_with_it(tmp_path):
+    driver = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time, importlib.util\n"
+         f"spec = importlib.util.spec_from_file_location('ti', {str(SCRIPT)!r})\n"
+         "ti = importlib.util.module_from_spec(spec); spec.loader.exec_module(ti)\n"
+         "h = ti.Helpers('cpu', 2, 1.0)\n"
+         "print(' '.join(str(p.pid) for p in h.procs), flush=True)\n"
+         "time.sleep(120)\n"], stdout=subprocess.PIPE, text=True)
+    pids = [int(p) for p in driver.stdout.readline().split()]
+    assert len(pids) == 2 and all(_alive(pid) for pid in pids)
+    driver.kill()
+    driver.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in pids)
+
+
 def test_a_helper_that_cannot_load_the_machine_is_named(monkeypatch):
     # without a CUDA driver (CI) a context helper ends at once: the condition must not pass as loaded
     try:
