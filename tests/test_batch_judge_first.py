@@ -170,8 +170,11 @@ def test_a_baseline_stands_for_side_a_of_the_untimed_stage(tmp_path):
     b = summary["baseline"]
     assert b["linked"] == 5 and b["side_a"] == str(base)
     # the linked sides A ran in the baseline's batch: their CPU is not this stage's
-    assert summary["cpu"]["judge"]["side_runs"] == 2 + 5
-    assert b["fresh"] == {"main:exp": "baseline FAIL", "main:zl_skipped": "baseline SKIP"}
+    assert summary["cpu"]["judge"]["side_runs"] == 1 + 5
+    # upstream's skip is carried unjudged (no side run here); a failure runs side A fresh
+    assert b["carried"] == {"main:zl_skipped": "SKIP"} and b["fresh"] == {"main:exp": "baseline FAIL"}
+    assert s1["unjudged"]["main:zl_skipped"].startswith("side A SKIP")
+    assert f"baseline={base / 'main/zl_skipped'}" in s1["unjudged"]["main:zl_skipped"]
     # side A of a linked node is the baseline's files (hard links), never rerun; side B replays it
     linked = root / "judge/before/main/softmax"
     assert os.stat(linked / "run.log").st_ino == os.stat(base / "main/softmax/run.log").st_ino
@@ -205,6 +208,34 @@ def test_a_baseline_stands_for_side_a_of_the_untimed_stage(tmp_path):
     assert fresh["main:exp"] == "side A ran here in an earlier call"
     r = judge_first(tmp_path, "--resume", "--controls", "2", "--baseline", tmp_path / "other")
     assert r.returncode == 2 and f"--baseline {base}; this call gives ZL_X with --controls 2 and --baseline" in r.stderr
+
+
+def test_a_baseline_timeout_is_carried_unless_the_screen_allows_more_time(tmp_path):
+    """A node that timed out in the baseline ends unjudged without a side run here, as a fresh
+    side A would (a timeout is never retried); a screen with a larger --op-timeout reruns it."""
+    hang = dict(ZL_STUB_PLAN="exp=hang,zl_skipped=skip")
+    assert plain_judge(tmp_path, "base", "--op-timeout", "3", **hang).returncode == 0
+    assert status(tmp_path / "base")["exp"]["status"] == "TIMEOUT"
+    runs = Counter(t[0] for t in trace(tmp_path))
+    r = judge_first(tmp_path, "--ops", *OPS, "--controls", "1", "--op-timeout", "3", "--baseline",
+                    tmp_path / "base", **hang)
+    assert r.returncode == 0, r.stdout + r.stderr
+    summary = json.loads((tmp_path / "jf/judge_first.json").read_text())
+    assert summary["baseline"]["carried"] == {"main:exp": "TIMEOUT", "main:zl_skipped": "SKIP"}
+    assert summary["baseline"]["fresh"] == {} and summary["baseline"]["linked"] == 5
+    assert (Counter(t[0] for t in trace(tmp_path)) - runs)["exp"] == 0       # never started here
+    assert summary["stage1"]["unjudged"]["main:exp"].startswith("side A TIMEOUT")
+    assert status(tmp_path / "jf/judge/after")["exp"]["status"] == "NOT_RUN"
+    assert "1 SKIP carried (not judged), 1 TIMEOUT carried (not judged)" in r.stdout
+    # more time than the baseline had: the node runs side A fresh, the reason on record
+    r = batch(tmp_path, "--switch", "ZL_X", "--judge-first", "--devices", "0", "--batch-dir", tmp_path / "jf4",
+              "--ops", *OPS, "--controls", "1", "--op-timeout", "4", "--baseline", tmp_path / "base",
+              ZL_STUB_TRACE=str(tmp_path / "trace"), **{**ENV, **hang})
+    assert r.returncode == 0, r.stdout + r.stderr
+    fresh = json.loads((tmp_path / "jf4/judge_first.json").read_text())["baseline"]["fresh"]
+    assert fresh == {"main:exp": "baseline TIMEOUT at --op-timeout 3 s; this screen allows 4 s"}
+    assert status(tmp_path / "jf4/judge/before")["exp"]["status"] == "TIMEOUT"
+    assert "CELL_TIMEOUT op=exp" in (tmp_path / "jf4/judge/before/main/exp/run.log").read_text()
 
 
 def test_a_baseline_that_does_not_reproduce_side_a_is_caught(tmp_path):

@@ -80,6 +80,7 @@ class Baseline:
     side_dir: Path                       # its side A's case directories and ops_status.csv
     conditions: Dict
     rows: Dict[Tuple[str, str], Dict[str, str]]
+    op_timeout_s: float = 0.0            # the baseline's --op-timeout (its TIMEOUTs are carried under it)
 
 
 def open_baseline(given: Path, switch: str) -> Baseline:
@@ -102,7 +103,11 @@ def open_baseline(given: Path, switch: str) -> Baseline:
     rows = read_rows(side_dir / "ops_status.csv")
     if not rows:
         raise BaselineError(f"--baseline {given}: {side_dir / 'ops_status.csv'} holds no case")
-    return Baseline(Path(given), batch_dir, side_dir, cond, rows)
+    try:
+        limit = float(started.get("op_timeout_s") or 0)
+    except (TypeError, ValueError):
+        limit = 0.0
+    return Baseline(Path(given), batch_dir, side_dir, cond, rows, limit)
 
 
 def _comparable(cond: Dict) -> Dict:
@@ -132,24 +137,38 @@ def _link_tree(src: Path, dst: Path) -> None:
     shutil.copytree(src, dst, symlinks=True, copy_function=link)
 
 
-def _unusable(base: Baseline, key: Tuple[str, str], src: Path) -> str:
+# Side A statuses a node takes from the baseline. PASS is linked and side B runs beside it. SKIP
+# (upstream's own skip on this GPU) and TIMEOUT end the node unjudged, as a fresh side A would:
+# the batch never retries a timeout (it repeats), and on the H100's 48-node baseline six
+# TIMEOUTs at 60 s took 30 % of the case seconds. A TIMEOUT is carried only when this screen
+# allows no more time than the baseline did; a larger --op-timeout runs the node fresh.
+CARRIED = ("PASS", "SKIP", "TIMEOUT")
+
+
+def _unusable(base: Baseline, key: Tuple[str, str], src: Path, op_timeout: float = 0.0) -> str:
     """Why a case's side A cannot come from the baseline ("" when it can)."""
     row = base.rows.get(key)
     if row is None:
         return "not in the baseline"
-    if row.get("status") != "PASS":
-        return f"baseline {row.get('status')}"
+    status = row.get("status")
+    if status not in CARRIED:
+        return f"baseline {status}"
+    if status == "TIMEOUT":
+        if not base.op_timeout_s or op_timeout > base.op_timeout_s:
+            return (f"baseline TIMEOUT at --op-timeout {base.op_timeout_s:g} s; this screen allows "
+                    f"{op_timeout:g} s")
+        return "" if src.is_dir() else "baseline case missing"
     return "" if (src / COMPLETE_MARK).is_file() else "baseline case incomplete"
 
 
-def adopt(base: Baseline, cases, side_dir: Path, skip) -> Dict[Tuple[str, str], Dict[str, str]]:
-    """Link each case's PASSed baseline directory into `side_dir`: {key: its side-A row}.
-    `skip`: keys a --resume reuses. The other cases run side A fresh."""
+def adopt(base: Baseline, cases, side_dir: Path, skip, op_timeout: float = 0.0) -> Dict[Tuple[str, str], Dict[str, str]]:
+    """Link each case's baseline directory whose status is CARRIED into `side_dir`: {key: its
+    side-A row}. `skip`: keys a --resume reuses. The other cases run side A fresh."""
     adopted = {}
     for c in cases:
         key = (c.repo, c.run_name)
         row, src = base.rows.get(key), case_dir(base.side_dir, c)
-        if key in skip or _unusable(base, key, src):
+        if key in skip or _unusable(base, key, src, op_timeout):
             continue
         dst = case_dir(side_dir, c)
         if (dst / BASELINE_MARK).is_file():
@@ -164,15 +183,17 @@ def adopt(base: Baseline, cases, side_dir: Path, skip) -> Dict[Tuple[str, str], 
     return adopted
 
 
-def baseline_summary(base: Baseline, judge_dir: Path) -> Dict:
-    """What stage 1 took from the baseline: its directories, the number of nodes whose side A
-    was linked, and each node that ran side A fresh with the reason."""
+def baseline_summary(base: Baseline, judge_dir: Path, op_timeout: float = 0.0) -> Dict:
+    """What stage 1 took from the baseline: its directories, the number of nodes whose PASSed
+    side A was linked, each node whose SKIP or TIMEOUT was carried (unjudged, no side run here),
+    and each node that ran side A fresh with the reason."""
     rows = read_rows(judge_dir / "before" / "ops_status.csv")
-    linked = {k for k in rows if (Path(rows[k]["out_dir"]) / BASELINE_MARK).is_file()}
-    fresh = {f"{r}:{n}": _unusable(base, (r, n), base.side_dir / r / n) or "side A ran here in an earlier call"
-             for (r, n) in rows if (r, n) not in linked}
-    return {"dir": str(base.given), "side_a": str(base.side_dir), "linked": len(linked),
-            "fresh": dict(sorted(fresh.items()))}
+    taken = {k for k in rows if (Path(rows[k]["out_dir"]) / BASELINE_MARK).is_file()}
+    carried = {f"{r}:{n}": rows[(r, n)]["status"] for (r, n) in sorted(taken) if rows[(r, n)]["status"] != "PASS"}
+    fresh = {f"{r}:{n}": _unusable(base, (r, n), base.side_dir / r / n, op_timeout)
+             or "side A ran here in an earlier call" for (r, n) in rows if (r, n) not in taken}
+    return {"dir": str(base.given), "side_a": str(base.side_dir), "linked": len(taken) - len(carried),
+            "carried": carried, "fresh": dict(sorted(fresh.items()))}
 
 
 def drift(root: Path, nodes: List[str]) -> Dict:
@@ -338,10 +359,12 @@ def run(args, run_stage: Callable[[object], int], log: Callable[[str], None]) ->
                 summary_path.unlink()
             raise
         if base is not None and (root / JUDGE / "before" / "ops_status.csv").is_file():
-            record.update(baseline=baseline_summary(base, root / JUDGE))
+            record.update(baseline=baseline_summary(base, root / JUDGE, float(args.op_timeout)))
             atomic.write_json(summary_path, record)
+            carried = Counter(record["baseline"]["carried"].values())
             log(f"judge-first: side A of {record['baseline']['linked']} node(s) linked from the baseline, "
-                f"{len(record['baseline']['fresh'])} run fresh")
+                f"{len(record['baseline']['fresh'])} run fresh"
+                + "".join(f", {n} {s} carried (not judged)" for s, n in sorted(carried.items())))
         _wall(record, JUDGE, started, log, root / JUDGE)
         atomic.write_json(summary_path, record)
         if code != 0:

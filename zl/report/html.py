@@ -307,7 +307,8 @@ def _judge_first(page: Page, summary: Optional[Dict]) -> None:
         check = base.get("check") or {}
         drift = check.get("drift") or {}
         page.add(f'<div class="{"warn" if drift else "sub"}">side A from the baseline {esc(base.get("dir"))}: '
-                 f'{esc(base.get("linked"))} node(s) linked, {len(base.get("fresh") or {})} run fresh; '
+                 f'{esc(base.get("linked"))} node(s) linked, {len(base.get("carried") or {})} carried unjudged '
+                 f'(its SKIP or TIMEOUT), {len(base.get("fresh") or {})} run fresh; '
                  f'checked against a fresh side A on {len(check.get("checked") or [])} timed node(s)'
                  + (f'; DRIFT on {esc(", ".join(f"{n} ({v})" for n, v in drift.items()))}: stage 1 is void'
                     if drift else "") + "</div>")

@@ -50,7 +50,8 @@ def stage1_lines(summary: Dict) -> List[str]:
     if base:
         check = base.get("check") or {}
         out.append(f"[judge-first] side A from the baseline {base.get('dir')}: {base.get('linked')} node(s) "
-                   f"linked, {len(base.get('fresh') or {})} run fresh; checked on {len(check.get('checked') or [])} "
+                   f"linked, {len(base.get('carried') or {})} carried unjudged (its SKIP or TIMEOUT), "
+                   f"{len(base.get('fresh') or {})} run fresh; checked on {len(check.get('checked') or [])} "
                    f"timed node(s), {len(check.get('drift') or {})} drifted")
         out += [f"!!! [judge-first] baseline drift: {n}: {v}" for n, v in (check.get("drift") or {}).items()]
     out += [f"[judge-first] not judged: {n}: {why}" for n, why in (s1.get("unjudged") or {}).items()]
