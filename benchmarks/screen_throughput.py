@@ -20,6 +20,9 @@ and OUT/screen_throughput.md):
   core count, --judge-share is bounded by the CPU, not the GPU);
 - stage 1 projected to the inventory: its node count (`run_batch.py --all --repo main --list`:
   rows not skipped nor dismissed) at stage 1's nodes per hour, in minutes, against --goal-min;
+  and, arithmetic rather than a measurement, with --judge-share slots never idle at stage 1's
+  case seconds per finished node (a short draw's tail amortised, as over the inventory);
+- with --baseline: how many nodes' side A it linked, carried unjudged (SKIP, TIMEOUT), ran fresh;
 - stage 1's verdict counts, the changed nodes, and every node it could not judge, with why;
 - GPU-busy share (samples > 0) and mean utilization over every call of the screen;
 - with --upstream: FlagGems' own harness over the same nodes in one pytest process
@@ -91,18 +94,22 @@ def stage_figures(stage_dir: Path, walls: List[float], cpu: Optional[Dict]) -> D
     a, b = read_rows(stage_dir / "before" / "ops_status.csv"), read_rows(stage_dir / "after" / "ops_status.csv")
     wall = round(sum(walls), 1)
     finished = side_runs = 0
+    case_s = 0.0
     for key, row in a.items():
-        sides = [row["status"], b.get(key, {}).get("status", "-")]
+        pair = [row, b.get(key, {})]
+        sides = [r.get("status", "-") for r in pair]
         finished += node_finished(sides)
         linked = (stage_dir / "before" / key[0] / Path(row["out_dir"]).name / BASELINE_MARK).is_file()
-        side_runs += sum(1 for i, s in enumerate(sides)
-                         if side_ran(s) and not (i == 0 and linked))
+        ran = [r for i, r in enumerate(pair) if side_ran(sides[i]) and not (i == 0 and linked)]
+        side_runs += len(ran)
+        case_s += sum(int(r.get("elapsed_ms") or 0) for r in ran) / 1000
     cpu = cpu or {}
     return {"wall_s": wall, "calls": len(walls), "nodes": len(a), "nodes_finished": finished, "side_runs": side_runs,
             "nodes_per_hour": round(finished / wall * 3600, 1) if wall else None,
             "side_runs_per_hour": round(side_runs / wall * 3600, 1) if wall else None,
             "cpu_s_per_side_run": round(cpu["cpu_s"] / cpu["side_runs"], 1) if cpu.get("side_runs") else None,
-            "cores_busy": cpu.get("cores_busy")}
+            "cores_busy": cpu.get("cores_busy"), "case_s": round(case_s, 1),
+            "case_s_per_node": round(case_s / finished, 1) if finished else None}
 
 
 def summarize(out: Path, rc: Optional[int], inventory: int, goal_min: float) -> Dict:
@@ -113,13 +120,25 @@ def summarize(out: Path, rc: Optional[int], inventory: int, goal_min: float) -> 
                                 (record.get("cpu") or {}).get(st)) for st in (JUDGE, TIMED)}
     rate = stages[JUDGE]["nodes_per_hour"]
     s1 = record.get("stage1") or {}
+    # the slots never idle: judge_share cases always running, each node costing stage 1's mean
+    # case seconds per finished node (the tail of a short draw amortised; arithmetic, not a measurement)
+    per_node, slots = stages[JUDGE]["case_s_per_node"], record.get("judge_share") or 1
+    full = round(inventory * per_node / (slots * 3600) * 60, 1) if per_node else None
     return {"rc": rc, "switch": record.get("switch"), "judge_share": record.get("judge_share"),
             "baseline": record.get("baseline_asked") or None, "calls": len(read_walls(out / "walls-screen.json")),
             "stages": stages, "inventory_nodes": inventory, "goal_min": goal_min,
             "projected_stage1_min": round(inventory / rate * 60, 1) if rate else None,
+            "projected_stage1_slots_busy_min": full, "baseline_use": _baseline_use(record.get("baseline")),
             "counts": s1.get("counts"), "changed": s1.get("changed"), "controls": s1.get("controls"),
             "unjudged": s1.get("unjudged"), "stage2_exit": (record.get("stage2") or {}).get("exit"),
             "gpu": utilization_summary(out / "util-screen.txt")}
+
+
+def _baseline_use(base: Optional[Dict]) -> Optional[Dict]:
+    if not base:
+        return None
+    return {"linked": base.get("linked"), "carried": dict(base.get("carried") or {}),
+            "fresh": dict(base.get("fresh") or {})}
 
 
 def report(res: Dict, upstream: Optional[Dict]) -> str:
@@ -138,6 +157,14 @@ def report(res: Dict, upstream: Optional[Dict]) -> str:
     out.append("Stage 1 projected to the inventory's {} nodes: {} (goal {:g} min).".format(
         res["inventory_nodes"], "n/a (no node finished)" if proj is None else
         f"{proj} min, {'within' if proj <= res['goal_min'] else 'over'} the goal", res["goal_min"]))
+    full = res.get("projected_stage1_slots_busy_min")
+    if full is not None:
+        out.append(f"With the {res['judge_share'] or 1} slots never idle ({res['stages'][JUDGE]['case_s_per_node']} case "
+                   f"seconds per node, arithmetic, not a measurement): {full} min.")
+    use = res.get("baseline_use")
+    if use:
+        out.append(f"Side A from the baseline: {use['linked']} linked, {len(use['carried'])} carried unjudged "
+                   f"(its SKIP or TIMEOUT), {len(use['fresh'])} run fresh.")
     g = res["gpu"]
     out.append("GPU-busy share over the screen: " + ("n/a (no nvidia-smi samples)" if not g else
                                                     f"{g['busy_share']:.1%} of {g['samples']} samples, mean "

@@ -2,6 +2,7 @@
 each stage's figures and stage 1's projection to the inventory computed from what the screen
 wrote, resumed across calls, with a baseline's side A left out of the side runs."""
 
+import csv
 import json
 import subprocess
 import sys
@@ -56,6 +57,14 @@ def test_each_stage_is_measured_and_stage_one_is_projected_to_the_inventory(tmp_
     assert res["projected_stage1_min"] == round(inventory / judge["nodes_per_hour"] * 60, 1)
     assert res["gpu"] is None                       # no nvidia-smi here: no made-up share
     assert f"Stage 1 projected to the inventory's {inventory} nodes: {res['projected_stage1_min']} min" in r.stdout
+    # the slots never idle: 2 slots, each node costing stage 1's case seconds per finished node
+    rows = [r for side in ("before", "after") for r in csv.DictReader(open(out / "screen/judge" / side / "ops_status.csv"))
+            if r["status"] not in ("NOT_RUN", "PENDING")]
+    case_s = sum(int(r["elapsed_ms"]) for r in rows) / 1000
+    assert len(rows) == 12 and judge["case_s"] == round(case_s, 1) and judge["case_s_per_node"] == round(case_s / 7, 1)
+    assert res["projected_stage1_slots_busy_min"] == round(inventory * judge["case_s_per_node"] / (2 * 3600) * 60, 1)
+    assert f"With the 2 slots never idle ({judge['case_s_per_node']} case seconds per node" in r.stdout
+    assert res["baseline_use"] is None and "Side A from the baseline" not in r.stdout
     assert "- not judged: main:exp: side A FAIL" in r.stdout and "GPU-busy share over the screen: n/a" in r.stdout
     assert (out / "screen_throughput.md").read_text().strip() == r.stdout.strip()
     # called again: the screen resumes, every call's wall counts
@@ -98,6 +107,8 @@ def test_a_baselines_side_a_is_no_side_run_of_the_screen(tmp_path):
     # carried (no side run); exp's failure runs side A fresh
     assert (judge["nodes_finished"], judge["side_runs"]) == (7, 6) and judge["cpu_s_per_side_run"] == 2.0
     assert res["baseline"] == str((base / "screen").resolve())
+    assert res["baseline_use"] == {"linked": 5, "carried": {"main:zl_skipped": "SKIP"}, "fresh": {"main:exp": "baseline FAIL"}}
+    assert "Side A from the baseline: 5 linked, 1 carried unjudged (its SKIP or TIMEOUT), 1 run fresh." in r.stdout
     assert "side A from the baseline" in r.stdout
 
 
