@@ -236,6 +236,16 @@ def test_a_baseline_timeout_is_carried_unless_the_screen_allows_more_time(tmp_pa
     assert fresh == {"main:exp": "baseline TIMEOUT at --op-timeout 3 s; this screen allows 4 s"}
     assert status(tmp_path / "jf4/judge/before")["exp"]["status"] == "TIMEOUT"
     assert "CELL_TIMEOUT op=exp" in (tmp_path / "jf4/judge/before/main/exp/run.log").read_text()
+    # a baseline whose batch.json does not record its --op-timeout: never carried
+    record = json.loads((tmp_path / "base/batch.json").read_text())
+    del record["op_timeout_s"]
+    (tmp_path / "base/batch.json").write_text(json.dumps(record))
+    r = batch(tmp_path, "--switch", "ZL_X", "--judge-first", "--devices", "0", "--batch-dir", tmp_path / "jf5",
+              "--ops", "exp", "--controls", "1", "--op-timeout", "3", "--baseline", tmp_path / "base",
+              ZL_STUB_TRACE=str(tmp_path / "trace"), **{**ENV, **hang})
+    assert r.returncode == 0, r.stdout + r.stderr
+    fresh = json.loads((tmp_path / "jf5/judge_first.json").read_text())["baseline"]["fresh"]
+    assert fresh == {"main:exp": "baseline TIMEOUT under an --op-timeout its batch.json does not record"}
 
 
 def test_a_baseline_that_does_not_reproduce_side_a_is_caught(tmp_path):

@@ -154,7 +154,9 @@ def _unusable(base: Baseline, key: Tuple[str, str], src: Path, op_timeout: float
     if status not in CARRIED:
         return f"baseline {status}"
     if status == "TIMEOUT":
-        if not base.op_timeout_s or op_timeout > base.op_timeout_s:
+        if not base.op_timeout_s:
+            return "baseline TIMEOUT under an --op-timeout its batch.json does not record"
+        if op_timeout > base.op_timeout_s:
             return (f"baseline TIMEOUT at --op-timeout {base.op_timeout_s:g} s; this screen allows "
                     f"{op_timeout:g} s")
         return "" if src.is_dir() else "baseline case missing"
