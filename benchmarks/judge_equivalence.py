@@ -11,7 +11,8 @@ fast path (many cases per device, a shared bytecode cache, the heap freeze, side
 `--baseline`) decides what the plain path decides: a cache or a neighbour that changed one
 node's code or results would show here as a fingerprint or verdict that differs.
 
-Compared, for every node both batches list:
+Compared, for every node both batches list and both finished (a node with a side PENDING,
+RUNNING or INTERRUPTED in either, a batch cut short, is listed as unfinished, not compared):
 - status of each side both have (PASS, TIMEOUT, SKIP...);
 - the screen verdict (screen.tsv), where both are screens;
 - for each side PASSed in both: every IR level both recorded (`<run>/ttgir/ir_fingerprints.json`,
@@ -34,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from zl import atomic  # noqa: E402
 from zl.batch.judge_first import JUDGE, SUMMARY  # noqa: E402
 from zl.batch.screen import SIDES, read_screen_rows  # noqa: E402
-from zl.batch.status import read_rows  # noqa: E402
+from zl.batch.status import UNFINISHED, read_rows  # noqa: E402
 from zl.ir.fingerprint import LEVEL_ORDER, load_record, run_levels  # noqa: E402
 from zl.runlog.caliber import read_identity  # noqa: E402
 
@@ -95,12 +96,16 @@ def compare(fast: Batch, plain: Batch) -> Dict:
     common = [k for k in fast.keys if k in set(plain.keys)]
     only = sorted(f"{r}:{n}" for r, n in set(fast.keys) ^ set(plain.keys))
     sides = [s for s in SIDES if s in fast.sides and s in plain.sides]
-    counts = {"nodes": len(common), "statuses": 0, "statuses_equal": 0, "verdicts": 0, "verdicts_equal": 0,
+    counts = {"nodes": 0, "statuses": 0, "statuses_equal": 0, "verdicts": 0, "verdicts_equal": 0,
               "fingerprint_sides": 0, "levels": 0, "levels_equal": 0}
     diffs: List[Dict[str, str]] = []
     rows: List[Dict[str, str]] = []
+    unfinished = []
     for key in common:
         node = f"{key[0]}:{key[1]}"
+        if any(b.sides[side].get(key, {}).get("status") in UNFINISHED for b in (fast, plain) for side in sides):
+            unfinished.append(node)      # a batch cut short: nothing to compare yet
+            continue
         row = {"node": node}
         for side in sides:
             a = fast.sides[side].get(key, {}).get("status", "-")
@@ -132,7 +137,8 @@ def compare(fast: Batch, plain: Batch) -> Dict:
             else:
                 diffs.append({"node": node, "what": "verdict", "fast": va, "plain": vb})
         rows.append(row)
-    return {"counts": counts, "differences": diffs, "nodes_in_one_only": only, "rows": rows,
+    counts["nodes"] = len(rows)
+    return {"counts": counts, "differences": diffs, "nodes_in_one_only": only, "unfinished": unfinished, "rows": rows,
             "fast": fast.conditions(), "plain": plain.conditions()}
 
 
@@ -152,6 +158,8 @@ def render(res: Dict) -> str:
         out += [f"| {d['node']} | {d['what']} | {d['fast']} | {d['plain']} |" for d in res["differences"]]
     else:
         out.append("Every compared status, verdict and fingerprint level agrees.")
+    if res["unfinished"]:
+        out += ["", "Unfinished in either batch (not compared): " + ", ".join(res["unfinished"])]
     if res["nodes_in_one_only"]:
         out += ["", "In one batch only (not compared): " + ", ".join(res["nodes_in_one_only"])]
     return "\n".join(out) + "\n"
@@ -170,7 +178,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"!!! {exc}", file=sys.stderr)
         return 2
     if not res["counts"]["nodes"]:
-        print(f"!!! {args.fast} and {args.plain} share no node", file=sys.stderr)
+        print(f"!!! {args.fast} and {args.plain} share no finished node", file=sys.stderr)
         return 2
     text = render(res)
     sys.stdout.write(text)

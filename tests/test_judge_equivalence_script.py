@@ -75,6 +75,13 @@ def test_a_changed_level_verdict_or_status_is_named_with_exit_1(tmp_path):
     r = tool(fast, screen(tmp_path, "plain2", "--judge-share", "1"))
     assert r.returncode == 1 and r.stdout.count("| main:") == 1
     assert "| main:abs | binary after | 000000000000 |" in r.stdout
+    # a batch cut short: its unfinished node is listed, not compared as a difference
+    rows = (fast / "judge" / "after" / "ops_status.csv").read_text().splitlines()
+    (fast / "judge" / "after" / "ops_status.csv").write_text("\n".join(
+        ln.replace(",PASS,", ",INTERRUPTED,") if ",abs," in ln else ln for ln in rows) + "\n")
+    r = tool(fast, tmp_path / "plain2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Unfinished in either batch (not compared): main:abs" in r.stdout and "| 3 |" in r.stdout
 
 
 def test_a_directory_that_is_no_batch_exits_2(tmp_path):
