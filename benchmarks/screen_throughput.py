@@ -99,7 +99,9 @@ def stage_figures(stage_dir: Path, walls: List[float], cpu: Optional[Dict]) -> D
         pair = [row, b.get(key, {})]
         sides = [r.get("status", "-") for r in pair]
         finished += node_finished(sides)
-        linked = (stage_dir / "before" / key[0] / Path(row["out_dir"]).name / BASELINE_MARK).is_file()
+        # a linked side A's row names its baseline case (its .baseline mark may not survive a bundle)
+        linked = ("baseline=" in row.get("notes", "")
+                  or (stage_dir / "before" / key[0] / Path(row["out_dir"]).name / BASELINE_MARK).is_file())
         ran = [r for i, r in enumerate(pair) if side_ran(sides[i]) and not (i == 0 and linked)]
         side_runs += len(ran)
         case_s += sum(int(r.get("elapsed_ms") or 0) for r in ran) / 1000

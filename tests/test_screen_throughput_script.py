@@ -109,6 +109,13 @@ def test_a_baselines_side_a_is_no_side_run_of_the_screen(tmp_path):
     assert res["baseline"] == str((base / "screen").resolve())
     assert res["baseline_use"] == {"linked": 5, "carried": {"main:zl_skipped": "SKIP"}, "fresh": {"main:exp": "baseline FAIL"}}
     assert "Side A from the baseline: 5 linked, 1 carried unjudged (its SKIP or TIMEOUT), 1 run fresh." in r.stdout
+    # a bundle that kept no dotfiles (no .baseline marks): the rows still name their baseline case
+    for mark in out.rglob(".baseline"):
+        mark.unlink()
+    r = run(tmp_path, "--report-only", "--out", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    again = json.loads((out / "screen_throughput.json").read_text())["stages"]["judge"]
+    assert (again["side_runs"], again["case_s"]) == (judge["side_runs"], judge["case_s"])
     assert "side A from the baseline" in r.stdout
 
 
