@@ -236,6 +236,16 @@ def test_a_baseline_timeout_is_carried_unless_the_screen_allows_more_time(tmp_pa
     assert fresh == {"main:exp": "baseline TIMEOUT at --op-timeout 3 s; this screen allows 4 s"}
     assert status(tmp_path / "jf4/judge/before")["exp"]["status"] == "TIMEOUT"
     assert "CELL_TIMEOUT op=exp" in (tmp_path / "jf4/judge/before/main/exp/run.log").read_text()
+    # a baseline run two to a device: a screen running one at a time gives the node its chance
+    assert plain_judge(tmp_path, "base2", "--op-timeout", "3", "--share-device", "2", **hang).returncode == 0
+    for share, out in (("1", "jf6"), ("2", "jf7")):
+        r = batch(tmp_path, "--switch", "ZL_X", "--judge-first", "--devices", "0", "--batch-dir", tmp_path / out,
+                  "--ops", "exp", "--controls", "1", "--op-timeout", "3", "--judge-share", share,
+                  "--baseline", tmp_path / "base2", ZL_STUB_TRACE=str(tmp_path / "trace"), **{**ENV, **hang})
+        assert r.returncode == 0, r.stdout + r.stderr
+    fresh = json.loads((tmp_path / "jf6/judge_first.json").read_text())["baseline"]["fresh"]
+    assert fresh == {"main:exp": "baseline TIMEOUT at 2 case(s) per device; this screen runs 1"}
+    assert json.loads((tmp_path / "jf7/judge_first.json").read_text())["baseline"]["carried"] == {"main:exp": "TIMEOUT"}
     # a baseline whose batch.json does not record its --op-timeout: never carried
     record = json.loads((tmp_path / "base/batch.json").read_text())
     del record["op_timeout_s"]

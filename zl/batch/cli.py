@@ -409,7 +409,8 @@ def run(args) -> int:
         tables = open_tables(plan)
         if args.baseline_side is not None:
             tables.adopted = judge_first.adopt(args.baseline_side, plan.cases, plan.side_dir(plan.sides[0][0]),
-                                               tables.reused, float(args.op_timeout))
+                                               tables.reused, float(args.op_timeout),
+                                               args.share_device or 1)
         batch_id = f"{batch_dir.name}-{os.getpid()}-{int(time.time())}"
         write_batch_record(plan, len(tables.reused), batch_id,
                            {"ray": cluster.record} if cluster is not None else None)

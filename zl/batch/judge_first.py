@@ -81,6 +81,7 @@ class Baseline:
     conditions: Dict
     rows: Dict[Tuple[str, str], Dict[str, str]]
     op_timeout_s: float = 0.0            # the baseline's --op-timeout (its TIMEOUTs are carried under it)
+    share: int = 1                       # its cases per device (--share-device or --judge-share)
 
 
 def open_baseline(given: Path, switch: str) -> Baseline:
@@ -105,9 +106,10 @@ def open_baseline(given: Path, switch: str) -> Baseline:
         raise BaselineError(f"--baseline {given}: {side_dir / 'ops_status.csv'} holds no case")
     try:
         limit = float(started.get("op_timeout_s") or 0)
+        share = int(started.get("share_device") or 1)
     except (TypeError, ValueError):
-        limit = 0.0
-    return Baseline(Path(given), batch_dir, side_dir, cond, rows, limit)
+        limit, share = 0.0, 1
+    return Baseline(Path(given), batch_dir, side_dir, cond, rows, limit, share)
 
 
 def _comparable(cond: Dict) -> Dict:
@@ -141,11 +143,12 @@ def _link_tree(src: Path, dst: Path) -> None:
 # (upstream's own skip on this GPU) and TIMEOUT end the node unjudged, as a fresh side A would:
 # the batch never retries a timeout (it repeats), and on the H100's 48-node baseline six
 # TIMEOUTs at 60 s took 30 % of the case seconds. A TIMEOUT is carried only when this screen
-# allows no more time than the baseline did; a larger --op-timeout runs the node fresh.
+# allows no more time than the baseline did and runs at least as many cases per device (a judge
+# side run is CPU-bound: fewer neighbours may let it finish); otherwise the node runs fresh.
 CARRIED = ("PASS", "SKIP", "TIMEOUT")
 
 
-def _unusable(base: Baseline, key: Tuple[str, str], src: Path, op_timeout: float = 0.0) -> str:
+def _unusable(base: Baseline, key: Tuple[str, str], src: Path, op_timeout: float = 0.0, share: int = 1) -> str:
     """Why a case's side A cannot come from the baseline ("" when it can)."""
     row = base.rows.get(key)
     if row is None:
@@ -159,18 +162,21 @@ def _unusable(base: Baseline, key: Tuple[str, str], src: Path, op_timeout: float
         if op_timeout > base.op_timeout_s:
             return (f"baseline TIMEOUT at --op-timeout {base.op_timeout_s:g} s; this screen allows "
                     f"{op_timeout:g} s")
+        if share < base.share:
+            return (f"baseline TIMEOUT at {base.share} case(s) per device; this screen runs {share}")
         return "" if src.is_dir() else "baseline case missing"
     return "" if (src / COMPLETE_MARK).is_file() else "baseline case incomplete"
 
 
-def adopt(base: Baseline, cases, side_dir: Path, skip, op_timeout: float = 0.0) -> Dict[Tuple[str, str], Dict[str, str]]:
+def adopt(base: Baseline, cases, side_dir: Path, skip, op_timeout: float = 0.0,
+          share: int = 1) -> Dict[Tuple[str, str], Dict[str, str]]:
     """Link each case's baseline directory whose status is CARRIED into `side_dir`: {key: its
     side-A row}. `skip`: keys a --resume reuses. The other cases run side A fresh."""
     adopted = {}
     for c in cases:
         key = (c.repo, c.run_name)
         row, src = base.rows.get(key), case_dir(base.side_dir, c)
-        if key in skip or _unusable(base, key, src, op_timeout):
+        if key in skip or _unusable(base, key, src, op_timeout, share):
             continue
         dst = case_dir(side_dir, c)
         if (dst / BASELINE_MARK).is_file():
@@ -185,14 +191,14 @@ def adopt(base: Baseline, cases, side_dir: Path, skip, op_timeout: float = 0.0) 
     return adopted
 
 
-def baseline_summary(base: Baseline, judge_dir: Path, op_timeout: float = 0.0) -> Dict:
+def baseline_summary(base: Baseline, judge_dir: Path, op_timeout: float = 0.0, share: int = 1) -> Dict:
     """What stage 1 took from the baseline: its directories, the number of nodes whose PASSed
     side A was linked, each node whose SKIP or TIMEOUT was carried (unjudged, no side run here),
     and each node that ran side A fresh with the reason."""
     rows = read_rows(judge_dir / "before" / "ops_status.csv")
     taken = {k for k in rows if (Path(rows[k]["out_dir"]) / BASELINE_MARK).is_file()}
     carried = {f"{r}:{n}": rows[(r, n)]["status"] for (r, n) in sorted(taken) if rows[(r, n)]["status"] != "PASS"}
-    fresh = {f"{r}:{n}": _unusable(base, (r, n), base.side_dir / r / n, op_timeout)
+    fresh = {f"{r}:{n}": _unusable(base, (r, n), base.side_dir / r / n, op_timeout, share)
              or "side A ran here in an earlier call" for (r, n) in rows if (r, n) not in taken}
     return {"dir": str(base.given), "side_a": str(base.side_dir), "linked": len(taken) - len(carried),
             "carried": carried, "fresh": dict(sorted(fresh.items()))}
@@ -331,6 +337,8 @@ def run(args, run_stage: Callable[[object], int], log: Callable[[str], None]) ->
         record = json.loads(summary_path.read_text()) if summary_path.is_file() else None
         if record is not None and args.baseline is None:     # a --resume keeps the batch's
             args.baseline = record.get("baseline_asked") or None
+        if record is not None and args.judge_share is None:
+            args.judge_share = record.get("judge_share")
         asked = str(Path(args.baseline).resolve()) if args.baseline else ""
         record = record or {"switch": args.switch, "controls_asked": args.controls,
                             "judge_share": args.judge_share, "baseline_asked": asked}
@@ -361,7 +369,8 @@ def run(args, run_stage: Callable[[object], int], log: Callable[[str], None]) ->
                 summary_path.unlink()
             raise
         if base is not None and (root / JUDGE / "before" / "ops_status.csv").is_file():
-            record.update(baseline=baseline_summary(base, root / JUDGE, float(args.op_timeout)))
+            record.update(baseline=baseline_summary(base, root / JUDGE, float(args.op_timeout),
+                                                    args.judge_share or 1))
             atomic.write_json(summary_path, record)
             carried = Counter(record["baseline"]["carried"].values())
             log(f"judge-first: side A of {record['baseline']['linked']} node(s) linked from the baseline, "

@@ -163,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --judge-first: side A of the untimed stage from DIR, an earlier batch of the "
                         "same FlagGems and toolchain (plain --judge, or a screen of the same switch): only "
                         "side B runs where DIR's side A passed; its SKIPs, and its TIMEOUTs under no larger "
-                        "--op-timeout, end their nodes unjudged without a run; refused when DIR's conditions differ; "
+                        "--op-timeout and no fewer cases per device, end their nodes unjudged without a run; refused when DIR's conditions differ; "
                         "checked on every timed node, exit 5 when fresh side A compiles other code "
                         "(with --resume: the batch's)")
     # stage 1 of --judge-first gets the opened baseline here (zl/batch/judge_first.py)
