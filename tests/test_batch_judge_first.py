@@ -77,8 +77,9 @@ def test_only_changed_nodes_and_controls_are_timed_after_an_untimed_judgement(tm
     page = (root / "report.html").read_text()
     assert "Stage 1: every node judged untimed" in page and "2 node(s) not judged" in page
     assert page.index("Stage 1: every node judged untimed") < page.index("<h2>Shapes</h2>")
-    # a resume redoes nothing: both stages reuse every finished case
-    r = judge_first(tmp_path, "--resume", "--controls", "2", "--judge-share", "2")
+    # a resume redoes nothing: both stages reuse every finished case; stage 1 keeps its
+    # --judge-share without being told (one at a time would be refused as another share)
+    r = judge_first(tmp_path, "--resume", "--controls", "2")
     assert r.returncode == 0, r.stdout + r.stderr
     again = Counter(t[0] for t in trace(tmp_path))
     # only the nodes stage 1 could not finish rerun (a FAIL; a SKIP whose side B never ran)
