@@ -33,7 +33,7 @@ from typing import Dict, List, Optional, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from zl import atomic  # noqa: E402
-from zl.batch.judge_first import JUDGE, SUMMARY  # noqa: E402
+from zl.batch.judge_first import stage_one  # noqa: E402
 from zl.batch.screen import SIDES, read_screen_rows  # noqa: E402
 from zl.batch.status import UNFINISHED, read_rows  # noqa: E402
 from zl.ir.fingerprint import LEVEL_ORDER, load_record, run_levels  # noqa: E402
@@ -51,28 +51,22 @@ class Batch:
 
     def __init__(self, given: Path):
         self.given = Path(given)
-        root = self.given
-        if (root / SUMMARY).is_file() and (root / JUDGE).is_dir():
-            root = root / JUDGE
-        self.root = root
-        self.sides: Dict[str, Dict[Key, Dict[str, str]]] = {}
+        self.root = root = stage_one(self.given)
+        # {side: its directory}: a screen's before/ and after/, or a plain batch as side before
         if (root / SIDES[0] / "ops_status.csv").is_file():
-            for side in SIDES:
-                if (root / side / "ops_status.csv").is_file():
-                    self.sides[side] = read_rows(root / side / "ops_status.csv")
+            self.side_dirs = {side: root / side for side in SIDES if (root / side / "ops_status.csv").is_file()}
         elif (root / "ops_status.csv").is_file():
-            self.sides[SIDES[0]] = read_rows(root / "ops_status.csv")
+            self.side_dirs = {SIDES[0]: root}
         else:
             raise NotABatch(f"{given}: no ops_status.csv (neither a batch, a screen nor a judge-first screen)")
+        self.sides: Dict[str, Dict[Key, Dict[str, str]]] = {
+            side: read_rows(d / "ops_status.csv") for side, d in self.side_dirs.items()}
         self.screen = read_screen_rows(root / "screen.tsv")
         self.keys = list(dict.fromkeys(k for rows in self.sides.values() for k in rows))
 
-    def side_root(self, side: str) -> Path:
-        return self.root / side if (self.root / side / "ops_status.csv").is_file() else self.root
-
     def run_dir(self, side: str, key: Key) -> Path:
         """The side's case directory, found under the batch (a moved bundle's out_dir is stale)."""
-        return self.side_root(side) / key[0] / key[1]
+        return self.side_dirs[side] / key[0] / key[1]
 
     def levels(self, side: str, key: Key) -> Dict[str, str]:
         d = self.run_dir(side, key)

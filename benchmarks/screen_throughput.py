@@ -60,7 +60,7 @@ from overlap_throughput import (ROOT, add_node_options, add_upstream_options, dr
                                 summarize_upstream, upstream_table)
 from telemetry import UtilizationSampler, clock_line, utilization_summary
 from zl import atomic
-from zl.batch.judge_first import BASELINE_MARK, JUDGE, SUMMARY, TIMED
+from zl.batch.judge_first import JUDGE, SUMMARY, TIMED, linked
 from zl.batch.status import node_finished, read_rows, side_ran
 
 SCREEN = "screen"
@@ -99,10 +99,8 @@ def stage_figures(stage_dir: Path, walls: List[float], cpu: Optional[Dict]) -> D
         pair = [row, b.get(key, {})]
         sides = [r.get("status", "-") for r in pair]
         finished += node_finished(sides)
-        # a linked side A's row names its baseline case (its .baseline mark may not survive a bundle)
-        linked = ("baseline=" in row.get("notes", "")
-                  or (stage_dir / "before" / key[0] / Path(row["out_dir"]).name / BASELINE_MARK).is_file())
-        ran = [r for i, r in enumerate(pair) if side_ran(sides[i]) and not (i == 0 and linked)]
+        from_baseline = linked(stage_dir / "before", row)
+        ran = [r for i, r in enumerate(pair) if side_ran(sides[i]) and not (i == 0 and from_baseline)]
         side_runs += len(ran)
         case_s += sum(int(r.get("elapsed_ms") or 0) for r in ran) / 1000
     cpu = cpu or {}

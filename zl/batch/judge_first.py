@@ -84,10 +84,24 @@ class Baseline:
     share: int = 1                       # its cases per device (--share-device or --judge-share)
 
 
+def stage_one(path: Path) -> Path:
+    """The batch directory holding a judge-first batch's stage 1 (`<path>/judge`); any other
+    batch directory is itself."""
+    return Path(path) / JUDGE if (Path(path) / SUMMARY).is_file() else Path(path)
+
+
+def linked(side_dir: Path, row: Dict[str, str]) -> bool:
+    """Whether a side-A row of `side_dir` was linked from a baseline (it ran in the baseline's
+    batch): adopt's note names the baseline case, and its directory holds the mark (a bundle
+    that keeps no dotfiles loses the mark, never the note)."""
+    return ("baseline=" in row.get("notes", "")
+            or (Path(side_dir) / row["repo"] / Path(row["out_dir"]).name / BASELINE_MARK).is_file())
+
+
 def open_baseline(given: Path, switch: str) -> Baseline:
     """The side A of `given`: a plain batch, or a screen (judge-first) batch of `switch`."""
     root = Path(given).resolve()
-    batch_dir = root / JUDGE if (root / SUMMARY).is_file() else root
+    batch_dir = stage_one(root)
     try:
         started = json.loads((batch_dir / "batch.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -196,7 +210,7 @@ def baseline_summary(base: Baseline, judge_dir: Path, op_timeout: float = 0.0, s
     side A was linked, each node whose SKIP or TIMEOUT was carried (unjudged, no side run here),
     and each node that ran side A fresh with the reason."""
     rows = read_rows(judge_dir / "before" / "ops_status.csv")
-    taken = {k for k in rows if (Path(rows[k]["out_dir"]) / BASELINE_MARK).is_file()}
+    taken = {k for k in rows if linked(judge_dir / "before", rows[k])}
     carried = {f"{r}:{n}": rows[(r, n)]["status"] for (r, n) in sorted(taken) if rows[(r, n)]["status"] != "PASS"}
     fresh = {f"{r}:{n}": _unusable(base, (r, n), base.side_dir / r / n, op_timeout, share)
              or "side A ran here in an earlier call" for (r, n) in rows if (r, n) not in taken}
@@ -282,9 +296,9 @@ def stage_cpu(stage_dir: Path) -> Dict:
     total, runs = 0.0, 0
     for table in sorted(Path(stage_dir).glob("*/ops_status.csv")):
         for row in read_rows(table).values():
-            case = table.parent / row["repo"] / Path(row["out_dir"]).name
-            if (case / BASELINE_MARK).is_file():
+            if linked(table.parent, row):
                 continue
+            case = table.parent / row["repo"] / Path(row["out_dir"]).name
             try:
                 cpu = zl_costs((case / "run.log").read_text(errors="replace")).get("cpu_s")
             except OSError:
