@@ -17,7 +17,7 @@ PLUGIN_OPTIONS = {
     "_device_setup_plugin": ("--zl-backend", "--zl-device", "--zl-device-share"),
     "_device_guard_plugin": ("--zl-backend", "--zl-device", "--zl-device-share"),
     "_seed_plugin": ("--zl-seed",),
-    "_shape_inject_plugin": ("--zl-shape-file", "--zl-shape-mode"),
+    "_shape_inject_plugin": ("--zl-shape-file", "--zl-shape-mode", "--zl-dtype-fallback"),
     "_pretty_report_plugin": ("--zl-pretty-fold", "--zl-color"),
 }
 

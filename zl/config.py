@@ -72,6 +72,7 @@ SETTINGS: Tuple[Setting, ...] = (
     Setting("bench_level", "ZL_BENCH_LEVEL", "--zl-bench-level", ""),
     Setting("shape_file", "ZL_SHAPE_FILE", "--zl-shape-file", ""),
     Setting("shape_mode", "ZL_SHAPE_MODE", "--zl-shape-mode", ""),
+    Setting("dtype_fallback", "ZL_DTYPE_FALLBACK", "--zl-dtype-fallback", "all"),
     Setting("seed", "ZL_SEED", "--zl-seed", "0"),
     Setting("record_dir", "FLAGGEMS_PERF_AUTOTUNE_RECORD_DIR", "--zl-autotune-record-dir", ""),
     Setting("replay_dir", "FLAGGEMS_PERF_AUTOTUNE_REPLAY_DIR", "--zl-autotune-replay-dir", ""),
@@ -116,6 +117,7 @@ class RunConfig:
     bench_level: str = ""
     shape_file: str = ""
     shape_mode: str = ""
+    dtype_fallback: str = "all"
     seed: str = "0"
     record_dir: str = ""
     replay_dir: str = ""

@@ -38,6 +38,9 @@ PACKAGES = ("flag_gems", "flaggems_vllm")
 VENDOR_ENV_KEYS = ("GEMS_VENDOR", "FLAGGEMS_VENDOR", "GEMS_BACKEND", "FLAGGEMS_BACKEND")
 
 UPSTREAM_SHAPE_WORDS = ("-", "upstream", "none")
+# Upstream's `Benchmark.set_dtypes` refusal ("Given dtype(s) '...'can't be supported by this op
+# '<op>'"): read by run_batch.py's dtype fallback and by zl.shapes.dtype_fallback.
+UNSUPPORTED_DTYPE = "can't be supported by this op"
 SHAPE_MODES = ("inline", "file", "upstream")
 
 

@@ -18,6 +18,9 @@ FOREIGN_VENDOR_MODULE = "FOREIGN_VENDOR_MODULE"
 CELL_TIMEOUT = "CELL_TIMEOUT"
 CELL_KILLED = "CELL_KILLED"
 SWITCH_NO_IR_DIFF = "SWITCH_NO_IR_DIFF"
+# ZL_DTYPE_FALLBACK=first measured the op's first declared dtype where upstream refused the
+# dtypes asked: `DTYPE_FALLBACK op=<op> asked=<dtype,...> measured=<dtype>`.
+DTYPE_FALLBACK = "DTYPE_FALLBACK"
 CALIBER = "[caliber]"
 
 # Short names used in tables (cell stats, ops_status notes) -> the marker each counts.

@@ -25,6 +25,7 @@ from typing import Dict, List, Optional, Tuple
 
 from zl import atomic
 from zl.childenv import batch_case_base, batch_case_environ
+from zl.flaggems import UNSUPPORTED_DTYPE
 from zl.batch.executor import GroupGuard, kill_group
 from zl.batch.inventory import Entry
 from zl.batch.status import blank_row, join_notes
@@ -33,7 +34,6 @@ from zl.runlog.caliber import caliber_of
 from zl.runlog.parse import RunLogError, read_run_log
 from zl.timing.exclusive import waited_s
 
-UNSUPPORTED_DTYPE = "can't be supported by this op"
 SKIP_RE = re.compile(r"(\d+) (skipped|xfailed)\b")
 PREFLIGHT_RE = re.compile(r"PREFLIGHT_FAILED check=(\S+)")
 COMPLETE_MARK = ".complete"

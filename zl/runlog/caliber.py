@@ -39,6 +39,10 @@ because changing it alone moved a measured result (seed, S5000 / H200):
                    runs overlapped before it existed, which timed beside others' GPU work
   time_torch       `off` (ZL_TIME_TORCH=off): the torch baseline was not timed, so the
                    gems calls ran without a torch timing before each: absent when it was
+  dtype_fallback   `first` (ZL_DTYPE_FALLBACK=first, run_batch.py --dtype-fallback first):
+                   where upstream refused --dtypes the op's first declared dtype was
+                   measured, where `all` reruns it over every declared dtype (another row
+                   set); absent under `all`, so runs from before the field compare as `all`
 
 A field absent on one side only is a mismatch (one run cannot show it matched); absent
 on every side is accepted, so runs written before a field existed still compare.
@@ -84,7 +88,7 @@ CALIBER_FIELDS = (
     "backend", "device", "device_name", "device_arch", "timer", "bench_level", "shape_mode",
     "tuner_cache", "direct_repeat", "use_flagtune", "seed", "shape_source",
     "graph_warmup_ms", "l2", "cold_clock", "device_share", "device_overlap", "overlap_protocol",
-    "time_torch",
+    "time_torch", "dtype_fallback",
 )
 # Fields whose value names the operator itself (`softmax=yaml`): equal within one A/B pair,
 # different across the rows of a screen or a batch by construction.
