@@ -6,6 +6,7 @@ one test goes through the real run_pytest.sh and the fake FlagGems tree.
 """
 
 import csv
+import json
 import signal
 import subprocess
 import sys
@@ -186,6 +187,9 @@ def test_sharding_is_stable_across_order_and_selection(fake_inv):
     (["--ops", "softmax", "--op-timeout", "0"], "--op-timeout: must be > 0"),
     (["--ops", "softmax", "--op-timeout", "soon"], "--op-timeout: not a number"),
     (["--resume"], "--resume needs --batch-dir"),
+    (["--ops", "softmax", "--dtype-fallback", "newest"], "argument --dtype-fallback: invalid choice: 'newest'"),
+    (["--ops", "softmax", "--dtype-fallback", "first"], "--dtype-fallback first picks the dtype measured where "
+                                                        "upstream refuses --dtypes; give --dtypes"),
     (["--ops", "softmax", "--backend", "tpu"], "unknown backend 'tpu'"),
     ([], "nothing selected"),
 ])
@@ -246,6 +250,42 @@ def test_timeout_retries_and_dtype_fallbacks(tmp_path):
     done = {p.parent.name for p in bd.glob("main/*/.complete")}
     assert done == {"softmax", "zl_flaky", "abs", "amax", "zl_skipped"}
     assert (bd / "summary.csv").is_file() and "1 x test_exp.py::test_exp" in r.stdout
+
+
+def test_dtype_fallback_first_measures_in_the_same_run_and_a_screen_keeps_it(tmp_path):
+    bd = tmp_path / "b"
+    r = batch(tmp_path, "--ops", "abs", "relu", "amax", "--switch", "ZL_TEST_SWITCH", "--devices", "0",
+              "--dtypes", "float16", "--dtype-fallback", "first", "--batch-dir", bd,
+              ZL_STUB_SWITCH="ZL_TEST_SWITCH", ZL_STUB_PLAN="abs=dtype,amax=rescue")
+    assert r.returncode == 0, r.stdout + r.stderr
+    calls = {}
+    for op, *_, dtypes, _inherited, _replay in trace(tmp_path):
+        calls.setdefault(op, []).append(dtypes)
+    a, b = status(bd / "before"), status(bd / "after")
+    # upstream no longer refuses: one attempt per side, both asking float16, no rerun
+    assert calls["abs"] == ["float16", "float16"] and not (bd / "before/main/abs/run.attempt1.log").exists()
+    assert "dtype_fallback=first:int32" in a["abs"]["notes"].split(";") and "rc=" not in a["abs"]["notes"]
+    assert "dtype_fallback=first:int32" in b["abs"]["notes"].split(";")
+    assert "dtype_fallback" not in a["relu"]["notes"] and calls["relu"] == ["float16", "float16"]
+    # another zero-row failure is still rescued unrestricted, and side B follows it there
+    assert calls["amax"] == ["float16", "float16", "-", "-"] and "dtype_rescue" in a["amax"]["notes"]
+    assert "dtype_fallback=first" not in a["amax"]["notes"]
+    with open(bd / "screen.tsv", newline="") as fh:
+        rows = {x["run_name"]: x for x in csv.DictReader(fh, delimiter="\t")}
+    # the screen names the dtype measured, so partition.py hands the campaign one abs takes
+    assert {k: v["dtypes"] for k, v in rows.items()} == {"abs": "int32", "relu": "float16", "amax": "<all>"}
+    assert {v["dtype_fallback"] for v in rows.values()} == {"first"}
+    assert json.loads((bd / "batch.json").read_text())["conditions"]["dtype_fallback"] == "first"
+    # policy all, with ZL_DTYPE_FALLBACK=first in the batch's environment: the batch's option
+    # decides (the variable is dropped from the cases'), nothing recorded
+    bd2 = tmp_path / "b2"
+    r = batch(tmp_path, "--ops", "abs", "--devices", "0", "--dtypes", "float16", "--batch-dir", bd2,
+              ZL_STUB_PLAN="abs=dtype", ZL_DTYPE_FALLBACK="first", ZL_STUB_TRACE=str(tmp_path / "trace2"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "dtype_fallback" in status(bd2)["abs"]["notes"].split(";")
+    assert [t[3] for t in (ln.split() for ln in (tmp_path / "trace2").read_text().splitlines())] == ["float16", "-"]
+    assert "dtype_fallback" not in json.loads((bd2 / "batch.json").read_text())["conditions"]
+    assert "dtype_fallback" not in json.loads((bd2 / "main/abs/run_identity.json").read_text())
 
 
 def test_sigkill_mid_batch_then_resume(tmp_path):
@@ -388,6 +428,26 @@ def test_real_run_pytest_dtype_fallback_and_runtime_skip(tmp_path):
     assert "(CPU of the run's processes, 1 case(s))" in r.stdout
     assert float(costs["zl_hang"]["timer_s"]) == 0 and costs["zl_hang"]["status"] == "SKIP"
     assert "[batch] costs: 1 PASS case(s) with cost lines" in r.stdout
+
+
+def test_real_run_pytest_dtype_fallback_first(tmp_path):
+    bd = tmp_path / "b"
+    r = batch(tmp_path, "--ops", "abs", "relu", "--devices", "0", "--dtypes", "float16", "--dtype-fallback",
+              "first", "--batch-dir", bd, "--op-timeout", "200", stub=False, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    st = status(bd)
+    assert st["abs"]["status"] == "PASS" and "dtype_fallback=first:float32" in st["abs"]["notes"].split(";")
+    assert "rc=" not in st["abs"]["notes"] and not (bd / "main/abs/run.attempt1.log").exists()
+    assert "DTYPE_FALLBACK op=abs asked=float16 measured=float32" in (bd / "main/abs/run.log").read_text()
+    assert st["relu"]["status"] == "PASS" and "dtype_fallback" not in st["relu"]["notes"]
+    for op in ("abs", "relu"):
+        ident = json.loads((bd / "main" / op / "run_identity.json").read_text())
+        assert ident["dtype_fallback"] == "first" and ident["dtypes"] == "float16", op
+    with open(bd / "summary.csv", newline="") as fh:
+        rows = [row for row in csv.DictReader(fh) if row["row_status"] == "SUCCESS"]
+    assert {row["dtype"] for row in rows if row["op"] == "abs"} == {"torch.float32"}
+    assert {row["dtype"] for row in rows if row["op"] == "relu"} == {"torch.float16"}
+    assert int(st["abs"]["rows_success"]) == sum(row["op"] == "abs" for row in rows) > 0
 
 
 def test_switch_screen_judges_like_ab_rlc_and_feeds_partition(tmp_path):

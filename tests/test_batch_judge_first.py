@@ -309,6 +309,31 @@ def test_baseline_refusals_exit_2(tmp_path):
     assert "Traceback" not in r.stderr
 
 
+def test_a_baseline_of_another_dtype_fallback_is_refused(tmp_path):
+    """A baseline measured under --dtype-fallback all stands for no side A under first (and the
+    other way round): abs measured every dtype it declares there, its first one here."""
+    env = dict(ZL_STUB_PLAN="abs=dtype")
+    for out, extra in (("all", ()), ("first", ("--dtype-fallback", "first"))):
+        r = batch(tmp_path, "--judge", "--devices", "0", "--batch-dir", tmp_path / out, "--ops", "abs", "relu",
+                  "--dtypes", "float16", *extra, **{**ENV, **env})
+        assert r.returncode == 0, r.stdout + r.stderr
+    r = judge_first(tmp_path, "--ops", "abs", "relu", "--dtypes", "float16", "--dtype-fallback", "first",
+                    "--baseline", tmp_path / "all", **env)
+    assert r.returncode == 2 and "cannot stand for side A" in r.stderr, r.stdout + r.stderr
+    assert "dtype_fallback: baseline '<unset>', this call 'first'" in r.stderr
+    assert not (tmp_path / "jf" / "judge_first.json").exists()
+    r = judge_first(tmp_path, "--ops", "abs", "relu", "--dtypes", "float16", "--baseline", tmp_path / "first", **env)
+    assert r.returncode == 2 and "dtype_fallback: baseline 'first', this call '<unset>'" in r.stderr
+    # the same policy: the baseline's side A is taken, abs's measured dtype with it
+    r = judge_first(tmp_path, "--ops", "abs", "relu", "--dtypes", "float16", "--dtype-fallback", "first",
+                    "--controls", "1", "--baseline", tmp_path / "first", **env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    record = json.loads((tmp_path / "jf" / "judge_first.json").read_text())
+    assert record["baseline"]["linked"] == 2 and record["baseline"]["fresh"] == {}
+    judged = status(tmp_path / "jf" / "judge" / "after")
+    assert "dtype_fallback=first:int32" in judged["abs"]["notes"].split(";")
+
+
 # ---------------------------------------------------------------- --rounds
 
 def test_rounds_apply_to_the_timed_stage_only_and_a_resume_keeps_them(tmp_path):

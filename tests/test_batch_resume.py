@@ -98,6 +98,34 @@ def test_resume_under_other_conditions_exits_2_naming_each_difference(tmp_path, 
     assert [c["reused"] for c in after["calls"]] == [0, 1]
 
 
+def test_resume_keeps_the_dtype_fallback_policy(tmp_path):
+    """--dtype-fallback is a condition: left out, the batch's; another one, exit 2 before any
+    case. A batch.json without the field (every batch before the option) reads as `all`."""
+    plain, first = tmp_path / "plain", tmp_path / "first"
+    for bd, extra in ((plain, ()), (first, ("--dtype-fallback", "first"))):
+        r = batch(tmp_path, "--ops", "abs", "exp", "--devices", "0", "--dtypes", "float16", "--retries", "0",
+                  "--batch-dir", bd, *extra, ZL_STUB_PLAN="abs=dtype,exp=fail")
+        assert r.returncode == 0, r.stdout + r.stderr
+    assert "dtype_fallback" not in json.loads((plain / "batch.json").read_text())["conditions"]
+    before, calls = {bd: snapshot(bd) for bd in (plain, first)}, len(trace(tmp_path))
+    for bd, other, was in ((plain, "first", "all"), (first, "all", "first")):
+        r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0", "--dtype-fallback", other)
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert (f"--resume: the batch was started with --dtype-fallback {was}, this call gives "
+                f"--dtype-fallback {other}") in r.stderr and "Traceback" not in r.stderr
+        assert snapshot(bd) == before[bd]
+    assert len(trace(tmp_path)) == calls
+    # its own policy, given or left out: the failed case reruns under it
+    r = batch(tmp_path, "--resume", "--batch-dir", plain, "--devices", "0", "--dtype-fallback", "all",
+              ZL_STUB_PLAN="abs=dtype")
+    assert r.returncode == 0 and "1 reused, 1 to run" in r.stdout, r.stdout + r.stderr
+    r = batch(tmp_path, "--resume", "--batch-dir", first, "--devices", "0", ZL_STUB_PLAN="abs=dtype")
+    assert r.returncode == 0 and "1 reused, 1 to run" in r.stdout, r.stdout + r.stderr
+    assert json.loads((first / "main/exp/run_identity.json").read_text())["dtype_fallback"] == "first"
+    assert "dtype_fallback" not in json.loads((plain / "main/exp/run_identity.json").read_text())
+    assert json.loads((first / "batch.json").read_text())["conditions"]["dtype_fallback"] == "first"
+
+
 def _git(tree, *args):
     subprocess.run(["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@t", *args],
                    check=True, capture_output=True)

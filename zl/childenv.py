@@ -62,10 +62,11 @@ def set_in_process(name: str, value: Optional[str]) -> Optional[str]:
 
 # A batch case is one run_pytest.sh run. Inherited from the batch's shell these would change
 # every case: the batch shards devices itself, each case records its own picks, and each
-# case has its own directory.
+# case has its own directory; DTYPES and ZL_DTYPE_FALLBACK come from --dtypes and
+# --dtype-fallback (recorded in batch.json's conditions), set per case.
 BATCH_DROPPED = ("PARALLEL_WARMUP_GPUS", "REPLAY_FROM", "OUT_DIR", "TEST_NODE", "ZL_TEST_NODE",
-                 "OP", "OP_FILE", "SHAPE_MODE", "SHAPE_FILE", "DTYPES", "ZL_DEVICE_SHARE",
-                 "ZL_DEVICE_OVERLAP", "ZL_TIMING_LOCK")
+                 "OP", "OP_FILE", "SHAPE_MODE", "SHAPE_FILE", "DTYPES", "ZL_DTYPE_FALLBACK",
+                 "ZL_DEVICE_SHARE", "ZL_DEVICE_OVERLAP", "ZL_TIMING_LOCK")
 # Each case gets a private tuner cache unless the user says otherwise: a shared store hands
 # one case's (or side A's) winners to the next (the A/B drivers do the same).
 BATCH_DEFAULTS = {"ZL_ISOLATE_TUNER_CACHE": "1"}

@@ -7,8 +7,11 @@ Rules, each from the batch design:
 - pytest rc 1 and signal deaths retry up to `retries` times, stopping early when the same rc
   repeats (a deterministic failure). Every earlier attempt's log is kept as run.attempt<N>.log.
 - With `dtypes`, upstream's "can't be supported by this op" reruns without the restriction
-  (`dtype_fallback`); any other failure with zero rows gets one unrestricted last try
-  (`dtype_rescue`: a torch baseline that cannot build the restricted dtype fails differently).
+  (`dtype_fallback`, policy `all`); any other failure with zero rows gets one unrestricted last
+  try (`dtype_rescue`: a torch baseline that cannot build the restricted dtype fails differently).
+  Under `--dtype-fallback first` (ZL_DTYPE_FALLBACK=first in every attempt) upstream no longer
+  refuses: the run measures the op's first declared dtype and its DTYPE_FALLBACK line becomes
+  the note `dtype_fallback=first:<dtype>`, with no rerun.
 - Runtime skipif/xfail with no rows is SKIP: upstream itself declares no signal there.
 """
 
@@ -28,14 +31,15 @@ from zl.childenv import batch_case_base, batch_case_environ
 from zl.flaggems import UNSUPPORTED_DTYPE
 from zl.batch.executor import GroupGuard, kill_group
 from zl.batch.inventory import Entry
-from zl.batch.status import blank_row, join_notes
-from zl.markers import CELL_TIMEOUT, COUNTED, format_marker
+from zl.batch.status import blank_row, join_notes, note_value
+from zl.markers import CELL_TIMEOUT, COUNTED, DTYPE_FALLBACK, format_marker
 from zl.runlog.caliber import caliber_of
 from zl.runlog.parse import RunLogError, read_run_log
 from zl.timing.exclusive import waited_s
 
 SKIP_RE = re.compile(r"(\d+) (skipped|xfailed)\b")
 PREFLIGHT_RE = re.compile(r"PREFLIGHT_FAILED check=(\S+)")
+FIRST_DTYPE_RE = re.compile(rf"(?:^|\s){DTYPE_FALLBACK} op=\S* asked=\S* measured=(\S+)", re.M)
 COMPLETE_MARK = ".complete"
 # the per-device timing lock files of an --overlap batch, under the batch directory
 TIMING_LOCKS = ".timing-locks"
@@ -51,6 +55,7 @@ class CaseConfig:
     kill_grace: float = 10.0
     retries: int = 2
     dtypes: str = ""
+    dtype_fallback: str = "all"         # ZL_DTYPE_FALLBACK of every attempt (run_batch.py --dtype-fallback)
     replay_root: Optional[Path] = None
     shape_file: str = ""
     batch_id: str = ""
@@ -86,6 +91,23 @@ def timing_lock_file(locks: Optional[Path], device: str) -> Path:
     return locks / f"device-{device}.lock"
 
 
+def first_dtypes(text: str) -> str:
+    """The dtypes `--dtype-fallback first` measured in place of refused ones, from the
+    DTYPE_FALLBACK lines of a run's log: '+'-joined, first seen first ("" when none)."""
+    return "+".join(dict.fromkeys(FIRST_DTYPE_RE.findall(text)))
+
+
+def measured_first(notes: str) -> str:
+    """The dtypes a case's `dtype_fallback=first:<a+b>` note names, space separated ("" when none)."""
+    return note_value(notes, "dtype_fallback").partition("first:")[2].replace("+", " ")
+
+
+def unrestricted(notes: str) -> bool:
+    """Whether a case's final attempt ran without its --dtypes (`dtype_fallback` of policy
+    `all`, or `dtype_rescue`); `dtype_fallback=first:<dtype>` ran with them."""
+    return any(p == "dtype_fallback" or p.startswith("dtype_rescue") for p in (notes or "").split(";"))
+
+
 def case_dir(batch_dir: Path, e: Entry) -> Path:
     return Path(batch_dir) / e.repo / e.run_name
 
@@ -106,6 +128,8 @@ class CaseRunner:
             "DTYPES": dtypes, "FLAGGEMS_PERF_COLOR": "never", "NO_COLOR": "1",
             "ZL_BATCH_ID": self.cfg.batch_id,
         }
+        if self.cfg.dtype_fallback != "all":   # recorded in the identity (dtype_fallback, caliber)
+            values["ZL_DTYPE_FALLBACK"] = self.cfg.dtype_fallback
         if self.cfg.device_share > 1:   # recorded in the identity, so no report trusts the timing
             values["ZL_DEVICE_SHARE"] = str(self.cfg.device_share)
         if self.cfg.device_overlap > 1:  # both sides of a screen take one lock per device
@@ -202,6 +226,14 @@ class CaseRunner:
         lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("=====")]
         return f"rc={rc}: {lines[-1]}" if lines else f"rc={rc}"
 
+    @staticmethod
+    def final_log(out_dir: Path) -> str:
+        """The final attempt's run.log ("" when unreadable); earlier ones are run.attempt<N>.log."""
+        try:
+            return (out_dir / "run.log").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+
     def log_text(self, e: Entry, out_dir: Path) -> str:
         parts = []
         for p in (out_dir / "run.log", self.console_path(e)):
@@ -279,6 +311,9 @@ class CaseRunner:
                 row.update(status="INTERRUPTED", return_code=str(a.rc), notes="interrupted")
                 return row, True
             result = self.classify(e, out_dir, a.rc, a.timed_out)
+        measured = first_dtypes(self.final_log(out_dir)) if cfg.dtype_fallback == "first" else ""
+        if measured:
+            notes.append(f"dtype_fallback=first:{measured}")
         if a.timed_out and a.lock_waited_s:
             notes.append(f"lock_waited_s={a.lock_waited_s:.0f}")
         if len(rcs) > 1:

@@ -124,7 +124,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return EXIT_INTERPRETER
     except (UsageError, BatchDirError, SelectionError, inv.InventoryError, PartitionError,
             UnknownBackendError, conds.ShapeFileError, conds.RetuneError, conds.RoundsError,
-            conds.DeviceModelError, judge_first.BaselineError, RayError) as exc:
+            conds.DtypeFallbackError, conds.DeviceModelError, judge_first.BaselineError, RayError) as exc:
         return _fail(str(exc))
 
 
@@ -180,6 +180,7 @@ def settle_options(args, started: Dict) -> None:
         args.backend = cond.get("backend") or None
     if args.dtypes is None:
         args.dtypes = cond.get("dtypes", "")
+    conds.settle_dtype_fallback(args, started)
     if args.shape_file is None:
         args.shape_file = cond.get("shape_file", "")
     if args.replay_root is None and cond.get("replay_root"):
@@ -261,6 +262,7 @@ class Plan:
     backend: object                      # zl.backends DeviceBackend
     run_script: Path
     dtypes: str                          # normalised: space separated
+    dtype_fallback: str                  # all / first: where upstream refuses `dtypes`
     shape_file: str                      # what the cases get (a path made absolute)
     common_env: Dict[str, str]           # set for every case on every side
     roots: Dict[str, str]                # repo -> resolved FlagGems tree
@@ -303,11 +305,12 @@ def settle_measurement(args, started: Dict) -> Dict:
         replay_root=str(args.replay_root.resolve()) if args.replay_root else "",
         switch=args.switch or "", use_flagtune=args.use_flagtune,
         case_env=batch_case_base(common_env), roots=roots, retune=args.retune, rounds=args.rounds,
+        dtype_fallback=args.dtype_fallback,
         toolchain=conds.toolchain_identity(case_python(inherited()), inherited()))
     if args.resume:
         check_conditions(started, conditions)
-    return dict(backend=backend, run_script=run_script, dtypes=dtypes, shape_file=shape["shape_file"],
-                common_env=common_env, roots=roots, conditions=conditions)
+    return dict(backend=backend, run_script=run_script, dtypes=dtypes, dtype_fallback=args.dtype_fallback,
+                shape_file=shape["shape_file"], common_env=common_env, roots=roots, conditions=conditions)
 
 
 def place(args, backend, cases: List[inv.Entry]) -> Tuple[List[str], Dict[str, List[inv.Entry]]]:

@@ -8,7 +8,8 @@ recomputes them and refuses (exit 2) naming every field that differs:
 - the options that change what a case measures: backend, --dtypes, --shape-file (its path
   and a sha256 of its content), --replay-root, --switch, --use-flagtune, --retune (recorded
   only when given: a batch without side C reads as every batch before it did), --rounds
-  (recorded only when > 1, for the same reason);
+  (recorded only when > 1, for the same reason), --dtype-fallback (recorded only when
+  `first`: a batch.json without it reads as `all`, the only policy before it existed);
 - the environment variables of README's table that change what a case measures
   (MEASURED_ENV), as the cases will see them;
 - the toolchain in the cases' interpreter (`toolchain`): Python's version, torch's version, and
@@ -40,6 +41,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from zl.childenv import batch_case_base
 from zl.flaggems import UPSTREAM_SHAPE_WORDS, VENDOR_ENV_KEYS, checkout_commit
+# run_batch.py --dtype-fallback's default, the policy of every batch before the option (never recorded)
+from zl.shapes.dtype_fallback import DEFAULT as DTYPE_FALLBACK_DEFAULT
 from zl.switches import SwitchError, env_switch
 
 # Inherited by every case and read by run_pytest.sh or a plugin to decide what is measured
@@ -159,17 +162,42 @@ def measured_env(environ: Mapping[str, str]) -> Dict[str, str]:
 
 def collect(*, backend: str, dtypes: str, shape: Dict[str, str], replay_root: str, switch: str,
             use_flagtune: bool, case_env: Mapping[str, str], roots: Mapping[str, str],
-            toolchain: Mapping[str, Any], retune: bool = False, rounds: int = 1) -> Dict[str, Any]:
+            toolchain: Mapping[str, Any], retune: bool = False, rounds: int = 1,
+            dtype_fallback: str = DTYPE_FALLBACK_DEFAULT) -> Dict[str, Any]:
     """The conditions record of batch.json; `case_env` is the environment cases inherit."""
     return {
         "backend": backend, "dtypes": dtypes, **shape, "replay_root": replay_root,
         "switch": switch, "use_flagtune": bool(use_flagtune),
         **({"retune": True} if retune else {}),
         **({"rounds": rounds} if rounds > 1 else {}),
+        **({"dtype_fallback": dtype_fallback} if dtype_fallback != DTYPE_FALLBACK_DEFAULT else {}),
         "environment": measured_env(case_env),
         "toolchain": dict(toolchain),
         "flaggems": {repo: tree_identity(root) for repo, root in sorted(roots.items())},
     }
+
+
+class DtypeFallbackError(ValueError):
+    """--dtype-fallback first without --dtypes, or a --resume that changes the policy (exit 2)."""
+
+
+def settle_dtype_fallback(args, started: Mapping[str, Any]) -> None:
+    """`args.dtype_fallback` settled: left out, the batch's (a batch.json without the field:
+    `all`; a fresh batch: `all`). Refused (DtypeFallbackError): `first` without --dtypes (it
+    acts only where upstream refuses the dtypes asked: with none asked it would change
+    nothing but the caliber); a --resume that changes it: the reused cases of an int-only op
+    measured one dtype set, the rerun ones another, in one table."""
+    before = started.get("conditions", {}).get("dtype_fallback", DTYPE_FALLBACK_DEFAULT)
+    if args.dtype_fallback is None:
+        args.dtype_fallback = before
+    if args.dtype_fallback != DTYPE_FALLBACK_DEFAULT and not (args.dtypes or "").replace(",", " ").split():
+        raise DtypeFallbackError(f"--dtype-fallback {args.dtype_fallback} picks the dtype measured where "
+                                 "upstream refuses --dtypes; give --dtypes (e.g. --dtypes float16), or drop it")
+    if args.resume and args.dtype_fallback != before:
+        raise DtypeFallbackError(f"--resume: the batch was started with --dtype-fallback {before}, this call "
+                                 f"gives --dtype-fallback {args.dtype_fallback}; an op that refuses --dtypes "
+                                 "measures other dtypes under each: resume with the batch's, or start a "
+                                 "new --batch-dir")
 
 
 class RetuneError(ValueError):

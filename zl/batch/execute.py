@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from zl.batch import inventory as inv
-from zl.batch.case import TIMING_LOCKS, CaseConfig, CaseRunner, case_dir
+from zl.batch.case import TIMING_LOCKS, CaseConfig, CaseRunner, case_dir, measured_first, unrestricted
 from zl.batch.executor import GroupGuard, LocalExecutor
 from zl.batch.screen import (BASELINE_MISMATCH, ROUND_SIDE_RE, SIDES, ScreenTable, baseline_differences,
                              replays_before, screen_row)
@@ -117,6 +117,7 @@ class BatchRun:
         return CaseConfig(
             batch_dir=p.side_dir(name), run_script=p.run_script, roots=p.roots, backend=p.backend,
             op_timeout=a.op_timeout, kill_grace=a.kill_grace, retries=a.retries, dtypes=p.dtypes,
+            dtype_fallback=p.dtype_fallback,
             replay_root=replay, shape_file=p.shape_file, batch_id=batch_id,
             extra_env={**p.common_env, **extra}, device_share=a.share_device,
             device_overlap=a.overlap, timing_locks=p.batch_dir / TIMING_LOCKS,
@@ -226,10 +227,12 @@ def run_sides(runners: Dict[str, CaseRunner], names: List[str], c: inv.Entry, de
     dtypes side B measured). The executors' one case function: the local one calls it in a
     worker thread, the Ray one in a task on the case's node. In a screen, side B, then side C
     of --retune, runs after a PASS of side A (else its row is NOT_RUN) and measures what A
-    measured: after a dtype fallback, without the restriction too; the sides of rounds 2..R
-    run only after a PASS of both sides of round 1 (a failing pair would fail R - 1 more
-    times). An interrupted side ends the case (the sides after it stay PENDING, rerun by
-    --resume)."""
+    measured: after a dtype fallback, without the restriction too (under --dtype-fallback
+    first, with A's restriction, substituted alike; the dtypes returned are those A measured,
+    the screen row's `dtypes`, so partition.py hands a campaign a dtype the op takes); the
+    sides of rounds 2..R run only after a PASS of both sides of round 1 (a failing pair would
+    fail R - 1 more times). An interrupted side ends the case (the sides after it stay
+    PENDING, rerun by --resume)."""
     def side(name: str, dt: Optional[str]) -> Dict[str, str]:
         if given and name in given:       # a side already measured (a --baseline's side A)
             ended(name, given[name])
@@ -248,7 +251,7 @@ def run_sides(runners: Dict[str, CaseRunner], names: List[str], c: inv.Entry, de
     row_a = rows[names[0]]
     if len(names) == 1 or row_a["status"] == "INTERRUPTED":
         return rows, dtypes
-    dt = "" if "dtype_" in row_a["notes"] else dtypes
+    dt = "" if unrestricted(row_a["notes"]) else dtypes
     for name in names[1:]:
         # a round side (2..R) needs round 1 whole: both before and after passed
         needs = [names[0]] + ([SIDES[1]] if ROUND_SIDE_RE.match(name) else [])
@@ -262,7 +265,7 @@ def run_sides(runners: Dict[str, CaseRunner], names: List[str], c: inv.Entry, de
                                    str(case_dir(side_dir(name), c)), status="NOT_RUN",
                                    notes=f"side {failed} ended {rows[failed]['status']}")
             ended(name, rows[name])
-    return rows, dt
+    return rows, measured_first(row_a["notes"]) or dt
 
 
 def wants_bytecode_cache(plan) -> bool:

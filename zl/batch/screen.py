@@ -134,8 +134,8 @@ def read_screen_rows(path: Path) -> Dict[Tuple[str, str], Dict[str, str]]:
 # compared; else the pair judges two setups, not the switch.
 BASELINE_MISMATCH = "BASELINE_MISMATCH"
 BASELINE_FIELDS = ("backend", "device_name", "device_arch", "triton_version", "torch_version",
-                   "flaggems_package", "dtypes", "bench_level", "shape_mode", "shape_source",
-                   "tuner_cache", "use_flagtune", "seed")
+                   "flaggems_package", "dtypes", "dtype_fallback", "bench_level", "shape_mode",
+                   "shape_source", "tuner_cache", "use_flagtune", "seed")
 
 
 def baseline_differences(run_a: Path, run_b: Path) -> List[str]:
