@@ -170,3 +170,18 @@ def test_run_pytest_refuses_a_bad_policy_word(zl_run):
     r = zl_run(OP="abs", OP_FILE="abs", ZL_BACKEND="cuda", DTYPES="float16", ZL_DTYPE_FALLBACK="newest")
     assert r.returncode == 4, r.explain()
     assert "ZL_DTYPE_FALLBACK='newest' (--zl-dtype-fallback) is not one of all, first" in r.log_text + r.stderr
+
+
+def test_side_b_keeps_the_restriction_unless_side_a_ran_without_it():
+    """Side B runs unrestricted only after side A's own fallback or rescue. A node whose name
+    holds "dtype_" (addmm_dtype_out) linked from a baseline carries `baseline=<dir>/addmm_dtype_out`
+    in its notes: a substring test sent side B unrestricted and the H100 screen read
+    BASELINE_MISMATCH ("dtypes: baseline 'float16', side B ''")."""
+    from zl.batch.case import measured_first, unrestricted
+    linked = "shared_device=16;baseline=/tmp/base/main/addmm_dtype_out"
+    assert not unrestricted(linked)
+    assert unrestricted("timeout_s=60;dtype_fallback;rc=1->124")
+    assert unrestricted("dtype_rescue(first: FAIL);rc=1->1->0")
+    assert not unrestricted("dtype_fallback=first:int32;shared_device=16")
+    assert measured_first("dtype_fallback=first:int16+int32;shared_device=16") == "int16 int32"
+    assert measured_first(linked) == ""
