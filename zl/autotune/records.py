@@ -6,6 +6,10 @@ make a record unusable and names it (`RecordUnusable.reason`, also the marker's
 record made on another backend. The caller then tunes live and says so in
 run_identity.json instead of claiming to replay.
 
+`ran_with` reads back what a finished run's compiled code followed: a replay's
+`<op>.used.json` (the record's configs plus any key it tuned live after a fallback), else a
+recording run's `<op>.json`; `other_picks` names the (kernel, key)s two of them tune otherwise.
+
 `digest` names a record by its content (sha256 of its canonical JSON: key order and
 whitespace do not count, any config value does). The recording run writes it as identity
 `autotune_record_digest`, the replaying run the digest of what it read as
@@ -17,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from zl import atomic
 
@@ -83,6 +87,48 @@ def load_records(record_dir: str, op: str) -> Records:
     except (OSError, ValueError) as exc:
         raise RecordUnusable("unreadable_record", f"{path}: not valid JSON ({exc})") from None
     return validate(doc, str(path))
+
+
+def load_used(record_dir: str) -> Records:
+    """What a replaying run ran with: its `<op>.used.json` (AutotuneSession._dump_used), merged;
+    {} when there is none (a replay that met no autotuned kernel writes none); RecordUnusable
+    naming a truncated or malformed file."""
+    used: Records = {}
+    for path in sorted(Path(record_dir).glob("*.used.json")):
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise RecordUnusable("unreadable_record", f"{path}: not valid JSON ({exc})") from None
+        for kernel, keys in validate(doc, str(path)).items():
+            used.setdefault(kernel, {}).update(keys)
+    return used
+
+
+def ran_with(run_dir: str) -> Records:
+    """The autotune picks a finished run's compiled code followed, from its `autotune_records/`:
+    a replay's `<op>.used.json`, else a recording run's `<op>.json` (written even when `{}`);
+    {} when it left neither. RecordUnusable naming a truncated or malformed file."""
+    rec_dir = Path(run_dir) / "autotune_records"
+    if any(rec_dir.glob("*.used.json")):
+        return load_used(str(rec_dir))
+    picks: Records = {}
+    for path in sorted(rec_dir.glob("*.json")):
+        if path.name != META_NAME:
+            for kernel, keys in load_records(str(rec_dir), path.name[:-len(".json")]).items():
+                picks.setdefault(kernel, {}).update(keys)
+    return picks
+
+
+def canonical(cfg: Optional[Dict[str, Any]]) -> Optional[str]:
+    """One config as text where key order does not count and every value does."""
+    return None if cfg is None else json.dumps(cfg, sort_keys=True, separators=(",", ":"))
+
+
+def other_picks(a: Records, b: Records) -> List[Tuple[str, str]]:
+    """The (kernel, key)s both records hold with another config, sorted; a key only one
+    holds is not among them."""
+    return sorted((kernel, key) for kernel, keys in a.items() for key, cfg in keys.items()
+                  if key in b.get(kernel, {}) and canonical(cfg) != canonical(b[kernel][key]))
 
 
 def digest(records: Records) -> str:

@@ -76,10 +76,6 @@ def record_of(run: LoadedRun) -> Tuple[Optional[store.Records], List[str]]:
     return doc, problems
 
 
-def _canon(cfg: Optional[Dict]) -> Optional[str]:
-    return None if cfg is None else json.dumps(cfg, sort_keys=True, separators=(",", ":"))
-
-
 def config_text(cfg: Optional[Dict]) -> str:
     """`BLOCK=64 num_warps=4 num_stages=2`: the kwargs, then every other field set."""
     if cfg is None:
@@ -109,12 +105,10 @@ def _under_switch(b: Optional[LoadedRun]) -> Tuple[Dict[Tuple[str, str], Tuple[s
                                               e["reason"])
     for f in ident.get("replay_foreign_configs") or []:
         found.setdefault((str(f.get("kernel")), str(f.get("key"))), ("pruned", str(f.get("reason", ""))))
-    used: Dict = {}
-    for p in sorted((b.dir / "autotune_records").glob("*.used.json")):
-        try:
-            used.update(store.validate(json.loads(p.read_text(encoding="utf-8")), str(p)))
-        except (OSError, ValueError):
-            pass
+    try:
+        used = store.load_used(str(b.dir / "autotune_records"))
+    except store.RecordUnusable:
+        used = {}
     for kernel, keys in used.items():
         for key in keys:
             found.setdefault((kernel, key), ("replayed", ""))
@@ -130,7 +124,7 @@ def picks(a_rec: Optional[store.Records], c_rec: Optional[store.Records],
     rows = []
     for kernel, key in keys:
         a, c = a_rec.get(kernel, {}).get(key), c_rec.get(kernel, {}).get(key)
-        pick = (("same" if _canon(a) == _canon(c) else "other") if a is not None and c is not None
+        pick = (("same" if store.canonical(a) == store.canonical(c) else "other") if a is not None and c is not None
                 else "only_a" if a is not None else "only_c" if c is not None else "neither")
         if whole and a is not None:
             what, why = "failed", f"whole record: {whole}"
