@@ -21,6 +21,8 @@ recomputes them and refuses (exit 2) naming every field that differs:
     TREE_SKIP_DIRS, *.pyc). Stat-only, so it costs milliseconds on a 3,000-file tree; an
     edit changes it, and so does re-copying the tree to the same path (refused: a resume
     cannot tell a copy from a change, and refusing is the safe side).
+  Either way the files FlagGems' own benchmark runs write into the tree (RUN_BYPRODUCTS) do
+  not count: a batch's own cases must not turn its tree into another one.
 - the GPU model of the devices the cases run on (`device`: {"models": the distinct names,
   sorted, or null where no query names one: no GPU, a runtime without a name query}): the
   backend's name query (nvidia-smi) on the batch's devices, or --executor ray's node check.
@@ -53,6 +55,18 @@ MEASURED_ENV = (
 )
 TREE_SKIP_DIRS = (".git", "__pycache__", ".pytest_cache", ".mypy_cache")
 UNSET = "<unset>"
+# Files that FlagGems' own benchmark runs write into the FlagGems tree (paths relative to its
+# top). The contract: such a file is the output of running the benchmarks, never a source, and
+# nothing in FlagGems reads it back to decide what runs; tree_identity leaves it out (a git
+# pathspec exclude, or skipped by stat_digest), so a batch's cases cannot change the identity
+# of the tree they ran in. Measured: benchmark/test_blas_perf_parallel.py (FlagGems ed2508bc,
+# `_get_error_shape_output_path` / `_record_failed_shape`) writes
+# os.path.abspath("FlagTune/error_shape.yaml") under the lock file FlagTune/.error_output.lock,
+# relative to the cwd (a case's is the FlagGems root), whenever a shape errors. A 200-node
+# run_batch.py --judge baseline on an H100 left both untracked, and its own
+# --judge-first --baseline screen was refused for another flaggems.main.worktree.
+# Any other untracked file still counts: a new source file is another tree.
+RUN_BYPRODUCTS = ("FlagTune/error_shape.yaml", "FlagTune/.error_output.lock")
 
 
 def _sha256(data: bytes) -> str:
@@ -66,8 +80,9 @@ def _git(root: str, *args: str) -> bytes:
         return b""
 
 
-def stat_digest(root: Path) -> str:
-    """sha256 over (relative path, size, mtime_ns) of every file under `root`, sorted."""
+def stat_digest(root: Path, skip: Sequence[str] = ()) -> str:
+    """sha256 over (relative path, size, mtime_ns) of every file under `root`, sorted; the
+    relative paths in `skip` left out."""
     entries = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d not in TREE_SKIP_DIRS and not d.endswith(".egg-info"))
@@ -75,11 +90,14 @@ def stat_digest(root: Path) -> str:
             if name.endswith((".pyc", ".pyo")):
                 continue
             path = Path(dirpath, name)
+            rel = path.relative_to(root).as_posix()
+            if rel in skip:
+                continue
             try:
                 st = path.stat()
             except OSError:     # a dangling link or a file removed while walking
                 continue
-            entries.append(f"{path.relative_to(root).as_posix()}\0{st.st_size}\0{st.st_mtime_ns}")
+            entries.append(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}")
     return _sha256("\n".join(sorted(entries)).encode("utf-8", errors="surrogateescape"))
 
 
@@ -88,10 +106,13 @@ def tree_identity(root: str) -> Dict[str, str]:
     path = str(Path(root).resolve())
     commit = checkout_commit(path)
     if commit:
-        worktree = _sha256(_git(path, "status", "--porcelain=v1", "-z", "--untracked-files=all")
-                           + b"\0\0" + _git(path, "diff", "HEAD", "--binary"))
+        # the whole tree (":/") but RUN_BYPRODUCTS; a tree without them hashes as before
+        spec = ("--", ":/", *(f":(top,exclude,literal){p}" for p in RUN_BYPRODUCTS))
+        status = _git(path, "status", "--porcelain=v1", "-z", "--untracked-files=all", *spec)
+        worktree = _sha256(status + b"\0\0" + _git(path, "diff", "HEAD", "--binary", *spec))
         return {"path": path, "commit": commit, "worktree": f"git-sha256:{worktree}"}
-    return {"path": path, "commit": "", "worktree": f"stat-sha256:{stat_digest(Path(path))}"}
+    return {"path": path, "commit": "",
+            "worktree": f"stat-sha256:{stat_digest(Path(path), RUN_BYPRODUCTS)}"}
 
 
 class ShapeFileError(ValueError):
