@@ -315,7 +315,8 @@ def test_baseline_refusals_exit_2(tmp_path):
 def test_a_baseline_is_not_refused_for_what_its_own_runs_wrote_into_the_flaggems_tree(tmp_path):
     """FlagGems' blas benchmark records a failing shape in FlagTune/ of its cwd (the FlagGems
     root): on an H100 a 200-node baseline's own runs left that behind, and its screen refused
-    it as another tree. Those files are no part of the tree's identity; a new source file is."""
+    it as another tree. Those files are no part of the tree's identity; a new source file is,
+    and the refusal names it, also against a baseline recorded before the list of paths."""
     fg = tmp_path / "fg"
     shutil.copytree(FAKE_FLAGGEMS_DIR, fg, ignore=shutil.ignore_patterns("__pycache__"))
     for args in (("init", "-q"), ("add", "-A"), ("commit", "-q", "-m", "one")):
@@ -339,6 +340,15 @@ def test_a_baseline_is_not_refused_for_what_its_own_runs_wrote_into_the_flaggems
     r = screen("jf2")
     assert r.returncode == 2 and "cannot stand for side A" in r.stderr, r.stdout + r.stderr
     assert "flaggems.main.worktree: baseline 'git-sha256:" in r.stderr
+    assert "(only in this call: src/new_op.py)" in r.stderr and "FlagTune" not in r.stderr
+    record = json.loads((base / "batch.json").read_text())      # written before the list of paths
+    for key in ("changed", "changed_total"):
+        del record["conditions"]["flaggems"]["main"][key]
+    (base / "batch.json").write_text(json.dumps(record))
+    r = screen("jf3")
+    assert r.returncode == 2
+    assert ("(baseline's record predates the list of changed paths; this call changes src/new_op.py)"
+            in r.stderr)
     (fg / "src" / "new_op.py").unlink()
     r = screen("jf4")
     assert r.returncode == 0, r.stdout + r.stderr
