@@ -650,7 +650,8 @@ class TestNodeChecks:
         point(odd.link, dirty)
         r = self.run(cluster, odd, tmp_path, "--ops", "relu", "--batch-dir", tmp_path / "rb", FLAGGEMS_DIR=drv)
         assert r.returncode == 2 and (f"(node {odd.id}): FLAGGEMS_DIR {dirty} at the same commit has uncommitted "
-                                      f"changes (a dirty tree); the driver's has none ({drv})") in r.stderr
+                                      f"changes (a dirty tree); the driver's has none ({drv}; "
+                                      "only in the node: benchmark/conftest.py)") in r.stderr
         assert not (tmp_path / "rb").exists()
 
     def test_a_node_that_cannot_import_flag_gems_exits_4_or_is_left_out_when_asked(self, cluster, odd, tmp_path):
