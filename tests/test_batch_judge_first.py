@@ -5,12 +5,13 @@ resumable, and its refusals."""
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
-from harness.runner import REPO_ROOT
+from harness.runner import FAKE_FLAGGEMS_DIR, REPO_ROOT
 from test_batch import batch, status, trace
 
 from zl.batch.judge_first import select
@@ -335,6 +336,48 @@ def test_a_baseline_of_another_dtype_fallback_is_refused(tmp_path):
 
 
 # ---------------------------------------------------------------- --rounds
+
+def test_a_baseline_is_not_refused_for_what_its_own_runs_wrote_into_the_flaggems_tree(tmp_path):
+    """FlagGems' blas benchmark records a failing shape in FlagTune/ of its cwd (the FlagGems
+    root): on an H100 a 200-node baseline's own runs left that behind, and its screen refused
+    it as another tree. Those files are no part of the tree's identity; a new source file is,
+    and the refusal names it, also against a baseline recorded before the list of paths."""
+    fg = tmp_path / "fg"
+    shutil.copytree(FAKE_FLAGGEMS_DIR, fg, ignore=shutil.ignore_patterns("__pycache__"))
+    for args in (("init", "-q"), ("add", "-A"), ("commit", "-q", "-m", "one")):
+        subprocess.run(["git", "-C", str(fg), "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True)
+    env = {**ENV, "ZL_STUB_PLAN": "relu=errshape", "FLAGGEMS_DIR": str(fg)}
+    base = tmp_path / "base"
+    r = batch(tmp_path, "--judge", "--devices", "0", "--batch-dir", base, "--ops", "relu", "softmax", **env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    left = subprocess.run(["git", "-C", str(fg), "status", "--porcelain", "--untracked-files=all"],
+                          capture_output=True, text=True, check=True).stdout
+    assert left.splitlines() == ["?? FlagTune/.error_output.lock", "?? FlagTune/error_shape.yaml"]
+    r = judge_first(tmp_path, "--ops", "relu", "softmax", "--controls", "1", "--baseline", base, **env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads((tmp_path / "jf/judge_first.json").read_text())["baseline"]["linked"] == 2
+
+    def screen(name):
+        return batch(tmp_path, "--switch", "ZL_X", "--judge-first", "--devices", "0", "--batch-dir",
+                     tmp_path / name, "--ops", "relu", "--baseline", base, **env)
+
+    (fg / "src" / "new_op.py").write_text("")
+    r = screen("jf2")
+    assert r.returncode == 2 and "cannot stand for side A" in r.stderr, r.stdout + r.stderr
+    assert "flaggems.main.worktree: baseline 'git-sha256:" in r.stderr
+    assert "(only in this call: src/new_op.py)" in r.stderr and "FlagTune" not in r.stderr
+    record = json.loads((base / "batch.json").read_text())      # written before the list of paths
+    for key in ("changed", "changed_total"):
+        del record["conditions"]["flaggems"]["main"][key]
+    (base / "batch.json").write_text(json.dumps(record))
+    r = screen("jf3")
+    assert r.returncode == 2
+    assert ("(baseline's record predates the list of changed paths; this call changes src/new_op.py)"
+            in r.stderr)
+    (fg / "src" / "new_op.py").unlink()
+    r = screen("jf4")
+    assert r.returncode == 0, r.stdout + r.stderr
+
 
 def test_rounds_apply_to_the_timed_stage_only_and_a_resume_keeps_them(tmp_path):
     import shutil

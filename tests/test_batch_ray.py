@@ -445,6 +445,13 @@ def test_tree_differences_name_the_commit_or_the_working_state():
         "FLAGGEMS_DIR", dict(drv, worktree="git-sha256:1"), drv)
     assert "has no uncommitted changes; the driver's has some" in tree_difference(
         "FLAGGEMS_DIR", drv, dict(drv, worktree="git-sha256:1"))
+    # the paths each side changes, where the identities list them (a node of an older zl_bench: none)
+    assert tree_difference("FLAGGEMS_DIR", dict(drv, worktree="git-sha256:1", changed=["src/x.py"], changed_total=1),
+                           dict(drv, changed=[], changed_total=0)).endswith(
+        "the driver's has none (/d/FlagGems; only in the node: src/x.py)")
+    assert tree_difference("FLAGGEMS_DIR", dict(drv, worktree="git-sha256:1"),
+                           dict(drv, changed=[], changed_total=0)).endswith(
+        "(/d/FlagGems; the node's record predates the list of changed paths; the driver changes no path)")
     stat = {"path": "/d", "commit": "", "worktree": "stat-sha256:1"}
     assert "sizes or mtimes" in tree_difference("FLAGGEMS_DIR", dict(stat, worktree="stat-sha256:2"), stat)
     # zl_bench: the driver's checkout before or after the check (edited meanwhile) both match
@@ -643,7 +650,8 @@ class TestNodeChecks:
         point(odd.link, dirty)
         r = self.run(cluster, odd, tmp_path, "--ops", "relu", "--batch-dir", tmp_path / "rb", FLAGGEMS_DIR=drv)
         assert r.returncode == 2 and (f"(node {odd.id}): FLAGGEMS_DIR {dirty} at the same commit has uncommitted "
-                                      f"changes (a dirty tree); the driver's has none ({drv})") in r.stderr
+                                      f"changes (a dirty tree); the driver's has none ({drv}; "
+                                      "only in the node: benchmark/conftest.py)") in r.stderr
         assert not (tmp_path / "rb").exists()
 
     def test_a_node_that_cannot_import_flag_gems_exits_4_or_is_left_out_when_asked(self, cluster, odd, tmp_path):

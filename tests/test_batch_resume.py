@@ -4,6 +4,7 @@ run_batch.py at a time per batch directory, and reuses only what finished on eve
 Runs against the stub case (tests/fixtures/batch/stub_case.sh): milliseconds per case."""
 
 import csv
+import hashlib
 import json
 import os
 import shutil
@@ -157,6 +158,102 @@ def test_flaggems_identity_of_a_git_checkout_and_of_a_plain_tree(tmp_path, fg_co
     assert moved["commit"] != clean["commit"] and moved["worktree"] == clean["worktree"]   # clean again
     assert conds.differences({"flaggems": {"main": clean}}, {"flaggems": {"main": moved}}) == [
         f"flaggems.main.commit: batch {clean['commit']!r}, this call {moved['commit']!r}"]
+
+
+def test_run_byproducts_leave_the_tree_identity_alone_and_a_new_file_is_named(tmp_path, fg_copy):
+    """What FlagGems' own benchmark runs write into the tree (conds.RUN_BYPRODUCTS: upstream's
+    blas benchmark records a failing shape in FlagTune/ under the cwd) is not another tree; a
+    new source file is, and the refusal names it."""
+    def byproducts(root):
+        (root / "FlagTune").mkdir(exist_ok=True)
+        (root / "FlagTune" / "error_shape.yaml").write_text("mm:\n  shapes: [[1, 2, 3]]\n")
+        (root / "FlagTune" / ".error_output.lock").write_text("")
+
+    plain = conds.tree_identity(str(fg_copy))          # outside git: the stat digest skips them too
+    byproducts(fg_copy)
+    assert conds.tree_identity(str(fg_copy)) == plain
+    shutil.rmtree(fg_copy / "FlagTune")
+    _git(fg_copy, "init", "-q")
+    _git(fg_copy, "add", "-A")
+    _git(fg_copy, "commit", "-q", "-m", "one")
+    clean = conds.tree_identity(str(fg_copy))
+    assert (clean["changed"], clean["changed_total"]) == ([], 0)
+
+    def raw(*args):
+        return subprocess.run(["git", "-C", str(fg_copy), *args], capture_output=True, check=True).stdout
+
+    def before_the_fix():   # the digest as every earlier batch.json recorded it
+        return "git-sha256:" + hashlib.sha256(raw("status", "--porcelain=v1", "-z", "--untracked-files=all")
+                                              + b"\0\0" + raw("diff", "HEAD", "--binary")).hexdigest()
+
+    # a tree without byproducts hashes as before: earlier records of it still match
+    assert clean["worktree"] == before_the_fix()
+    byproducts(fg_copy)
+    assert raw("status", "--porcelain", "--untracked-files=all").decode().splitlines() == [
+        "?? FlagTune/.error_output.lock", "?? FlagTune/error_shape.yaml"]   # as the H100 baseline left it
+    assert before_the_fix() != clean["worktree"]                          # what refused the baseline
+    assert conds.tree_identity(str(fg_copy)) == clean
+    # only the tree's top holds them: the same names elsewhere are files like any other
+    (fg_copy / "benchmark" / "FlagTune").mkdir()
+    (fg_copy / "benchmark" / "FlagTune" / "error_shape.yaml").write_text("")
+    elsewhere = conds.tree_identity(str(fg_copy))
+    assert elsewhere["worktree"] != clean["worktree"] and elsewhere["changed"] == ["benchmark/FlagTune/error_shape.yaml"]
+    shutil.rmtree(fg_copy / "benchmark" / "FlagTune")
+
+    # a new source file and an edit: another tree, each path named in the difference
+    (fg_copy / "src" / "new_op.py").write_text("")
+    (fg_copy / "benchmark" / "test_exp.py").write_text("# edited\n")
+    dirty = conds.tree_identity(str(fg_copy))
+    assert dirty["worktree"] != clean["worktree"]
+    assert (dirty["changed"], dirty["changed_total"]) == (["benchmark/test_exp.py", "src/new_op.py"], 2)
+    [line] = conds.differences({"flaggems": {"main": clean}}, {"flaggems": {"main": dirty}})
+    assert line == (f"flaggems.main.worktree: batch {clean['worktree']!r}, this call {dirty['worktree']!r} "
+                    "(only in this call: benchmark/test_exp.py, src/new_op.py)")
+    [line] = conds.differences({"flaggems": {"main": dirty}}, {"flaggems": {"main": clean}}, "baseline")
+    assert line.endswith("(only in baseline: benchmark/test_exp.py, src/new_op.py)")
+
+    # a record from before the list compares by its digest alone, and says it has no list
+    old = {k: v for k, v in clean.items() if k not in conds.EXPLAINING}
+    assert conds.differences({"flaggems": {"main": old}}, {"flaggems": {"main": clean}}) == []
+    [line] = conds.differences({"flaggems": {"main": old}}, {"flaggems": {"main": dirty}})
+    assert line.endswith("(batch's record predates the list of changed paths; this call changes "
+                         "benchmark/test_exp.py, src/new_op.py)")
+    # the list never decides: equal digests with other lists are the same tree
+    assert conds.differences({"flaggems": {"main": dict(clean, changed=["x"], changed_total=1)}},
+                             {"flaggems": {"main": clean}}) == []
+
+
+def test_the_changed_paths_are_capped_and_a_capped_list_claims_nothing_beyond_its_end():
+    a = {"changed": [f"f{i:02d}" for i in range(conds.CHANGED_CAP)], "changed_total": 70}
+    b = {"changed": ["f00", "f01", "zz"], "changed_total": 3}
+    note = conds.changed_note(a, b, "batch", "this call")
+    # zz may be among a's 20 unlisted paths; f02..f49 are surely a's alone
+    assert "zz" not in note and note.startswith("only in batch: f02, f03,")
+    assert "and 38 more" in note and "lists capped at 50: batch changes 70 path(s), this call 3" in note
+    same = conds.changed_note(b, b, "batch", "this call")
+    assert same == "both change f00, f01, zz, in other content"
+    assert conds.changed_note({}, {}, "batch", "this call") == ""
+    assert conds.porcelain_paths(b"R  new.py\0old.py\0?? x y.py\0 M a.py\0") == ["a.py", "new.py", "old.py", "x y.py"]
+
+
+def test_a_resume_is_not_refused_for_what_its_own_cases_wrote_into_the_flaggems_tree(tmp_path, fg_copy):
+    _git(fg_copy, "init", "-q")
+    _git(fg_copy, "add", "-A")
+    _git(fg_copy, "commit", "-q", "-m", "one")
+    bd = tmp_path / "b"
+    env = dict(FLAGGEMS_DIR=str(fg_copy), ZL_STUB_PLAN="softmax=errshape,exp=fail")
+    r = batch(tmp_path, "--ops", "softmax", "exp", "--devices", "0", "--batch-dir", bd, "--retries", "0", **env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (fg_copy / "FlagTune" / "error_shape.yaml").read_text().startswith("softmax:")   # the case wrote it
+    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0", **env)
+    assert r.returncode == 0 and "1 reused, 1 to run" in r.stdout, r.stdout + r.stderr
+    assert "conditions match the batch's start" in r.stdout
+    # a new source file is another tree: refused, naming it (and nothing the runs wrote)
+    (fg_copy / "src" / "new_op.py").write_text("")
+    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0", **env)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "flaggems.main.worktree: batch 'git-sha256:" in r.stderr
+    assert "(only in this call: src/new_op.py)" in r.stderr and "FlagTune" not in r.stderr
 
 
 def test_toolchain_identity_names_triton_by_its_files_without_importing_it(tmp_path):

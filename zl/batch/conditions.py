@@ -17,11 +17,16 @@ recomputes them and refuses (exit 2) naming every field that differs:
   or reinstalled under the same version string changes the digest; no import, milliseconds);
 - each FlagGems tree (FLAGGEMS_DIR, FLAGGEMS_VLLM_DIR): its resolved path and
   * in a git checkout (the directory is the repository's top): HEAD's commit and a sha256 of
-    `git status --porcelain` plus `git diff HEAD` (uncommitted edits and new files count);
+    `git status --porcelain` plus `git diff HEAD` (uncommitted edits and new files count),
+    with the paths they name (`changed`, sorted, the first CHANGED_CAP, and `changed_total`):
+    the digest is what is compared, the paths only say what differs (`differences` names the
+    paths only one record changes; a record without them still compares by its digest);
   * otherwise a sha256 over every file's relative path, size and mtime (caches skipped:
     TREE_SKIP_DIRS, *.pyc). Stat-only, so it costs milliseconds on a 3,000-file tree; an
     edit changes it, and so does re-copying the tree to the same path (refused: a resume
     cannot tell a copy from a change, and refusing is the safe side).
+  Either way the files FlagGems' own benchmark runs write into the tree (RUN_BYPRODUCTS) do
+  not count: a batch's own cases must not turn its tree into another one.
 - the GPU model of the devices the cases run on (`device`: {"models": the distinct names,
   sorted, or null where no query names one: no GPU, a runtime without a name query}): the
   backend's name query (nvidia-smi) on the batch's devices, or --executor ray's node check.
@@ -56,6 +61,23 @@ MEASURED_ENV = (
 )
 TREE_SKIP_DIRS = (".git", "__pycache__", ".pytest_cache", ".mypy_cache")
 UNSET = "<unset>"
+# Files that FlagGems' own benchmark runs write into the FlagGems tree (paths relative to its
+# top). The contract: such a file is the output of running the benchmarks, never a source, and
+# nothing in FlagGems reads it back to decide what runs; tree_identity leaves it out (a git
+# pathspec exclude, or skipped by stat_digest), so a batch's cases cannot change the identity
+# of the tree they ran in. Measured: benchmark/test_blas_perf_parallel.py (FlagGems ed2508bc,
+# `_get_error_shape_output_path` / `_record_failed_shape`) writes
+# os.path.abspath("FlagTune/error_shape.yaml") under the lock file FlagTune/.error_output.lock,
+# relative to the cwd (a case's is the FlagGems root), whenever a shape errors. A 200-node
+# run_batch.py --judge baseline on an H100 left both untracked, and its own
+# --judge-first --baseline screen was refused for another flaggems.main.worktree.
+# Any other untracked file still counts: a new source file is another tree.
+RUN_BYPRODUCTS = ("FlagTune/error_shape.yaml", "FlagTune/.error_output.lock")
+# a git tree identity's `changed` holds at most this many paths (`changed_total`: all of them)
+CHANGED_CAP = 50
+# the keys of a tree identity that explain a working-state difference: never compared (the
+# digest says whether two trees differ; records from before them hold none)
+EXPLAINING = ("changed", "changed_total")
 
 
 def _sha256(data: bytes) -> str:
@@ -69,8 +91,9 @@ def _git(root: str, *args: str) -> bytes:
         return b""
 
 
-def stat_digest(root: Path) -> str:
-    """sha256 over (relative path, size, mtime_ns) of every file under `root`, sorted."""
+def stat_digest(root: Path, skip: Sequence[str] = ()) -> str:
+    """sha256 over (relative path, size, mtime_ns) of every file under `root`, sorted; the
+    relative paths in `skip` left out."""
     entries = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d not in TREE_SKIP_DIRS and not d.endswith(".egg-info"))
@@ -78,23 +101,46 @@ def stat_digest(root: Path) -> str:
             if name.endswith((".pyc", ".pyo")):
                 continue
             path = Path(dirpath, name)
+            rel = path.relative_to(root).as_posix()
+            if rel in skip:
+                continue
             try:
                 st = path.stat()
             except OSError:     # a dangling link or a file removed while walking
                 continue
-            entries.append(f"{path.relative_to(root).as_posix()}\0{st.st_size}\0{st.st_mtime_ns}")
+            entries.append(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}")
     return _sha256("\n".join(sorted(entries)).encode("utf-8", errors="surrogateescape"))
 
 
-def tree_identity(root: str) -> Dict[str, str]:
+def porcelain_paths(status: bytes) -> List[str]:
+    """The paths `git status --porcelain=v1 -z` names (a rename: both), sorted, once each."""
+    fields = status.decode("utf-8", errors="replace").split("\0")
+    out, i = set(), 0
+    while i < len(fields):
+        item = fields[i]
+        if len(item) > 3:
+            out.add(item[3:])
+            if item[0] in "RC" and i + 1 < len(fields):   # a rename's next field is its old path
+                i += 1
+                out.add(fields[i])
+        i += 1
+    return sorted(p for p in out if p)
+
+
+def tree_identity(root: str) -> Dict[str, Any]:
     """The identity of one FlagGems tree (see the module docstring)."""
     path = str(Path(root).resolve())
     commit = checkout_commit(path)
     if commit:
-        worktree = _sha256(_git(path, "status", "--porcelain=v1", "-z", "--untracked-files=all")
-                           + b"\0\0" + _git(path, "diff", "HEAD", "--binary"))
-        return {"path": path, "commit": commit, "worktree": f"git-sha256:{worktree}"}
-    return {"path": path, "commit": "", "worktree": f"stat-sha256:{stat_digest(Path(path))}"}
+        # the whole tree (":/") but RUN_BYPRODUCTS; a tree without them hashes as before
+        spec = ("--", ":/", *(f":(top,exclude,literal){p}" for p in RUN_BYPRODUCTS))
+        status = _git(path, "status", "--porcelain=v1", "-z", "--untracked-files=all", *spec)
+        worktree = _sha256(status + b"\0\0" + _git(path, "diff", "HEAD", "--binary", *spec))
+        changed = porcelain_paths(status)
+        return {"path": path, "commit": commit, "worktree": f"git-sha256:{worktree}",
+                "changed": changed[:CHANGED_CAP], "changed_total": len(changed)}
+    return {"path": path, "commit": "",
+            "worktree": f"stat-sha256:{stat_digest(Path(path), RUN_BYPRODUCTS)}"}
 
 
 class ShapeFileError(ValueError):
@@ -340,12 +386,57 @@ def older_record_note(stored: Mapping[str, Any]) -> str:
             "ran under this call's)" if missing else "")
 
 
+def _shown(paths: Sequence[str], limit: int = 10) -> str:
+    return ", ".join(paths[:limit]) + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
+
+
+def _only(mine: Sequence[str], theirs: Sequence[str], theirs_total: int) -> List[str]:
+    """Paths of `mine` that `theirs` lacks; where `theirs` is capped, only those it would list."""
+    capped = theirs_total > len(theirs) and theirs
+    return [p for p in mine if p not in set(theirs) and not (capped and p > theirs[-1])]
+
+
+def changed_note(a: Mapping[str, Any], b: Mapping[str, Any], a_label: str, b_label: str) -> str:
+    """What two tree identities' `changed` lists say about their working states: the paths
+    only one of them changes; "" when neither has a list (a stat digest, older records)."""
+    la, lb = a.get("changed"), b.get("changed")
+    if la is None and lb is None:
+        return ""
+    if la is None or lb is None:
+        older, newer, paths = (a_label, b_label, lb) if la is None else (b_label, a_label, la)
+        return (f"{older}'s record predates the list of changed paths; {newer} changes "
+                + (_shown(paths) if paths else "no path"))
+    ta, tb = int(a.get("changed_total", len(la))), int(b.get("changed_total", len(lb)))
+    only_a, only_b = _only(la, lb, tb), _only(lb, la, ta)
+    parts = [f"only in {label}: {_shown(paths)}" for label, paths in ((b_label, only_b), (a_label, only_a))
+             if paths]
+    if not parts:
+        parts.append(f"both change {_shown(la)}, in other content" if la else "neither changes a path")
+    if ta > len(la) or tb > len(lb):
+        parts.append(f"lists capped at {CHANGED_CAP}: {a_label} changes {ta} path(s), {b_label} {tb}")
+    return "; ".join(parts)
+
+
+def _explains(key: str) -> bool:
+    """Whether a flattened key is a tree identity's EXPLAINING key (never compared)."""
+    parts = key.split(".")
+    return len(parts) == 3 and parts[0] == "flaggems" and parts[2] in EXPLAINING
+
+
 def differences(stored: Mapping[str, Any], now: Mapping[str, Any], stored_label: str = "batch",
                 now_label: str = "this call") -> List[str]:
-    """One line per field that differs, `field: <stored_label> <stored>, <now_label> <now>`."""
+    """One line per field that differs, `field: <stored_label> <stored>, <now_label> <now>`;
+    a FlagGems tree's working state adds the paths that differ (changed_note)."""
     a, b = _flat(dict(stored)), _flat(dict(now))
     out = []
     for key in sorted(set(a) | set(b)):
-        if a.get(key, UNSET) != b.get(key, UNSET):
-            out.append(f"{key}: {stored_label} {a.get(key, UNSET)!r}, {now_label} {b.get(key, UNSET)!r}")
+        if _explains(key) or a.get(key, UNSET) == b.get(key, UNSET):
+            continue
+        line = f"{key}: {stored_label} {a.get(key, UNSET)!r}, {now_label} {b.get(key, UNSET)!r}"
+        if key.startswith("flaggems.") and key.endswith(".worktree"):
+            tree = key[: -len("worktree")]
+            note = changed_note({k: a[tree + k] for k in EXPLAINING if tree + k in a},
+                                {k: b[tree + k] for k in EXPLAINING if tree + k in b}, stored_label, now_label)
+            line += f" ({note})" if note else ""
+        out.append(line)
     return out

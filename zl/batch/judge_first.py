@@ -18,7 +18,8 @@ unfinished one under its recorded conditions.
 toolchain: a plain batch (`run_batch.py --judge`, no switch: side A leaves the switch unset)
 or a screen/judge-first batch of the same switch (its side A set it to 0). The baseline is
 refused when its conditions (batch.json: options, measured environment, toolchain with
-Triton's package digest, FlagGems commit and working state, GPU model) differ from stage 1's
+Triton's package digest, FlagGems commit and working state (the files its own benchmark runs
+write apart: conditions.RUN_BYPRODUCTS), GPU model) differ from stage 1's
 in anything but the switch. Each node whose baseline row PASSed is linked into `judge/before/` (hard links:
 no copy, never written) and only side B runs, replaying the baseline's picks; any other node
 runs side A fresh. A pair whose run identities differ on a field that changes what is judged

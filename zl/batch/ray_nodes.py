@@ -196,7 +196,10 @@ def tree_difference(var: str, node_tree: Mapping[str, str], driver_tree: Mapping
     how = ("has uncommitted changes (a dirty tree); the driver's has none" if node_dirty and not driver_dirty
            else "has no uncommitted changes; the driver's has some" if driver_dirty and not node_dirty
            else "has other uncommitted changes than the driver's")
-    return f"{var} {node_tree['path']} at the same commit {how} ({driver_tree['path']})"
+    from zl.batch.conditions import changed_note   # the paths each side changes, where recorded
+    note = changed_note(node_tree, driver_tree, "the node", "the driver")
+    return f"{var} {node_tree['path']} at the same commit {how} ({driver_tree['path']}" + (
+        f"; {note})" if note else ")")
 
 
 def judge_node(facts: Dict, driver_trees: Mapping[str, Mapping[str, str]],
