@@ -4,7 +4,6 @@ refused --dtypes measures the op's first declared dtype (marker, identity, calib
 
 import json
 import re
-import sys
 
 import pytest
 
@@ -12,6 +11,7 @@ import _shape_inject_plugin as sip
 from harness.fake_config import FakeConfig
 from zl.runlog.caliber import complaints
 from zl.shapes.dtype_fallback import DtypeFallbackError, FirstDtype, check_policy
+from harness.fake_benchmark import install_benchmark
 
 TABLE_DTYPE = re.compile(r"Performance Test \(dtype=torch\.(\w+),")
 MARKER = re.compile(r"DTYPE_FALLBACK op=(\S+) asked=(\S+) measured=(\S+)$", re.M)
@@ -46,9 +46,7 @@ ORIGINALS = (Benchmark.__dict__["set_dtypes"], PickyBenchmark.__dict__["set_dtyp
 
 @pytest.fixture
 def fake_base(monkeypatch):
-    mod = type(sys)("fakebench.base")
-    mod.Benchmark = Benchmark
-    monkeypatch.setitem(sys.modules, "fakebench.base", mod)
+    install_benchmark(monkeypatch, Benchmark)
 
 
 @pytest.fixture

@@ -1,5 +1,4 @@
 """zl.ir.hooks: the collector chained onto Triton and FlagGems' Benchmark, restored after."""
-import sys
 import types
 
 import numpy as np
@@ -9,6 +8,7 @@ from harness.ir_replay import Launch, first_compile_payload
 from zl.ir import collect
 from zl.ir.hooks import IRSession, TritonHooks
 from zl.ir.variants import replay_kwargs
+from harness.fake_benchmark import install_benchmark
 
 
 class OldStyleRuntime:
@@ -129,9 +129,7 @@ def test_benchmark_run_wrapper_labels_launches_by_input(start, tmp_path, monkeyp
                     collector.on_launch(Launch({"name": "op", "function": 2}))
             collector.on_launch(Launch({"name": "op", "function": 2}))  # after the loop
 
-    mod = types.ModuleType("fakebench.base")
-    mod.Benchmark = Benchmark
-    monkeypatch.setitem(sys.modules, "fakebench.base", mod)
+    install_benchmark(monkeypatch, Benchmark)
     collector.functions.update({1: "h_randn", 2: "h_op"})
     original_run = Benchmark.run
     installer.patch_benchmarks()

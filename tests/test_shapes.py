@@ -1,13 +1,13 @@
 """zl.shapes + _shape_inject_plugin: the yaml wins over hardcoded shapes, steps back on
 arity mismatch, records shapes.yaml, and puts init_user_config back at unconfigure."""
 
-import sys
 
 import pytest
 
 import _shape_inject_plugin as sip
 from harness.fake_config import FakeConfig
 from zl.shapes.inject import ShapeInjector, ShapeModeError
+from harness.fake_benchmark import install_benchmark
 
 
 class Benchmark:
@@ -34,9 +34,7 @@ ORIGINALS = (Benchmark.__dict__["init_user_config"], BlasBenchmark.__dict__["ini
 
 @pytest.fixture
 def fake_base(monkeypatch):
-    mod = type(sys)("fakebench.base")
-    mod.Benchmark = Benchmark
-    monkeypatch.setitem(sys.modules, "fakebench.base", mod)
+    install_benchmark(monkeypatch, Benchmark)
 
 
 @pytest.fixture
