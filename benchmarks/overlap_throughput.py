@@ -65,6 +65,7 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from telemetry import (UtilizationSampler, clock_during, clock_line, clock_split, read_samples, sample_summary,
                        utilization_summary)
 from zl import atomic

@@ -55,6 +55,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from overlap_throughput import (ROOT, add_node_options, add_upstream_options, draw, exit_status,
                                 interrupt_on_sigterm, inventory_names, read_walls, run_batch_call, run_upstream,
                                 summarize_upstream, upstream_table)

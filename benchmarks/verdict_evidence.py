@@ -86,6 +86,7 @@ from pathlib import Path
 from statistics import median
 from typing import Dict, List, Optional
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 # the same inventory draw, options and run_batch.py call (this script's folder is on sys.path)
 from overlap_throughput import (add_node_options, draw, exit_status, interrupt_on_sigterm, read_walls, run_batch_call,
                                 summarize)

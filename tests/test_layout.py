@@ -82,3 +82,42 @@ def test_no_import_cycle_among_project_modules():
     for n in sorted(graph):
         if n not in state:
             visit(n)
+
+
+def _puts_repo_on_path(node) -> bool:
+    """A module-level statement that calls `sys.path.insert` (directly or under its `if`/`for`)."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return False
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "insert"
+               and ast.unparse(n.func.value) == "sys.path" for n in ast.walk(node))
+
+
+def repo_imports_before_path(path, known) -> list:
+    """Module-level imports of project modules that `path` makes before it puts the repo root
+    on sys.path (a script started as `python benchmarks/x.py` sees benchmarks/, not the root)."""
+    early = []
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if _puts_repo_on_path(node):
+            break
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        else:
+            continue
+        early += [n for n in names if n.split(".")[0] in known]
+    return early
+
+
+def test_every_benchmark_script_finds_the_repo_without_an_install():
+    known = {n.split(".")[0] for n in project_modules() if not n.startswith("benchmarks")}
+    scripts = sorted((REPO / "benchmarks").glob("*.py"))
+    assert len(scripts) >= 20 and "zl" in known and "telemetry" in known
+    early = {p.name: repo_imports_before_path(p, known) for p in scripts}
+    assert {name: mods for name, mods in early.items() if mods} == {}
+
+
+def test_the_path_check_sees_an_import_before_the_insert(tmp_path):
+    script = tmp_path / "x.py"
+    script.write_text("import sys\nfrom zl import atomic\nsys.path.insert(0, 'r')\nimport telemetry\n")
+    assert repo_imports_before_path(script, {"zl", "telemetry"}) == ["zl"]
