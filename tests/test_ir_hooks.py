@@ -103,6 +103,44 @@ def test_real_triton_knobs_hookchain_and_autotuner_restored(start, tmp_path, mon
     assert after == before and Autotuner.__dict__["_bench"] is probe
 
 
+def test_the_autotuners_reset_after_its_sweep_counts_as_the_sweep_and_is_restored(start, tmp_path, monkeypatch):
+    """Triton's Autotuner zeroes reset_to_zero tensors once more after tuning, outside _bench
+    (FlagGems' zero_ launches fill_scalar_kernel); a replay never tunes, so that launch must
+    not count as the operator's or side A's IR differs from side B's."""
+    import triton
+    from triton.runtime.autotuner import Autotuner
+    holder, depths = {}, []
+    monkeypatch.setattr(Autotuner, "_bench", lambda self, *a, config, **k: float(config.kwargs["B"]))
+
+    class Out:      # stands in for a tensor under use_gems(): zero_ launches FlagGems' fill
+        def zero_(self):
+            depths.append(("zero_", holder["c"].sweep_depth))
+            holder["c"].on_launch(Launch({"name": "fill_scalar_kernel", "function": 9}))
+
+    def launch_kernel(*args, **kwargs):
+        depths.append(("kernel", holder["c"].sweep_depth))
+        holder["c"].on_launch(Launch({"name": "pool_kernel", "function": 8}))
+
+    def pool_kernel(x, out):
+        pass
+    fn = types.SimpleNamespace(fn=pool_kernel, run=launch_kernel, arg_names=["x", "out"])
+    tuner = Autotuner(fn, ["x", "out"], [triton.Config({"B": 2}), triton.Config({"B": 1})], key=["x"],
+                      reset_to_zero=["out"], restore_value=None)
+    original = tuner.pre_hook
+    session = start(triton, dump_dir=str(tmp_path / "ttgir"))
+    collector = holder["c"] = session.collector
+    tuner.run(7, Out())          # tunes: the sweep, its reset, then the measured launch
+    tuner.run(7, Out())          # the key is known (as in a replay): no sweep, no reset
+    tuner.pre_hook({"out": Out()})   # a plain pre_hook call is not the post-sweep reset
+    assert depths == [("zero_", 1), ("kernel", 0), ("kernel", 0), ("zero_", 0)]
+    by_name = {name: collector.counts[(collect.UNSCOPED, collector._hash_by_name(name))]
+               for name in ("fill_scalar_kernel", "pool_kernel")}
+    assert by_name == {"fill_scalar_kernel": [1, 1], "pool_kernel": [2, 0]}   # [measured, sweep]
+    assert collector.sweep_depth == 0
+    session.close()
+    assert tuner.pre_hook is original
+
+
 def test_triton_without_knobs_fails_soft(start, capsys):
     assert start(fake_triton(with_knobs=False), dump_dir="/nonexistent") is None
     err = capsys.readouterr().err

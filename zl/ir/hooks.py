@@ -6,7 +6,8 @@ FlagGems exactly as it found them:
 - `triton.knobs.compilation.listener` (chained: the previous listener runs first);
 - `knobs.runtime.kernel_load_end_hook` / `launch_enter_hook` (a HookChain entry on
   triton >= 3.4, a chained callable before);
-- `Autotuner._bench`, to tell sweep launches from measured ones;
+- `Autotuner._bench`, to tell sweep launches from measured ones, and each tuner's
+  `pre_hook` once it has tuned: its `reset_only` call after the sweep is tuning too;
 - `Benchmark.run` of each loaded FlagGems benchmark base, so that for that call the
   instance's `get_input_iter` yields through `IRCollector.track_inputs`.
 The dump also runs at interpreter exit (atexit) as a backstop, so a run that dies
@@ -68,8 +69,9 @@ class TritonHooks:
             return  # no torch.cuda: nothing captures
         self._count_depth(CUDAGraph, "capture_begin", "prologue_depth")
 
-    def _count_depth(self, cls: type, method: str, depth: str) -> bool:
-        """Wrap cls.method so the collector's `depth` counter is raised while it runs."""
+    def _count_depth(self, cls: type, method: str, depth: str, on_enter=None) -> bool:
+        """Wrap cls.method so the collector's `depth` counter is raised while it runs
+        (`on_enter(obj)` first, where given)."""
         orig = getattr(cls, method, None)
         if orig is None:
             return False
@@ -77,6 +79,8 @@ class TritonHooks:
 
         @functools.wraps(orig)
         def wrapper(obj, *args, **kwargs):
+            if on_enter is not None:
+                on_enter(obj)
             setattr(collector, depth, getattr(collector, depth) + 1)
             try:
                 return orig(obj, *args, **kwargs)
@@ -126,8 +130,35 @@ class TritonHooks:
             from triton.runtime.autotuner import Autotuner
         except Exception:
             Autotuner = getattr(getattr(triton_mod, "runtime", None), "Autotuner", None)
-        if Autotuner is None or not self._count_depth(Autotuner, "_bench", "sweep_depth"):
+        if Autotuner is None or not self._count_depth(Autotuner, "_bench", "sweep_depth", self._reset_is_sweep):
             log("Autotuner._bench not found: sweep launches are counted as measured launches")
+
+    def _reset_is_sweep(self, tuner: Any) -> None:
+        """After its sweep, Triton's Autotuner (and FlagGems' LibTuner) calls
+        `pre_hook(nargs, reset_only=True)` outside `_bench` to zero its `reset_to_zero`
+        tensors once more. That launch (FlagGems' zero_: fill_scalar_kernel) happens only in a
+        run that tunes, never in a replay, so counted as the operator's it made side A's IR
+        differ from side B's (an H100 screen read adaptive_max_pool3d_backward IR_CHANGED@ttgir,
+        fill_scalar_kernel on side A only).
+        It is tuning: counted as the sweep's. Wrapped once per tuner, undone at close."""
+        hook = getattr(tuner, "pre_hook", None)
+        if not callable(hook) or getattr(hook, "_zl_reset_is_sweep", False):
+            return
+        collector = self.collector
+
+        def pre_hook(*args, **kwargs):
+            if not kwargs.get("reset_only"):
+                return hook(*args, **kwargs)
+            collector.sweep_depth += 1
+            try:
+                return hook(*args, **kwargs)
+            finally:
+                collector.sweep_depth -= 1
+        pre_hook._zl_reset_is_sweep = True
+        try:
+            self.patches.setattr(tuner, "pre_hook", pre_hook)
+        except (AttributeError, TypeError):   # a tuner with slots or a read-only hook
+            pass
 
     def patch_benchmarks(self) -> None:
         """Wrap `run` of each loaded FlagGems Benchmark base class once."""
