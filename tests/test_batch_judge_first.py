@@ -296,6 +296,11 @@ def test_baseline_refusals_exit_2(tmp_path):
     r = judge_first(tmp_path, "--ops", "relu", "--baseline", tmp_path / "old")
     assert r.returncode == 2 and "toolchain.python: baseline '<unset>'" in r.stderr
     assert "the record predates the toolchain section" in r.stderr
+    del record["conditions"]["ir_collection"]      # and IR collected under rules 1
+    (tmp_path / "old/batch.json").write_text(json.dumps(record))
+    r = judge_first(tmp_path, "--ops", "relu", "--baseline", tmp_path / "old")
+    assert r.returncode == 2 and "ir_collection: baseline '<unset>', this call 2" in r.stderr
+    assert "the record predates the toolchain, ir_collection sections" in r.stderr
     record = json.loads((tmp_path / "f32/batch.json").read_text())   # measured on another GPU model
     record["conditions"]["device"] = {"models": ["NVIDIA H100 (test)"]}
     (tmp_path / "f32/batch.json").write_text(json.dumps(record))

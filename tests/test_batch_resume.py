@@ -297,6 +297,19 @@ def test_resume_refuses_another_triton_build(tmp_path):
     assert "the record predates the toolchain section" in r.stderr
 
 
+def test_resume_refuses_a_batch_whose_ir_was_collected_under_other_rules(tmp_path):
+    bd = tmp_path / "b"
+    r = batch(tmp_path, "--ops", "softmax", "--devices", "0", "--batch-dir", bd)
+    assert r.returncode == 0, r.stdout + r.stderr
+    record = json.loads((bd / "batch.json").read_text())
+    assert record["conditions"]["ir_collection"] == 2
+    del record["conditions"]["ir_collection"]   # started before the rules were recorded (rules 1)
+    (bd / "batch.json").write_text(json.dumps(record))
+    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0")
+    assert r.returncode == 2 and "ir_collection: batch '<unset>', this call 2" in r.stderr
+    assert "the record predates the ir_collection section" in r.stderr and "Traceback" not in r.stderr
+
+
 H100, H200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
 
 
@@ -381,7 +394,8 @@ def test_device_section_and_its_check():
     conds.check_device({}, conds.device_section([H100]), "here", older_ray=H100)
     with pytest.raises(conds.DeviceModelError, match=f"started on {H200}"):
         conds.check_device({}, conds.device_section([H100]), "here", older_ray=H200)
-    assert "device section" in conds.older_record_note({"toolchain": {}})
+    assert "predates the device section:" in conds.older_record_note({"toolchain": {}, "ir_collection": 2})
+    assert "predates the device, ir_collection sections:" in conds.older_record_note({"toolchain": {}})
 
 
 def test_resume_refuses_a_batch_without_recorded_conditions_and_another_selection(tmp_path):

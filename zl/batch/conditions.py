@@ -27,6 +27,9 @@ recomputes them and refuses (exit 2) naming every field that differs:
     cannot tell a copy from a change, and refusing is the safe side).
   Either way the files FlagGems' own benchmark runs write into the tree (RUN_BYPRODUCTS) do
   not count: a batch's own cases must not turn its tree into another one.
+- `ir_collection`: the IR collector's rules for which launches are the operator's
+  (zl.ir.collect.RULES; a record without it was written under rules 1, and its side A
+  fingerprints may hold the autotuner's post-sweep reset, which a replay never runs);
 - the GPU model of the devices the cases run on (`device`: {"models": the distinct names,
   sorted, or null where no query names one: no GPU, a runtime without a name query}): the
   backend's name query (nvidia-smi) on the batch's devices, or --executor ray's node check.
@@ -46,6 +49,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from zl.childenv import batch_case_base
 from zl.flaggems import UPSTREAM_SHAPE_WORDS, VENDOR_ENV_KEYS, checkout_commit
+from zl.ir.collect import RULES as IR_RULES
 # run_batch.py --dtype-fallback's default, the policy of every batch before the option (never recorded)
 from zl.shapes.dtype_fallback import DEFAULT as DTYPE_FALLBACK_DEFAULT
 from zl.switches import SwitchError, env_switch
@@ -220,6 +224,7 @@ def collect(*, backend: str, dtypes: str, shape: Dict[str, str], replay_root: st
         "environment": measured_env(case_env),
         "toolchain": dict(toolchain),
         "flaggems": {repo: tree_identity(root) for repo, root in sorted(roots.items())},
+        "ir_collection": IR_RULES,
     }
 
 
@@ -338,7 +343,7 @@ def _flat(obj: Any, prefix: str = "") -> Dict[str, Any]:
 
 # sections a conditions record has held since some release: a record without one was written
 # before it (its difference lines then read `batch '<unset>'` for every field of it)
-LATER_SECTIONS = ("toolchain", "device")
+LATER_SECTIONS = ("toolchain", "device", "ir_collection")
 DEVICE = "device"
 
 
@@ -382,8 +387,8 @@ def check_device(stored: Mapping[str, Any], now: Mapping[str, Any], where: str,
 def older_record_note(stored: Mapping[str, Any]) -> str:
     """A line saying that `stored` predates a recorded section, or ""."""
     missing = [k for k in LATER_SECTIONS if k not in stored]
-    return (f"\n(the record predates the {', '.join(missing)} section: nothing shows that its cases "
-            "ran under this call's)" if missing else "")
+    return (f"\n(the record predates the {', '.join(missing)} section{'s' if len(missing) > 1 else ''}: "
+            "nothing shows that its cases ran under this call's)" if missing else "")
 
 
 def _shown(paths: Sequence[str], limit: int = 10) -> str:
