@@ -17,6 +17,7 @@ after compiling still leaves its IR; `close` removes that backstop.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 from typing import Any, Dict, List, Optional
 
@@ -69,23 +70,29 @@ class TritonHooks:
             return  # no torch.cuda: nothing captures
         self._count_depth(CUDAGraph, "capture_begin", "prologue_depth")
 
+    @contextlib.contextmanager
+    def _raised(self, depth: str):
+        """The collector's `depth` counter raised for the stretch (unwound on an exception)."""
+        collector = self.collector
+        setattr(collector, depth, getattr(collector, depth) + 1)
+        try:
+            yield
+        finally:
+            setattr(collector, depth, getattr(collector, depth) - 1)
+
     def _count_depth(self, cls: type, method: str, depth: str, on_enter=None) -> bool:
         """Wrap cls.method so the collector's `depth` counter is raised while it runs
         (`on_enter(obj)` first, where given)."""
         orig = getattr(cls, method, None)
         if orig is None:
             return False
-        collector = self.collector
 
         @functools.wraps(orig)
         def wrapper(obj, *args, **kwargs):
             if on_enter is not None:
                 on_enter(obj)
-            setattr(collector, depth, getattr(collector, depth) + 1)
-            try:
+            with self._raised(depth):
                 return orig(obj, *args, **kwargs)
-            finally:
-                setattr(collector, depth, getattr(collector, depth) - 1)
         self.patches.setattr(cls, method, wrapper)
         return True
 
@@ -144,16 +151,12 @@ class TritonHooks:
         hook = getattr(tuner, "pre_hook", None)
         if not callable(hook) or getattr(hook, "_zl_reset_is_sweep", False):
             return
-        collector = self.collector
 
         def pre_hook(*args, **kwargs):
             if not kwargs.get("reset_only"):
                 return hook(*args, **kwargs)
-            collector.sweep_depth += 1
-            try:
+            with self._raised("sweep_depth"):
                 return hook(*args, **kwargs)
-            finally:
-                collector.sweep_depth -= 1
         pre_hook._zl_reset_is_sweep = True
         try:
             self.patches.setattr(tuner, "pre_hook", pre_hook)
