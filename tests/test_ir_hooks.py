@@ -141,6 +141,16 @@ def test_the_autotuners_reset_after_its_sweep_counts_as_the_sweep_and_is_restore
     assert tuner.pre_hook is original
 
 
+def test_a_tuner_whose_pre_hook_cannot_be_wrapped_is_reported(tmp_path, capsys):
+    class SlottedTuner:
+        __slots__ = ()
+        pre_hook = staticmethod(lambda kwargs, reset_only=False: None)
+    collector = collect.IRCollector(str(tmp_path / "ttgir"))
+    TritonHooks(collector)._reset_is_sweep(SlottedTuner())
+    assert collector.errors == 1
+    assert "wrapping SlottedTuner.pre_hook (its post-sweep reset counts as the operator's)" in capsys.readouterr().err
+
+
 def test_triton_without_knobs_fails_soft(start, capsys):
     assert start(fake_triton(with_knobs=False), dump_dir="/nonexistent") is None
     err = capsys.readouterr().err

@@ -160,8 +160,9 @@ class TritonHooks:
         pre_hook._zl_reset_is_sweep = True
         try:
             self.patches.setattr(tuner, "pre_hook", pre_hook)
-        except (AttributeError, TypeError):   # a tuner with slots or a read-only hook
-            pass
+        except (AttributeError, TypeError) as exc:   # a tuner with slots or a read-only hook
+            self.collector._note_error(f"wrapping {type(tuner).__name__}.pre_hook (its post-sweep "
+                                       f"reset counts as the operator's): {exc!r}")
 
     def patch_benchmarks(self) -> None:
         """Wrap `run` of each loaded FlagGems Benchmark base class once."""
