@@ -51,6 +51,7 @@ WORKER = textwrap.dedent('''
             stamp("announced")
 
     fcntl.flock = flock
+    stamp("ready")                  # imports done: what follows waits only on the lock
     if calls:                       # a timer: its test's run is GPU work too, like a case's
         with bench.gpu_work():
             for _ in range(calls):
@@ -66,8 +67,13 @@ WORKER = textwrap.dedent('''
 
 
 def worker(tmp_path, name, calls=1, hold=0.05, pre=0.0):
+    # Written once: rewriting it while an earlier worker's interpreter reads it ran an empty
+    # script in CI (exit 0, no output).
     script = tmp_path / "worker.py"
-    script.write_text(WORKER)
+    if not script.exists():
+        staged = tmp_path / "worker.py.part"
+        staged.write_text(WORKER)
+        staged.replace(script)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.Popen([sys.executable, str(script), str(tmp_path / "device.lock"), str(tmp_path / "stamps"),
                              name, str(calls), str(hold), str(pre)], env=env, stdout=subprocess.PIPE, text=True)
@@ -75,9 +81,9 @@ def worker(tmp_path, name, calls=1, hold=0.05, pre=0.0):
 
 def stamps(tmp_path, announced=False):
     """[(what, name, t)] of all processes in time order, each process's in its own order; the
-    timers' gate announcements only when asked for."""
+    timers' gate announcements only when asked for, the workers' "ready" never."""
     per_process = [[(w, n, float(t)) for w, n, t in (ln.split() for ln in p.read_text().splitlines())
-                    if announced or w != "announced"]
+                    if w != "ready" and (announced or w != "announced")]
                    for p in sorted(tmp_path.glob("stamps-*"))]
     return list(heapq.merge(*per_process, key=lambda e: e[2]))
 
@@ -107,6 +113,9 @@ def test_a_run_waits_to_start_its_gpu_work_while_another_times(tmp_path):
     with open(tmp_path / "device.lock", "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)        # another run is timing on this device
         proc = worker(tmp_path, "b")
+        # From "ready" on the worker only waits for the lock; its start-up (0.2 s here, more
+        # on a loaded CI machine) must not eat into the second it is held out.
+        assert wait_for(lambda: (tmp_path / "stamps-b").exists())
         time.sleep(1.0)
         assert stamps(tmp_path) == [], "GPU work started while another run timed"
         fcntl.flock(held, fcntl.LOCK_UN)
