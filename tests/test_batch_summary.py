@@ -27,7 +27,8 @@ IDENT = {"backend": "cuda", "device": "0", "timer": "cuda_graph", "bench_level":
 CALIBER_EXPECTED = ("backend", "device", "device_name", "device_arch", "timer", "bench_level",
                     "shape_mode", "tuner_cache", "direct_repeat", "use_flagtune", "seed",
                     "shape_source", "graph_warmup_ms", "l2", "cold_clock", "device_share",
-                    "device_overlap", "overlap_protocol", "time_torch", "dtype_fallback")
+                    "device_overlap", "overlap_protocol", "time_torch", "dtype_fallback",
+                    "ir_collection")
 SHAPES = ["[torch.Size([1024])]", "[torch.Size([64, 64])]", "[torch.Size([16, 256])]"]
 HEADER = (f"{'Status':<10} {'Torch Latency (ms)':>20} {'Gems Latency (ms)':>20} "
           f"{'Gems Speedup':>20} {'Size Detail':>20}")

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.runner import FAKE_FLAGGEMS_DIR, procs_with_env
+from zl.ir import RULES as IR_RULES
 
 CALIBER_KEYS = ("schema_version", "provider", "op", "op_file", "test_file", "flaggems_dir", "backend",
                 "device", "device_name", "device_arch", "flaggems_vendor", "bench_level", "shape_mode",
@@ -69,6 +70,7 @@ def test_default_run_leaves_a_complete_run_directory(zl_run, tmp_path):
     assert ident["autotune_mode"] == "record" and ident["flaggems_vendor"] == "nvidia"
     assert ident["timer"] == "cuda_graph" and ident["direct_repeat"] == 1
     assert ident["triton_version"] and ident["torch_version"] and ident["flag_gems_version"]
+    assert ident["ir_collection"] == IR_RULES
     # The fake tree sits inside zl_bench's own repository: that commit is not FlagGems'.
     assert ident["flaggems_commit"] == ""
     assert not (run / "run_identity.json.lock").exists()

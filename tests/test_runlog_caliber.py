@@ -233,6 +233,21 @@ def test_runs_without_device_name_and_arch_on_both_sides_still_compare(tmp_path)
     assert caliber.complaints([("before", a), ("after", replayed(tmp_path / "B", a))]) == []
 
 
+def test_a_side_a_from_before_the_collector_rules_is_refused_beside_a_current_side_b(tmp_path, capsys):
+    """A side A written before runs stated `ir_collection` may hold the autotuner's post-sweep
+    reset as the operator's code, which the replay never runs: paired with a current side B
+    the IR verdict would read a change the switch never made."""
+    from zl.ir import RULES
+    a = recorded(tmp_path / "A", "a" * 32, DA)
+    b = replayed(tmp_path / "B", a, ir_collection=RULES)
+    assert caliber.complaints([("before", a), ("after", b)]) == [
+        f"ir_collection differs: before=<missing>, after={RULES}"]
+    rc, out = ab(capsys, a, b)
+    assert rc == 4 and "ir_collection differs" in out and "paired rows" not in out
+    a2 = recorded(tmp_path / "A2", "c" * 32, DC, ir_collection=RULES)
+    assert caliber.complaints([("before", a2), ("after", replayed(tmp_path / "B2", a2, ir_collection=RULES))]) == []
+
+
 @pytest.mark.parametrize("share", ["two", "", "1.5"])
 def test_an_unreadable_device_share_is_never_solo(tmp_path, share):
     """A device_share that does not read as an integer cannot show the device was not

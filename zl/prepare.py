@@ -40,6 +40,7 @@ from zl import config as run_config
 from zl.backends import get_backend
 from zl.config import ConfigError, RunVariables, check_name, run_variables
 from zl.identity import update_identity
+from zl.ir import RULES as IR_RULES
 from zl.plan import AUTOTUNE_PLUGIN, missing_modules, plan_plugins, pytest_args
 from zl.preflight import PreflightFailed, check_tmpdir, preflight, prepare_campaign
 from zl.rundir import (EXIT_OUT_DIR_WRITE, TMP_PREFIXES, WRITE_ERRNOS, WRITE_FAILED_MARKER,
@@ -271,7 +272,7 @@ def write_stub(cfg: run_config.RunConfig, autotune_on: bool) -> None:
                   device=cfg.device, bench_level=cfg.bench_level, shape_mode=cfg.shape_mode,
                   tuner_cache=cfg.tuner_cache, use_flagtune=int(cfg.use_flagtune), seed=int(cfg.seed),
                   dtypes=" ".join(cfg.dtypes), replay_from=cfg.replay_from or None,
-                  campaign_id=cfg.campaign_id or None)
+                  campaign_id=cfg.campaign_id or None, ir_collection=IR_RULES)
     if not autotune_on:
         fields["autotune_mode"] = "off"
     update_identity(cfg.out_dir, **fields)

@@ -28,7 +28,7 @@ recomputes them and refuses (exit 2) naming every field that differs:
   Either way the files FlagGems' own benchmark runs write into the tree (RUN_BYPRODUCTS) do
   not count: a batch's own cases must not turn its tree into another one.
 - `ir_collection`: the IR collector's rules for which launches are the operator's
-  (zl.ir.collect.RULES; a record without it was written under rules 1, and its side A
+  (zl.ir.RULES; a record without it was written under rules 1, and its side A
   fingerprints may hold the autotuner's post-sweep reset, which a replay never runs);
 - the GPU model of the devices the cases run on (`device`: {"models": the distinct names,
   sorted, or null where no query names one: no GPU, a runtime without a name query}): the
@@ -49,7 +49,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from zl.childenv import batch_case_base
 from zl.flaggems import UPSTREAM_SHAPE_WORDS, VENDOR_ENV_KEYS, checkout_commit
-from zl.ir.collect import RULES as IR_RULES
+from zl.ir import RULES as IR_RULES
 # run_batch.py --dtype-fallback's default, the policy of every batch before the option (never recorded)
 from zl.shapes.dtype_fallback import DEFAULT as DTYPE_FALLBACK_DEFAULT
 from zl.switches import SwitchError, env_switch

@@ -7,7 +7,7 @@ its start (backend, --dtypes, --dtype-fallback, --shape-file and a digest of its
 --replay-root, --switch, --use-flagtune, the environment variables that change a measurement,
 the cases' toolchain (Python, torch, Triton's version and a digest of its package files), each
 FlagGems tree's path and git commit + uncommitted changes, or a stat digest of a tree outside
-git, the IR collector's rules for which launches are the operator's (zl.ir.collect.RULES), the
+git, the IR collector's rules for which launches are the operator's (zl.ir.RULES), the
 GPU model of its devices by nvidia-smi, or --executor ray's batch device; none without a GPU).
 Options left out are the batch's; a given option, the environment or a tree that differs exits
 2 naming every difference, and so does another selection of cases. Reused untouched: cases

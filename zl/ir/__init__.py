@@ -15,3 +15,10 @@
 - `zl.ir.hooks`: attaches a collector to Triton and FlagGems' Benchmark and takes it
   off again (`IRSession`); used by `_ir_meta_plugin` and benchmarks/capture_ir_payloads.py.
 """
+
+# Which launches count as the operator's (the IR collector's rules). 2: the autotuner's reset
+# after its sweep counts as the sweep (zl.ir.hooks). IR collected under other rules differs on
+# ops that tune with reset_to_zero, so batch.json (`ir_collection`) and every run's identity
+# record it, and runs or batches collected under others are not compared. Here, not in
+# zl.ir.collect, so the drivers that only record it do not load the collector.
+RULES = 2

@@ -27,6 +27,7 @@ import threading
 from collections import defaultdict
 from typing import Any, Dict, List, Optional, Tuple
 
+from zl.ir import RULES  # noqa: F401  (re-exported: the collector's rules, zl.ir)
 from zl.ir import dump as _dump
 from zl.ir import levels as _levels
 from zl.ir.variants import variant_record
@@ -35,10 +36,6 @@ from zl.term import log as _term_log
 TAG = "[ir-meta-plugin]"
 LEVELS_ENV = "ZL_IR_LEVELS"
 UNSCOPED = "unscoped"
-# Which launches count as the operator's. 2: the autotuner's reset after its sweep counts as
-# the sweep (zl.ir.hooks). IR collected under other rules differs on ops that tune with
-# reset_to_zero, so batch.json records it and a --resume or --baseline under others is refused.
-RULES = 2
 LABEL_MAX = 120
 # Binary / metadata artefacts in the cache group: not text IR.
 _NOT_LEVELS = ("cubin", "hsaco", "json", "mubin", "so", "o", "bin", "source")

@@ -43,6 +43,12 @@ because changing it alone moved a measured result (seed, S5000 / H200):
                    where upstream refused --dtypes the op's first declared dtype was
                    measured, where `all` reruns it over every declared dtype (another row
                    set); absent under `all`, so runs from before the field compare as `all`
+  ir_collection    the IR collector's rules for which launches are the operator's (zl.ir.RULES,
+                   written by every run's preparation): under rules 1 a run that tuned counted
+                   the autotuner's post-sweep reset as the operator's and a replay did not, so
+                   an H100 A/A of adaptive_max_pool3d_backward read IR_CHANGED@ttgir; a run
+                   from before the field (rules 1, or 2 before runs stated it) beside one that
+                   states it is refused
 
 A field absent on one side only is a mismatch (one run cannot show it matched); absent
 on every side is accepted, so runs written before a field existed still compare.
@@ -88,7 +94,7 @@ CALIBER_FIELDS = (
     "backend", "device", "device_name", "device_arch", "timer", "bench_level", "shape_mode",
     "tuner_cache", "direct_repeat", "use_flagtune", "seed", "shape_source",
     "graph_warmup_ms", "l2", "cold_clock", "device_share", "device_overlap", "overlap_protocol",
-    "time_torch", "dtype_fallback",
+    "time_torch", "dtype_fallback", "ir_collection",
 )
 # Fields whose value names the operator itself (`softmax=yaml`): equal within one A/B pair,
 # different across the rows of a screen or a batch by construction.
