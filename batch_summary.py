@@ -41,8 +41,11 @@ Modes:
 Before any latency is read, --ab / --ab-rounds compare every run's run_identity.json
 (zl/runlog/caliber.py CALIBER_FIELDS, autotune pinning); a mismatch, a missing identity,
 no replaying side, a replay that could not use its record (replay_fallback), or cells of
-mixed campaigns print `!!! [caliber] ...` and refuse. --allow-caliber-mismatch lets a
-caliber or pinning problem through and still prints every problem. --ab-rounds counts
+mixed campaigns print `!!! [caliber] ...` and refuse. --screen prints each cell's problems
+the same way (before any speed) and gives that cell no FASTER/SLOWER/SAME (UNCLEAR, naming
+them) and no place among the A/A controls and the noise band; the other cells are judged.
+--allow-caliber-mismatch lets a caliber or pinning problem through and still prints every
+problem (a refused A/A cell is still no control). --ab-rounds counts
 the cells of one campaign (campaign_id in each cell's identity; --campaign picks one,
 else the newest) and names the cells it used and ignored.
 

@@ -252,6 +252,37 @@ def test_screen_cells_calibrate_each_other_never_themselves(tmp_path, capsys):
     assert f"A/A cells judged like the others: {alarms} FASTER/SLOWER" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("field", [{"device_share": 4}, {"timer": "direct"}])
+def test_a_screen_cell_the_caliber_guard_refuses_is_neither_judged_nor_a_control(tmp_path, capsys, field):
+    """Two A/A cells, relu's side B measured otherwise: relu gets no speed verdict and is not
+    softmax's control, its problem printed before any speed; allowed, it is judged (still
+    not a control: its spread is not this caliber's noise)."""
+    root = rf.screen_root(tmp_path / "screen")
+    rf.write_fingerprints(root / "relu@float16_after", rf.SAME_CODE)
+    tsv = root / "screen.tsv"
+    tsv.write_text(tsv.read_text().replace("\tIR_CHANGED\tcuda", "\tNO_IR_DIFF\tcuda", 1))
+    ident = root / "relu@float16_after" / "run_identity.json"
+    ident.write_text(json.dumps({**json.loads(ident.read_text()), **field}))
+    capsys.readouterr()
+    d = run_json(tmp_path, "--screen", root, "--false-alarm", "0.5")
+    out = capsys.readouterr().out
+    by = {o["op"]: o for o in d["ops"]}
+    problem = next(iter(field))
+    assert f"!!! [caliber] relu@float16: {problem}" in out
+    assert out.index("!!! [caliber]") < out.index("[screen] noise band")
+    assert {s["aa_verdict"] for s in by["relu"]["shapes"]} == {"UNCLEAR"}
+    assert all(s["aa_reason"].startswith("not judged: the caliber guard refuses this pair")
+               for s in by["relu"]["shapes"])
+    assert d["verdicts"]["rule"]["controls"] == 5          # softmax's shapes only
+    assert {s["aa_verdict"] for s in by["softmax"]["shapes"]} == {"UNCLEAR"}   # no control left
+    assert "relu" not in d["noise_source"] and d["noise_band_pct"] == [by["softmax"]["min_pct"],
+                                                                       by["softmax"]["max_pct"]]
+    d = run_json(tmp_path, "--screen", root, "--false-alarm", "0.5", "--allow-caliber-mismatch")
+    by = {o["op"]: o for o in d["ops"]}
+    assert not any(s["aa_reason"].startswith("not judged") for s in by["relu"]["shapes"])
+    assert d["verdicts"]["summary"]["decided"] > 0 and d["verdicts"]["rule"]["controls"] == 5
+
+
 def test_screen_groups_changed_cells_by_change_signature(tmp_path, capsys):
     import shutil
     root = rf.screen_root(tmp_path / "screen")

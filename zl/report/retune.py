@@ -141,10 +141,7 @@ def picks(a_rec: Optional[store.Records], c_rec: Optional[store.Records],
 def _caliber_problems(a: LoadedRun, c: LoadedRun) -> List[str]:
     """The caliber guard's complaints about A vs C, less autotune pinning (record vs record is
     this pair's point); plus a side C that did not tune and record."""
-    named = [("A", a.identity), ("C", c.identity)]
-    known = [(n, x) for n, i in named for x in [cal.caliber_from(i)] if x is not None]
-    pinning = set(cal.autotune_complaints(known) + cal.record_link_complaints(known))
-    out = [p for p in cal.complaints_of(named) if p not in pinning]
+    out = cal.unpinned_complaints_of([("A", a.identity), ("C", c.identity)])
     mode = (c.identity or {}).get("autotune_mode")
     if mode != "record":
         out.append(f"side C's autotune_mode is {mode or '<missing>'}, not record: it did not tune "

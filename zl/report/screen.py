@@ -90,13 +90,17 @@ def report_screen(root: Path, false_alarm: float, controls: Sequence[Path], allo
         print(f"!!! [screen] {cell}: WRONG RESULTS: {by_cell[cell]['results']}")
     for cell in result["torch_mismatches"]:
         print(f"!!! [screen] {cell}: results vs torch: {by_cell[cell]['results_torch']}")
+    for o in result["ops"]:   # before any speed: a refused cell's numbers are not the switch's
+        for problem in o.get("caliber_problems") or []:
+            print(f"!!! [caliber] {o['cell']}: {problem}")
     print("[screen] verdicts: " + ", ".join(f"{k}={v}" for k, v in result["verdict_counts"].items()))
     if not result["ops"]:
         raise NoReport("the screen judged no cell", result)
     band = result["noise_band_pct"]
     print("[screen] noise band: " + (f"{band[0]:+.2f}% ~ {band[1]:+.2f}% " if band else "unknown ")
           + f"({result['noise_source']})")
-    result = verdicts.lead(result, verdicts.judge_screen(result, runs, false_alarm, controls))
+    result = verdicts.lead(result, verdicts.judge_screen(result, runs, false_alarm, controls,
+                                                         allow_caliber_mismatch))
     for line in verdicts.text_lines("[screen]", result["verdicts"]["rule"], result["verdicts"]["summary"]):
         print(line)
     print(verdicts.aa_line("[screen]", result["verdicts"]["aa_cells"]))

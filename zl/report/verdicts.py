@@ -139,6 +139,11 @@ def pair_controls(name: str, brun, arun, code: Optional[Dict] = None) -> Tuple[L
     code = code or pair_code(brun, arun)
     if not code["identical_everywhere"]:
         return [], f"{name}: not an A/A: {code['reason']}"
+    from zl.runlog import caliber as cal
+    problems = cal.unpinned_complaints_of([("A", brun.identity if brun else None),
+                                           ("B", arun.identity if arun else None)])
+    if problems:        # a shared or otherwise mismatched pair's spread is not this caliber's noise
+        return [], f"{name}: not a control: {'; '.join(problems)}"
     try:
         rep = pair_logs(brun.parsed, arun.parsed)
     except RunLogError as exc:
@@ -152,9 +157,10 @@ class Calibration:
     """The thresholds for one judged pair: its caliber's controls, its own left out."""
 
     def __init__(self, controls: Iterable[Control], caliber: Optional[Tuple], source: str,
-                 false_alarm: float = DEFAULT_FALSE_ALARM, exclude: Sequence[str] = ()) -> None:
+                 false_alarm: float = DEFAULT_FALSE_ALARM, exclude: Sequence[str] = (),
+                 refused: Optional[str] = None) -> None:
         self.false_alarm = check_false_alarm(false_alarm)
-        self.source, self.caliber = source, caliber
+        self.source, self.caliber, self.refused = source, caliber, refused
         left_out = set(exclude)
         every = [c for c in controls if c["pair"] not in left_out]
         self.controls = [c for c in every if caliber is not None and c["caliber"] == caliber]
@@ -174,6 +180,8 @@ class Calibration:
 
     def why_none(self) -> Optional[str]:
         """Why no shape can get a FASTER/SLOWER/SAME at all, or None."""
+        if self.refused:
+            return self.refused
         if self.caliber is None:
             return "the judged pair has no run_identity.json: its caliber is unknown"
         if not self.controls and not self.other_caliber:
@@ -380,10 +388,12 @@ def apply(rows: Sequence[Dict], cal: Calibration, delta_key: str, latency_key: s
 
 
 def judge_screen(result: Dict, runs, false_alarm: float = DEFAULT_FALSE_ALARM,
-                 more: Sequence = ()) -> Dict:
+                 more: Sequence = (), allow_caliber_mismatch: bool = False) -> Dict:
     """Every screen cell's shapes judged (views.screen_result's ops, in place) against the
     screen's every-level A/A cells and those of the `more` roots (--controls: e.g. an A/A
-    screen of the same nodes), the judged cell left out; one rule and summary over all."""
+    screen of the same nodes), the judged cell left out; one rule and summary over all. A cell
+    the caliber guard refuses (its `caliber_problems`: the sides measured otherwise, a shared
+    device, nothing pinned) gets UNCLEAR on every shape, naming them, unless allowed."""
     from pathlib import Path
     root = Path(result["root"])
     controls, rejected = screen_controls(root, result["ops"], runs)
@@ -397,9 +407,12 @@ def judge_screen(result: Dict, runs, false_alarm: float = DEFAULT_FALSE_ALARM,
         o["change_signature"] = cell_signature(o)   # the page's per-shape "change" column
         if not o.get("shapes"):
             continue
+        problems = o.get("caliber_problems") or []
+        refused = (f"not judged: the caliber guard refuses this pair ({'; '.join(problems)}); "
+                   "--allow-caliber-mismatch judges it" if problems and not allow_caliber_mismatch else None)
         cal = Calibration(controls, pair_key(*(runs.get(Path(o["dirs"][s])) for s in ("before", "after"))),
                           f"{where}, this cell left out", false_alarm,
-                          exclude=[pair_name(o["dirs"]["before"])])
+                          exclude=[pair_name(o["dirs"]["before"])], refused=refused)
         apply(o["shapes"], cal, "speedup_pct", "before_lat")
         o["aa_verdict_counts"] = {v: sum(1 for s in o["shapes"] if s["aa_verdict"] == v) for v in VERDICTS}
         rows += o["shapes"]

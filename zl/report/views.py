@@ -245,9 +245,9 @@ def screen_result(root: Path, runs: Optional[Runs] = None) -> Dict:
     for o in ops:
         o["failure_reason"] = _screen_reason(o)
     completion = screen_completion(root, [o["cell"] for o in ops])
-    # A/A operators only: NO_IR_DIFF with every recorded level, binary included, identical
-    # (a VARIANTS_DIFFER side may have timed a specialisation the other never ran).
-    noise = [o for o in ops if o["code"]["aa"] and o.get("min_pct") is not None]
+    # A/A operators only (NO_IR_DIFF, every level identical, binary included: a VARIANTS_DIFFER
+    # side may have timed a specialisation the other never ran) that the caliber guard accepts.
+    noise = [o for o in ops if o["code"]["aa"] and o.get("min_pct") is not None and not o.get("caliber_problems")]
     band = [min(o["min_pct"] for o in noise), max(o["max_pct"] for o in noise)] if noise else None
     meds = [o["median_pct"] for o in ops if o.get("median_pct") is not None]
     return {"mode": "screen", "label": root.name, "root": str(root), "ops": ops,

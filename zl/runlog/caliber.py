@@ -203,6 +203,14 @@ def complaints_of(runs: Sequence[Named]) -> List[str]:
             + record_link_complaints(known))
 
 
+def unpinned_complaints_of(runs: Sequence[Named]) -> List[str]:
+    """complaints_of less autotune pinning and the record link: what stops two runs of one side
+    (an A/A control, side A against a retuning side C) from being compared at all."""
+    known = [(n, c) for n, i in runs for c in [caliber_from(i)] if c is not None]
+    pinning = set(autotune_complaints(known) + record_link_complaints(known))
+    return [p for p in complaints_of(runs) if p not in pinning]
+
+
 def untimed_complaints(known: Sequence[Tuple[str, Dict]]) -> List[str]:
     """A judge-only run (ZL_JUDGE_ONLY, timer=none) printed nan for every latency: it has no
     timing to compare, whatever the other side is."""
