@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from zl.batch.screen import ROUND_SIDE_RE, SIDES, cell_of
+from zl.ir.fingerprint import NO_IR, NO_IR_DIFF, VARIANTS_DIFFER
 from zl.report.guard import (MARKER_LABELS, BadInput, NoReport, Refused, check_caliber,
                              fmt_pct, print_replay_fallbacks, replay_fallback_facts,
                              require_stats_libraries)
@@ -25,6 +26,8 @@ from zl.runlog.campaign import (Cell, CampaignChoice, MixedCampaigns, UnknownCam
                                 select_campaign)
 from zl.runlog.parse import RunLogError
 from zl.runlog.stats import ALPHA, CELL_RE, RoundsData, analyse_rounds, key_text, load_rounds
+
+SIDES_AB = ("A", "B")
 
 
 def _root_runs(root: Path, runs: Runs) -> Dict[str, LoadedRun]:
@@ -60,7 +63,7 @@ def _load(root: Path, name: str, choice: CampaignChoice, cells: Dict[Cell, Loade
         data = load_rounds(root, choice.used, read=lambda c: cells[c].parsed)
     except RunLogError as exc:
         raise BadInput(str(exc)) from None
-    data = _drop_unfinished(data, cells)
+    data = _drop_other_code(_drop_unfinished(data, cells), cells)
     for msg in data.incomplete:
         print(f"!!! [ab-rounds] {name}: {msg} (excluded)")
     return data
@@ -77,6 +80,30 @@ def _drop_unfinished(data: RoundsData, cells: Dict[Cell, LoadedRun]) -> RoundsDa
                       incomplete=data.incomplete + [f"round {c[0]}: {cell_name(c)} did not finish: {why}"
                                                     for c, why in sorted(bad.items())],
                       logs={c: p for c, p in data.logs.items() if c[0] not in drop})
+
+
+def _drop_other_code(data: RoundsData, cells: Dict[Cell, LoadedRun]) -> RoundsData:
+    """A round whose A or B cell compiled other code than that side's cell of the first complete
+    round is incomplete: pooled, its delta would be of another build, not of the switch.
+    Same code: NO_IR_DIFF, VARIANTS_DIFFER (every common variant identical), or no IR on either
+    side (nothing went through Triton)."""
+    if len(data.rounds) < 2:
+        return data
+    first = data.rounds[0]
+    bad = {}
+    for k in data.rounds[1:]:
+        for side in SIDES_AB:
+            code = pair_code(cells[(first, side)], cells[(k, side)])
+            none = code["verdict"] == NO_IR and not any(code["fingerprints"].values())
+            if code["verdict"] not in (NO_IR_DIFF, VARIANTS_DIFFER) and not none:
+                bad.setdefault(k, []).append(f"r{k}_{side} compiled other code than r{first}_{side} "
+                                             f"({code_text(code)})")
+    if not bad:
+        return data
+    return RoundsData(rounds=[k for k in data.rounds if k not in bad], cells=data.cells,
+                      incomplete=data.incomplete + [f"round {k}: {why}" for k, whys in sorted(bad.items())
+                                                    for why in whys],
+                      logs={c: p for c, p in data.logs.items() if c[0] not in bad})
 
 
 def _code(cells: Dict[Cell, LoadedRun]) -> Optional[Dict]:
