@@ -248,6 +248,20 @@ def test_a_side_a_from_before_the_collector_rules_is_refused_beside_a_current_si
     assert caliber.complaints([("before", a2), ("after", replayed(tmp_path / "B2", a2, ir_collection=RULES))]) == []
 
 
+def test_a_pair_across_two_builds_is_reported_with_the_fields_that_differ(tmp_path, capsys):
+    """Not refused (comparing two builds is a use), but never silent."""
+    a = recorded(tmp_path / "A", "a" * 32, DA, triton_version="3.6.0", flaggems_commit="c1")
+    b = replayed(tmp_path / "B", a, triton_version="3.6.0+flagtree", flaggems_commit="c1")
+    assert caliber.complaints([("before", a), ("after", b)]) == []
+    assert caliber.hazards([("before", a), ("after", b)]) == [
+        "toolchain differs (triton_version before=3.6.0, after=3.6.0+flagtree): the delta is of the "
+        "two builds, not of one switch alone"]
+    rc, out = ab(capsys, a, b)
+    assert rc == 0 and "warning [caliber] relu: toolchain differs (triton_version" in out
+    c = replayed(tmp_path / "C", a, triton_version="3.6.0", flaggems_commit="c1")
+    assert caliber.hazards([("before", a), ("after", c)]) == []
+
+
 @pytest.mark.parametrize("share", ["two", "", "1.5"])
 def test_an_unreadable_device_share_is_never_solo(tmp_path, share):
     """A device_share that does not read as an integer cannot show the device was not

@@ -74,7 +74,7 @@ whose source's identity named another digest than the record it read replayed an
 record: refused too. A run lacking these fields (written before they existed) cannot show
 the link: refused, with that reason.
 
-Hazards (listed, not refused): a replayed config that is not among the replaying tuner's
+Hazards (listed, not refused): runs of two builds (TOOLCHAIN_FIELDS differ); a replayed config that is not among the replaying tuner's
 candidates (identity `replay_foreign_configs`, AUTOTUNE_REPLAY_FOREIGN_CONFIG lines). With
 the record link verified it is a config the recording run ran itself (a switch that
 changed the config list, or Config attributes of another Triton build); an edited record
@@ -350,7 +350,26 @@ def hazards_of(runs: Sequence[Named]) -> List[str]:
     if unpinned:
         out.append(f"autotune configs not fully pinned: {', '.join(unpinned)} "
                    "(see AUTOTUNE_REPLAY_FALLBACK lines in run.log)")
-    return out + foreign_config_hazards(runs)
+    return out + toolchain_hazards(runs) + foreign_config_hazards(runs)
+
+
+# The builds a run measured. Not refused: comparing two builds (a FlagTree or FlagGems change,
+# side B replaying side A's picks) is a use, not an accident; but a switch's A/B across them
+# measures the rebuild too, so the report says so.
+TOOLCHAIN_FIELDS = ("triton_version", "torch_version", "flag_gems_version", "flaggems_commit")
+
+
+def toolchain_hazards(runs: Sequence[Named]) -> List[str]:
+    """One line naming every toolchain field whose recorded values differ between the runs."""
+    diffs = []
+    for fld in TOOLCHAIN_FIELDS:
+        vals = [(n, (ident or {}).get(fld)) for n, ident in runs if ident is not None]
+        if len({str(v) for _, v in vals if v is not None}) > 1:
+            diffs.append(f"{fld} " + ", ".join(f"{n}={_shown(None if v is None else str(v))}" for n, v in vals))
+    if not diffs:
+        return []
+    return [f"toolchain differs ({'; '.join(diffs)}): the delta is of the two builds, not of one "
+            "switch alone"]
 
 
 def foreign_config_hazards(runs: Sequence[Named]) -> List[str]:
