@@ -310,6 +310,25 @@ def test_resume_refuses_a_batch_whose_ir_was_collected_under_other_rules(tmp_pat
     assert "the record predates the ir_collection section" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_resume_refuses_another_compiler_setting_and_judging_a_timed_batch(tmp_path):
+    """A compiler knob the cases inherit changes what they compile; a --judge resume of a
+    timed batch would put untimed cases beside timed ones. A location the case gets its own
+    of (TRITON_CACHE_DIR) is no condition."""
+    bd = tmp_path / "b"
+    r = batch(tmp_path, "--ops", "softmax", "--devices", "0", "--batch-dir", bd,
+              TRITON_DEBUG="1", TRITON_CACHE_DIR=str(tmp_path / "c1"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    env = json.loads((bd / "batch.json").read_text())["conditions"]["compiler_env"]
+    assert env["TRITON_DEBUG"] == "1" and "TRITON_CACHE_DIR" not in env
+    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0", TRITON_CACHE_DIR=str(tmp_path / "c2"))
+    assert r.returncode == 2 and "compiler_env.TRITON_DEBUG: batch '1', this call '<unset>'" in r.stderr
+    r = batch(tmp_path, "--resume", "--batch-dir", bd, "--devices", "0", TRITON_DEBUG="1",
+              TRITON_CACHE_DIR=str(tmp_path / "c2"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = batch(tmp_path, "--resume", "--judge", "--batch-dir", bd, "--devices", "0", TRITON_DEBUG="1")
+    assert r.returncode == 2 and "environment.ZL_JUDGE_ONLY: batch '<unset>', this call '1'" in r.stderr
+
+
 H100, H200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
 
 

@@ -12,6 +12,9 @@ recomputes them and refuses (exit 2) naming every field that differs:
   `first`: a batch.json without it reads as `all`, the only policy before it existed);
 - the environment variables of README's table that change what a case measures
   (MEASURED_ENV), as the cases will see them;
+- the compiler's knobs the cases inherit (`compiler_env`: TRITON_*, FLAGTREE_*, MLIR_*,
+  LLVM_*, DISABLE_LLVM_OPT, less TRITON_CACHE_DIR and TRITON_HOME, COMPILER_ENV): a resume
+  or a baseline under another compiler setting would mix two compilers' cases in one table;
 - the toolchain in the cases' interpreter (`toolchain`): Python's version, torch's version, and
   Triton's version and package directory with a stat digest of its files (a FlagTree rebuilt
   or reinstalled under the same version string changes the digest; no import, milliseconds);
@@ -43,6 +46,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
@@ -60,9 +64,16 @@ MEASURED_ENV = (
     "BENCH_LEVEL", "USE_FLAGTUNE", "ZL_ISOLATE_TUNER_CACHE", "ZL_ENABLE_AUTOTUNE", "ZL_ENABLE_IR",
     "ZL_ENABLE_MM_CLUSTER", "ZL_ENABLE_CUDAGRAPH", "ZL_DIRECT_REPEAT", "ZL_EXTRA_PLUGINS",
     "ZL_SEED", "ZL_ENABLE_RESULTS", "ZL_GRAPH_WARMUP_MS", "ZL_L2", "ZL_COLD_CLOCK", "ZL_IR_LEVELS",
-    "ZL_TIME_TORCH",
+    "ZL_TIME_TORCH", "ZL_JUDGE_ONLY", "ZL_IR_STRIP_ATTRS",
     "ZL_MUSA_COMPAT", "ZL_PYTHON", *VENDOR_ENV_KEYS,
 )
+# The compiler's own knobs (Triton's, FlagTree's, MLIR's and LLVM's variables and
+# DISABLE_LLVM_OPT) change what is compiled: a TRITON_DEBUG=1 screen read IR_CHANGED@ttgir on 36
+# of 40 nodes on an H200 (docs/validation/batch.md). Recorded as the cases inherit them (`compiler_env`),
+# less the locations each case gets its own of (TRITON_CACHE_DIR: zl.childenv) or that hold
+# no setting (TRITON_HOME).
+COMPILER_ENV = re.compile(r"^(TRITON_|FLAGTREE_|MLIR_|LLVM_)|^DISABLE_LLVM_OPT$")
+COMPILER_ENV_LOCATIONS = ("TRITON_CACHE_DIR", "TRITON_HOME")
 TREE_SKIP_DIRS = (".git", "__pycache__", ".pytest_cache", ".mypy_cache")
 UNSET = "<unset>"
 # Files that FlagGems' own benchmark runs write into the FlagGems tree (paths relative to its
@@ -210,6 +221,12 @@ def measured_env(environ: Mapping[str, str]) -> Dict[str, str]:
     return {k: environ[k].strip() for k in MEASURED_ENV if k in environ}
 
 
+def compiler_env(environ: Mapping[str, str]) -> Dict[str, str]:
+    """The compiler knobs among these variables (COMPILER_ENV), as the cases get them."""
+    return {k: environ[k] for k in sorted(environ)
+            if COMPILER_ENV.match(k) and k not in COMPILER_ENV_LOCATIONS}
+
+
 def collect(*, backend: str, dtypes: str, shape: Dict[str, str], replay_root: str, switch: str,
             use_flagtune: bool, case_env: Mapping[str, str], roots: Mapping[str, str],
             toolchain: Mapping[str, Any], retune: bool = False, rounds: int = 1,
@@ -222,6 +239,7 @@ def collect(*, backend: str, dtypes: str, shape: Dict[str, str], replay_root: st
         **({"rounds": rounds} if rounds > 1 else {}),
         **({"dtype_fallback": dtype_fallback} if dtype_fallback != DTYPE_FALLBACK_DEFAULT else {}),
         "environment": measured_env(case_env),
+        "compiler_env": compiler_env(case_env),
         "toolchain": dict(toolchain),
         "flaggems": {repo: tree_identity(root) for repo, root in sorted(roots.items())},
         "ir_collection": IR_RULES,
@@ -343,7 +361,7 @@ def _flat(obj: Any, prefix: str = "") -> Dict[str, Any]:
 
 # sections a conditions record has held since some release: a record without one was written
 # before it (its difference lines then read `batch '<unset>'` for every field of it)
-LATER_SECTIONS = ("toolchain", "device", "ir_collection")
+LATER_SECTIONS = ("toolchain", "device", "ir_collection", "compiler_env")
 DEVICE = "device"
 
 

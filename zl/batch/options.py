@@ -5,7 +5,8 @@ time, a functional sweep whose timings are invalid and marked so everywhere).
 --resume --batch-dir B continues batch B: its cases, and the conditions batch.json recorded at
 its start (backend, --dtypes, --dtype-fallback, --shape-file and a digest of its content,
 --replay-root, --switch, --use-flagtune, the environment variables that change a measurement,
-the cases' toolchain (Python, torch, Triton's version and a digest of its package files), each
+the compiler knobs the cases inherit (TRITON_*, FLAGTREE_*, MLIR_*, LLVM_*, DISABLE_LLVM_OPT;
+not TRITON_CACHE_DIR or TRITON_HOME), the cases' toolchain (Python, torch, Triton's version and a digest of its package files), each
 FlagGems tree's path and git commit + uncommitted changes, or a stat digest of a tree outside
 git, the IR collector's rules for which launches are the operator's (zl.ir.RULES), the
 GPU model of its devices by nvidia-smi, or --executor ray's batch device; none without a GPU).
