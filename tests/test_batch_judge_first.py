@@ -315,6 +315,20 @@ def test_baseline_refusals_exit_2(tmp_path):
     assert "Traceback" not in r.stderr
 
 
+def test_a_timed_baseline_stands_for_side_a_but_not_one_under_another_compiler_setting(tmp_path):
+    """Stage 1 judges: a timed plain batch's side A compiled and computed what an untimed one
+    would (ZL_JUDGE_ONLY is not compared); a compiler knob the baseline's cases inherited is."""
+    timed = batch(tmp_path, "--devices", "0", "--batch-dir", tmp_path / "timed", "--ops", "relu",
+                  ZL_STUB_TRACE=str(tmp_path / "trace"), **ENV)
+    assert timed.returncode == 0, timed.stdout + timed.stderr
+    r = judge_first(tmp_path, "--ops", "relu", "--baseline", tmp_path / "timed")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads((tmp_path / "jf/judge_first.json").read_text())["baseline"]["linked"] == 1
+    r = judge_first(tmp_path, "--ops", "relu", "--baseline", tmp_path / "timed", "--batch-dir",
+                    tmp_path / "jf2", MLIR_ENABLE_DUMP="1")
+    assert r.returncode == 2 and "compiler_env.MLIR_ENABLE_DUMP: baseline '<unset>', this call '1'" in r.stderr
+
+
 def test_a_baseline_of_another_dtype_fallback_is_refused(tmp_path):
     """A baseline measured under --dtype-fallback all stands for no side A under first (and the
     other way round): abs measured every dtype it declares there, its first one here."""

@@ -17,7 +17,8 @@ unfinished one under its recorded conditions.
 `--baseline DIR` reuses side A of stage 1 from an earlier batch of the same FlagGems and
 toolchain: a plain batch (`run_batch.py --judge`, no switch: side A leaves the switch unset)
 or a screen/judge-first batch of the same switch (its side A set it to 0). The baseline is
-refused when its conditions (batch.json: options, measured environment, toolchain with
+refused when its conditions (batch.json: options, measured environment (whether it was timed
+apart), compiler knobs, toolchain with
 Triton's package digest, FlagGems commit and working state (the files its own benchmark runs
 write apart: conditions.RUN_BYPRODUCTS), GPU model) differ from stage 1's
 in anything but the switch. Each node whose baseline row PASSed is linked into `judge/before/` (hard links:
@@ -129,6 +130,8 @@ def open_baseline(given: Path, switch: str) -> Baseline:
 
 def _comparable(cond: Dict) -> Dict:
     out = {k: v for k, v in cond.items() if k not in BASELINE_FREE}
+    # stage 1 judges: a timed baseline's side A compiled and computed what an untimed one would
+    out["environment"] = {k: v for k, v in (cond.get("environment") or {}).items() if k != "ZL_JUDGE_ONLY"}
     # a git checkout is named by its commit and working state, wherever it sits
     out["flaggems"] = {repo: {k: v for k, v in tree.items() if not (k == "path" and tree.get("commit"))}
                        for repo, tree in (cond.get("flaggems") or {}).items()}
