@@ -267,3 +267,31 @@ def test_verdict_cli_words_tsv_and_exit_codes(tmp_path):
     assert bad.returncode == 2
     missing = subprocess.run(cmd + ["verdict", str(a), str(tmp_path / "nope")], cwd=REPO, capture_output=True, text=True)
     assert missing.returncode == 2
+
+
+def _stamp(value):
+    def mutate(ev):
+        ev["ir"]["ttgir"] = ev["ir"]["ttgir"].replace(
+            "module attributes {", f'module attributes {{"ttg.knob-x" = {value} : i32, ', 1)
+    return mutate
+
+
+def test_records_hashed_without_other_attribute_prefixes_are_hashed_again_under_one(tmp_path, monkeypatch):
+    """A switch stamping its knob into the module: side A recorded under ZL_IR_STRIP_ATTRS, side B
+    without. Their recorded hashes follow two rules; both sides are hashed again from their
+    files under the reporter's one list, so the stamp counts on both sides or on neither."""
+    monkeypatch.setenv(fp.STRIP_ENV, "ttg.knob-")
+    a, _ = make_run(tmp_path, "a", _stamp(1))
+    monkeypatch.delenv(fp.STRIP_ENV)
+    b, _ = make_run(tmp_path, "b", _stamp(2))
+    rec = {side: json.loads((run / "ttgir" / fp.FINGERPRINTS_NAME).read_text())["strip_prefixes"]
+           for side, run in (("a", a), ("b", b))}
+    assert rec == {"a": ["ttg.knob-", "ttg.rlc-"], "b": ["ttg.rlc-"]}
+    assert fp.verdict(a, b)["verdict"] == "IR_CHANGED@ttgir"       # the stamp counts on both sides
+    monkeypatch.setenv(fp.STRIP_ENV, "ttg.knob-")
+    res = fp.verdict(a, b)
+    assert res["verdict"] == fp.NO_IR_DIFF and res["compared"] == ["ttgir"], res   # on neither
+    # one rule on both sides: the records are trusted, every recorded level compared
+    c, _ = make_run(tmp_path, "c", _stamp(3))
+    res = fp.verdict(a, c)
+    assert res["verdict"] == fp.NO_IR_DIFF and res["compared"] == ["ttgir", "llir"], res

@@ -77,9 +77,8 @@ STRIP_ENV = "ZL_IR_STRIP_ATTRS"
 CONVERT_RE = re.compile(r"\bttg\.convert_layout\b")
 DEFAULT_LAUNCH_FLOOR = 1
 FINGERPRINTS_NAME = "ir_fingerprints.json"
-# 2: adds `per_variant` (each variant's identity, path and digest per level). 3: `_pid_N` in
-# absolute paths; 4: in any quoted name; 5: in line comments. Records of two normalisations are
-# not compared: both sides are hashed again from their files.
+# 2: adds `per_variant` (each variant's identity, path and digest per level). 3: `_pid_N` in absolute
+# paths; 4: in any quoted name; 5: in line comments. Two normalisations: hashed again from the files.
 SCHEMA_VERSION = 5
 NORMALISATION_CHANGES = (3, 4, 5)
 # First-difference order: the verdict names the first of these that differs. ptx (NVIDIA)
@@ -255,9 +254,11 @@ def _variants_of(doc: Optional[Dict[str, Any]]) -> Optional[List[Dict[str, Any]]
     return records if isinstance(records, list) and records else None
 
 
-def _normalisation(doc: Dict[str, Any]) -> int:
-    version = doc.get("schema_version")
-    return sum(isinstance(version, int) and version >= since for since in NORMALISATION_CHANGES)
+def _hashing_rules(doc: Dict[str, Any]) -> tuple:
+    """(normalisation, stripped prefixes) of a record; without `strip_prefixes`: the default list."""
+    version, got = doc.get("schema_version"), doc.get("strip_prefixes")
+    return (sum(isinstance(version, int) and version >= since for since in NORMALISATION_CHANGES),
+            sorted(map(str, got)) if isinstance(got, list) else sorted(DEFAULT_STRIP_PREFIXES))
 
 
 def recorded_levels(run_dir: os.PathLike) -> Dict[str, str]:
@@ -283,8 +284,8 @@ def verdict(run_a: os.PathLike, run_b: os.PathLike, ir: Optional[Sequence] = Non
     'variants_only'} (see the module docstring for VARIANTS_DIFFER). `ir`: each side's
     (run_levels, load_record) when the caller read them; else each record is read once here."""
     doc_a, doc_b = (ir[0][1], ir[1][1]) if ir else (load_record(run_a), load_record(run_b))
-    if doc_a is not None and doc_b is not None and _normalisation(doc_a) != _normalisation(doc_b):
-        doc_a = doc_b = ir = None       # recorded under two normalisations: hash the files again
+    if doc_a is not None and doc_b is not None and _hashing_rules(doc_a) != _hashing_rules(doc_b):
+        doc_a = doc_b = ir = None       # two normalisations or ZL_IR_STRIP_ATTRS: hash the files again
         a, b = run_levels(run_a, None), run_levels(run_b, None)
     else:
         a, b = (ir[0][0], ir[1][0]) if ir else (run_levels(run_a, doc_a), run_levels(run_b, doc_b))
@@ -419,8 +420,7 @@ def convert_count(run_dir: os.PathLike, launch_floor: int = DEFAULT_LAUNCH_FLOOR
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m zl.ir.fingerprint",
-        description="fingerprint a run's dumped IR (exit 0 ok, 1 no IR, 2 usage, "
-        "10 different for `compare`)",
+        description="fingerprint a run's dumped IR (exit 0 ok, 1 no IR, 2 usage, 10 different for `compare`)",
     )
     p.add_argument("args", nargs="*", metavar="RUN_DIR | compare RUN_A RUN_B | verdict RUN_A RUN_B")
     p.add_argument("--level", default="ttgir", help="IR level (file extension), default ttgir")

@@ -53,7 +53,8 @@ def _read(path: str) -> Optional[str]:
 
 def level_hashes(dump_dir: os.PathLike, variants: Mapping[str, Mapping[str, Any]]) -> Dict[str, Any]:
     """{'schema_version', 'levels': {level: {'hash', 'files', 'complete'}}, 'binary_kind',
-    'per_variant': [{'identity', 'path', 'levels': {level: digest}}]}."""
+    'per_variant': [{'identity', 'path', 'levels': {level: digest}}], 'strip_prefixes': the
+    module-attribute prefixes removed before hashing (ZL_IR_STRIP_ATTRS included)}."""
     rows = read_index(Path(dump_dir)) or []
     prefixes = strip_prefixes()
     members = []
@@ -105,7 +106,8 @@ def level_hashes(dump_dir: os.PathLike, variants: Mapping[str, Mapping[str, Any]
         levels["binary"] = {"hash": digest.hexdigest(), "files": len(blobs),
                             "complete": missing["binary"] == 0}
     return {"schema_version": SCHEMA_VERSION, "variants": len(members), "levels": levels,
-            "binary_kind": ",".join(sorted(kinds)) or None, "per_variant": own}
+            "binary_kind": ",".join(sorted(kinds)) or None, "per_variant": own,
+            "strip_prefixes": sorted(prefixes)}
 
 
 def record(dump_dir: os.PathLike, variants: Mapping[str, Mapping[str, Any]]) -> Dict[str, Any]:
