@@ -917,8 +917,17 @@ def _sealed_elsewhere(c, uuid="GPU-aaaa"):
     c["probe"]["device_uuid"] = "GPU-bbbb"
 
 
+def _sealed_under_other_variables(c):
+    """A task sealed on this device by a call that inherited another compiler knob."""
+    _sealed_elsewhere(c, uuid="GPU-bbbb")
+    receipt = json.loads((c["frozen"] / "campaign-receipt.json").read_text())
+    receipt["inherited"] = {"dropped": [], "recorded": {"TRITON_DEBUG": "1"}}
+    (c["frozen"] / "campaign-receipt.json").write_text(json.dumps(receipt))
+
+
 REFUSALS = {
     "device_changed": _sealed_elsewhere,
+    "environment_changed": _sealed_under_other_variables,
     "frozen_binding_broken": lambda c: _break_binding(c["frozen"]),
     "matrix_paths_moved": lambda c: c["mp"].setattr(fr, "REPO_ROOT", REPO_ROOT),
     "receipt_unbound": lambda c: (c["frozen"] / "tasks/relu/off").mkdir(parents=True) or
@@ -965,9 +974,12 @@ def test_each_refusal_before_a_task_is_named_and_runs_nothing(world, checkout, t
         fr.Campaign(frozen, _args()).preflight()
     assert code in [p.code for p in exc.value.problems], exc.value
     assert not list(frozen.glob("tasks/*/*/benchmark.log"))
-    if code == "device_changed":   # the same device resumes, its sealed task kept
-        (frozen / "campaign-receipt.json").write_text(json.dumps({"observed": {"probe": {"device_uuid": "GPU-bbbb"}}}))
+    if code == "environment_changed":
+        assert "TRITON_DEBUG: sealed tasks '1', this call '<unset>'" in str(exc.value)
+    if code in ("device_changed", "environment_changed"):   # the same device and variables resume
         campaign = fr.Campaign(frozen, _args())
+        (frozen / "campaign-receipt.json").write_text(json.dumps(
+            {"observed": {"probe": {"device_uuid": "GPU-bbbb"}}, "inherited": campaign.inherited}))
         campaign.preflight()
         assert list(campaign.receipts) == ["relu/off"]
 

@@ -111,6 +111,7 @@ CODES: Dict[str, str] = {
     "device_busy": "another process runs on the device",
     "device_check_unavailable": "the backend offers no query that shows the device is idle",
     "device_changed": "sealed tasks ran on another physical device than this one",
+    "environment_changed": "sealed tasks ran with other inherited compiler or import variables",
     "control_plane_broken": "a control did not reproduce the baseline's code at every level",
     "campaign_not_sealed": "reaccount: the directory holds no complete campaign",
     "reaccount_inside_sealed": "reaccount: the output lies inside the sealed campaign",

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from zl.backends import UnknownBackendError, get_backend
 from zl.backends.base import ALL_VISIBILITY_KEYS
@@ -149,6 +149,13 @@ def is_zl_variable(name: str) -> bool:
     """A zl_bench (or FlagGems tuning) variable that conditions every measurement."""
     return (name.startswith("ZL_") or name in {s.env for s in SETTINGS}
             or name in ("BENCH_LEVEL", "USE_FLAGTUNE"))
+
+
+def env_changes(ran_with: Any, now: Mapping[str, str]) -> str:
+    """What a resumed campaign's inherited variables (`inherited.recorded`) changed."""
+    return (f"the sealed tasks' variables are {ran_with}; this call has {dict(now)}" if not isinstance(ran_with, dict)
+            else "; ".join(f"{k}: sealed tasks {ran_with.get(k, '<unset>')!r}, this call {now.get(k, '<unset>')!r}"
+                           for k in sorted(set(ran_with) | set(now)) if ran_with.get(k) != now.get(k)))
 
 
 def _relative_py(c: _Checker, value: str, path: str, test_prefix: bool) -> bool:

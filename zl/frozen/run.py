@@ -2,21 +2,21 @@
 workload and for the campaign; or (--reaccount) reclassify a sealed one under a changed rule.
 
 Refused before any task (exit 2, each problem named) unless the frozen files hash as bound;
-zl_bench, the FlagGems tree and Triton are the manifest's sources without tracked edits
-(zl_bench may be a later commit that changed only campaigns/; Triton is identified by its
-checkout, pip's record of its commit, or source.triton_package_sha256); flag_gems imports
-from the frozen tree; and through --device exactly the declared devices of device.model are
-visible and idle (nvidia-smi's compute-apps query, before every task too). A run with
---skip-device-checks REASON or --benchmark-script SCRIPT says so in every receipt, and its
-canary never authorises --selection all.
+zl_bench, the FlagGems tree and Triton are the manifest's sources without tracked edits (zl_bench
+may be a later commit that changed only campaigns/; Triton is identified by its checkout, pip's
+record of its commit, or source.triton_package_sha256); flag_gems imports from the frozen tree; and
+through --device exactly the declared devices of device.model are visible and idle (nvidia-smi's
+compute-apps query, before every task too). A run with --skip-device-checks REASON or
+--benchmark-script SCRIPT says so in every receipt, and its canary never authorises --selection all.
 
-Each task is a fresh run_pytest.sh under zl.supervise, tied to the runner: the baseline
-records autotune configs, controls and candidates replay them (a fallback fails the task). A
-control that does not compile to the baseline's code at every fingerprint level, binary
-included, stops the campaign: its control plane is broken (exit 4). Candidates run their
-FlagGems tests (the baseline's too where theirs fail); the reverse order runs only where a
-candidate acted; workloads are classified (zl.frozen.CLASSES). A rerun resumes: a task with
-a receipt is never run again, and only on the physical device that ran the sealed ones.
+Each task is a fresh run_pytest.sh under zl.supervise, tied to the runner: the baseline records
+autotune configs, controls and candidates replay them (a fallback fails the task). A control that
+does not compile to the baseline's code at every fingerprint level, binary included, stops the
+campaign: its control plane is broken (exit 4). Candidates run their FlagGems tests (the baseline's
+too where theirs fail); the reverse order runs only where a candidate acted; workloads are
+classified (zl.frozen.CLASSES). A rerun resumes: a task with a receipt is never run again, and only
+on the physical device and under the inherited compiler and import variables (MATTERS) that ran the
+sealed ones.
 
 Examples:
   python -m zl.frozen.run runs/frozen_canary --device 0
@@ -62,7 +62,7 @@ from zl.frozen import (CAMPAIGN_RECEIPT, CANARY_RECEIPT, CLASSES, GATE_CLASSES, 
                        flaggems_source, load_frozen, read_json, responded, rule_of, sha256, triton_source,
                        zl_bench_source)
 from zl.frozen.freeze import PYTHON
-from zl.frozen.manifest import RESPONSES, RUNNER_VARIABLES, is_zl_variable
+from zl.frozen.manifest import RESPONSES, RUNNER_VARIABLES, env_changes, is_zl_variable
 from zl.ir import fingerprint as fp
 from zl.results import compare as results
 from zl.runlog import caliber
@@ -130,7 +130,6 @@ class Campaign:
         """The variables of a child's environment that are not the inherited ones: the receipt's."""
         return {k: v for k, v in sorted(env.items()) if self.base_env.get(k) != v}
 
-    # ------------------------------------------------------------------ before the first task
     def preflight(self) -> Dict[str, Any]:
         problems: List[Problem] = []
         for t in self.matrix["tasks"]:
@@ -167,11 +166,14 @@ class Campaign:
                                     f"flag_gems imports from {probe['flag_gems_file']}, outside {self.tree}"))
         dev, last = self.doc["device"], self.dir / CAMPAIGN_RECEIPT
         problems += self.busy(probe, dev["visible_device_count"], dev["model"])
-        ran_on = (read_json(last, "receipt_unbound", "campaign receipt")[0].get("observed", {}).get("probe", {})
-                  .get("device_uuid", "<not recorded>") if last.exists() else "<not recorded>")
+        prev = read_json(last, "receipt_unbound", "campaign receipt")[0] if last.exists() else {}
+        ran_on = prev.get("observed", {}).get("probe", {}).get("device_uuid", "<not recorded>")
         if self.receipts and not self.args.skip_device_checks and ran_on != probe.get("device_uuid"):
             problems.append(Problem("device_changed", "--device", f"the sealed tasks ran on {ran_on}, this is "
                                     f"{probe.get('device_uuid')}: one campaign runs on one physical device"))
+        ran_with = prev.get("inherited", {}).get("recorded", "<not recorded>")
+        if self.receipts and ran_with != self.inherited["recorded"]:   # MATTERS: what is compiled or imported
+            problems.append(Problem("environment_changed", "environment", env_changes(ran_with, self.inherited["recorded"])))
         seen["devices"] = {"skipped": self.args.skip_device_checks} if self.args.skip_device_checks else \
             {"device_count": probe["device_count"], "device_name": probe.get("device_name"), "device": self.args.device}
         if problems:
@@ -186,7 +188,6 @@ class Campaign:
                                                                 * (code == "device_check_unavailable")))
                 for code, what in preflight.device_problems(self.backend, self.args.device, probe, want, model)]
 
-    # ------------------------------------------------------------------ one task
     def execute(self, argv: List[str], cwd: str, env: Dict[str, str], log: Path, timeout: int) -> Dict[str, Any]:
         log.parent.mkdir(parents=True, exist_ok=True)
         start = time.time()
@@ -311,7 +312,6 @@ class Campaign:
                 rec["correctness"]["isolation"] = self.correctness(t["correctness"], iso["env"], here / "isolation")
         return rec
 
-    # ------------------------------------------------------------------ the campaign
     def seal_workload(self, wid: str, tasks: List[Dict[str, Any]]) -> Dict[str, Any]:
         meta = next(w for w in self.doc["workloads"] if w["id"] == wid)
         doc = {"schema_version": 1, "kind": WORKLOAD_KIND, "campaign_id": self.doc["campaign_id"],
