@@ -8,7 +8,8 @@ BATCH_ROOT is the folder batch_vs_upstream.sh filled (commands.tsv, PLAIN_NAME/o
 screen/, upstream/per_node.tsv, upstream/one_process.log); SHARE the cases run at once per GPU
 (above 1 every figure is a functional sweep's, never a timing); UPSTREAM_JOBS the upstream
 nodes run at once. Rerunnable on a returned bundle (`tar -xzf batch_validation.tgz -C dir`).
-Exit status: 0 done, 2 bad arguments or input (a missing batch root, a malformed per_node.tsv line).
+Exit status: 0 done, 2 bad arguments or input (a missing batch root, a SHARE or UPSTREAM_JOBS that is
+not a positive integer, a malformed per_node.tsv line, a wall_s or elapsed_ms that is not a number).
 """
 import argparse
 import collections
@@ -22,8 +23,12 @@ from zl.runlog.costs import pytest_finished, read_upstream_per_node  # noqa: E40
 ap = argparse.ArgumentParser(prog="batch_report.py", description=__doc__,
                              formatter_class=argparse.RawDescriptionHelpFormatter)
 ap.add_argument("batch_root", help="the batch root batch_vs_upstream.sh filled")
-ap.add_argument("share", help="cases at once per GPU (1 = timings)")
-ap.add_argument("upstream_jobs", help="upstream nodes at once")
+def positive(text):
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return text
+ap.add_argument("share", type=positive, help="cases at once per GPU (1 = timings)")
+ap.add_argument("upstream_jobs", type=positive, help="upstream nodes at once")
 ap.add_argument("plain_name", help="the plain batch's folder under the root")
 args = ap.parse_args()
 if not Path(args.batch_root).is_dir():
@@ -35,15 +40,21 @@ if args.share != "1":
           "elapsed times, cases/hour and every latency below are NOT timings")
 def rows(p):
     return list(csv.DictReader(open(p, newline=""), delimiter="\t" if p.suffix == ".tsv" else ",")) if p.is_file() else []
+def number(text, what):
+    try:
+        return float(text)
+    except ValueError:
+        print(f"!!! {what}: {text!r} is not a number", file=sys.stderr)
+        sys.exit(2)
 commands = rows(root / "commands.tsv")
 plain = args.plain_name
 def walls_of(stage):
-    return [int(r["wall_s"]) for r in commands if stage(r["stage"])]
+    return [number(r["wall_s"], "commands.tsv wall_s") for r in commands if stage(r["stage"])]
 def per_wall(n, walls, unit):
     # at SHARE > 1 the slots overlap: throughput is cases over the stage's wall time (every
     # call that ran the stage, reruns of TIMEOUT cases included)
     if walls:
-        print(f"   {n} {unit}(s) over {sum(walls)} s of stage wall: "
+        print(f"   {n} {unit}(s) over {sum(walls):g} s of stage wall: "
               f"{3600 * n / max(sum(walls), 1):.0f} {unit}s/hour on one device")
 # the screen's two sides share their stage's wall: no per-side throughput for them
 for name, path, stage in (("plain batch", root / plain / "ops_status.csv", plain),
@@ -56,7 +67,7 @@ for name, path, stage in (("plain batch", root / plain / "ops_status.csv", plain
     print(f"== {name}: {len(rs)} cases: " + ", ".join(f"{k}={v}" for k, v in sorted(st.items())))
     notes = collections.Counter()
     for r in rs:
-        for part in r["notes"].split(";"):
+        for part in (r.get("notes") or "").split(";"):
             key = part.split("(")[0].split("=")[0]
             if key in ("dtype_fallback", "dtype_rescue", "skipped", "no_cudagraph", "replay_fallback", "timeout_s"):
                 notes[key] += 1
@@ -65,8 +76,10 @@ for name, path, stage in (("plain batch", root / plain / "ops_status.csv", plain
     for k, v in notes.most_common():
         print(f"   {v:>3} x {k}")
     ran = [r for r in rs if r["elapsed_ms"] and r["status"] not in ("PENDING", "RUNNING", "INTERRUPTED", "NOT_RUN")]
-    secs = sum(int(r["elapsed_ms"]) for r in ran) / 1000
-    if ran:
+    secs = sum(number(r["elapsed_ms"], f"{path} elapsed_ms") for r in ran) / 1000
+    if ran and not secs > 0:   # FAIL rows of a case that never started record 0
+        print(f"   {len(ran)} case(s), no case time recorded (elapsed_ms 0)")
+    elif ran:
         print(f"   {len(ran)} case(s) in {secs:.0f} s of case time: {3600 * len(ran) / secs:.0f} cases/hour per slot")
         per_wall(len(ran), walls_of(lambda st: st == stage), "case")
 up = root / "upstream/per_node.tsv"
@@ -88,8 +101,8 @@ if one.is_file():
     done = len(pytest_finished(one.read_text(errors="replace")))
     runs = [r for r in commands if r["stage"] == "upstream_one_process"]
     if runs:
-        wall = int(runs[-1]["wall_s"])
-        print(f"== upstream one process: {done} node(s) finished in {wall} s of wall: "
+        wall = number(runs[-1]["wall_s"], "commands.tsv wall_s")
+        print(f"== upstream one process: {done} node(s) finished in {wall:g} s of wall: "
               f"{3600 * done / max(wall, 1):.0f} nodes/hour (rc {runs[-1]['rc']})")
 for r in commands:
     if r["stage"].startswith(("upstream", "plain", "screen")):

@@ -209,6 +209,30 @@ def test_batch_report_counts_a_cut_one_process_run(tmp_path):
     assert broken.returncode == 2 and "not a per-node line" in broken.stderr and "Traceback" not in broken.stderr
 
 
+def test_batch_report_reads_what_run_batch_writes_and_names_bad_numbers(tmp_path):
+    """A FAIL row of a case that never started records elapsed_ms 0 (zl/batch/case.py), a batch
+    may lack notes; neither may stop the report. A number that is none exits 2, named."""
+    script = str(ROOT / "benchmarks/batch_report.py")
+    root = tmp_path / "root"
+    (root / "plain").mkdir(parents=True)
+    (root / "commands.tsv").write_text("stage\twall_s\trc\nplain\t100\t0\n")
+    (root / "plain/ops_status.csv").write_text("repo,op,status,elapsed_ms\nmain,abs,FAIL,0\n")
+    out = subprocess.run([sys.executable, script, str(root), "1", "1", "plain"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "== plain batch: 1 cases: FAIL=1" in out.stdout and "no case time recorded" in out.stdout
+    (root / "plain/ops_status.csv").write_text("repo,op,status,elapsed_ms\nmain,abs,PASS,1234.5\n"
+                                               "main,exp,PASS,2765.5\n")
+    out = subprocess.run([sys.executable, script, str(root), "1", "1", "plain"], capture_output=True, text=True)
+    assert out.returncode == 0 and "2 case(s) in 4 s of case time: 1800 cases/hour per slot" in out.stdout
+    assert "2 case(s) over 100 s of stage wall: 72 cases/hour on one device" in out.stdout
+    (root / "commands.tsv").write_text("stage\twall_s\trc\nplain\tlong\t0\n")
+    bad = subprocess.run([sys.executable, script, str(root), "1", "1", "plain"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "commands.tsv wall_s: 'long' is not a number" in bad.stderr
+    for share in ("abc", "0"):
+        bad = subprocess.run([sys.executable, script, str(root), share, "1", "plain"], capture_output=True, text=True)
+        assert bad.returncode == 2 and "not a positive integer" in bad.stderr and "Traceback" not in bad.stderr
+
+
 def test_node_table_gives_the_one_process_rate():
     stamped = "".join(f"{100 + i * 1.5:.2f} {line}\n" for i, line in enumerate(ONE_PROCESS.splitlines()))
     table = node_table(stamped).splitlines()
