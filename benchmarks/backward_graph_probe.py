@@ -24,6 +24,7 @@ Run it twice (two processes) to get the between-run spread the A/A screen sees:
     python benchmarks/backward_graph_probe.py --out probe1.jsonl
     python benchmarks/backward_graph_probe.py --out probe2.jsonl
     python benchmarks/backward_graph_probe.py --compare probe1.jsonl probe2.jsonl
+Exit status: 0 done, 2 a --compare file missing, unreadable or not a probe's output.
 """
 from __future__ import annotations
 
@@ -134,9 +135,36 @@ def probe(args) -> int:
     return 0
 
 
+FIELDS = ("shape", "variant", "ms_median", "n_repeat", "pool_mb", "capture_s")
+
+
+def read_probe(path: str) -> list:
+    """The capture records of one probe's JSONL; ValueError naming the file and line when a
+    line is not one (a probe cut by a timeout ends after a whole line: no partial line)."""
+    out = []
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.startswith("{"):
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError as exc:
+                raise ValueError(f"{path}:{n}: not JSON ({exc})") from None
+            if not isinstance(rec, dict) or any(k not in rec for k in FIELDS):
+                raise ValueError(f"{path}:{n}: not a capture record (needs {', '.join(FIELDS)})")
+            out.append(rec)
+    if not out:
+        raise ValueError(f"{path}: no capture record")
+    return out
+
+
 def compare(paths) -> int:
     """Per shape x variant: within-run capture spread and between-run delta of the medians."""
-    runs = [[json.loads(line) for line in open(p) if line.startswith("{")] for p in paths]
+    try:
+        runs = [read_probe(p) for p in paths]
+    except (OSError, ValueError) as exc:
+        print(f"!!! {exc}", file=sys.stderr)
+        return 2
     keys = sorted({(r["shape"], r["variant"]) for r in runs[0]},
                   key=lambda k: (k[1], k[0]))
     print("| variant | shape | n_repeat | pool MB | capture s | us/call run1 | us/call run2 "

@@ -28,7 +28,8 @@
 Inputs: a FlagGems checkout whose flag_gems imports; one GPU with nothing else on it.
 Outputs: W/wall.json, W/cold.json, W/<op>/<run>/ (output.log, timeline.tsv, the zl/ run
 directory), OUT/cost.md.
-Exit status: 0 done (failed runs are results), 2 bad arguments.
+Exit status: 0 done (failed runs are results), 2 bad arguments, or a summary whose W/wall.json
+or W/cold.json is not what the two stages write.
 """
 
 from __future__ import annotations
@@ -482,7 +483,12 @@ def main(argv=None) -> int:
         return cold_main(args)
     if not args.out:
         ap.error("summary needs --out")
-    return summary_main(args)
+    try:
+        return summary_main(args)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+        print(f"!!! summary: {args.work}: wall.json or cold.json is not what the wall and cold stages "
+              f"write ({exc!r})", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

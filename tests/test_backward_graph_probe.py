@@ -48,3 +48,16 @@ def test_a_key_missing_from_one_run_is_left_out(tmp_path):
     _write(a, [_row("64x64", "aten_direct", 0.002), _row("8x8", "aten_direct", 0.001)])
     _write(b, [_row("64x64", "aten_direct", 0.002)])
     assert set(_compare(a, b)) == {("aten_direct", "64x64")}
+
+
+def test_a_compare_file_that_is_no_probe_output_exits_2_named(tmp_path):
+    good = tmp_path / "good.jsonl"
+    _write(good, [_row("64x64", "aten_direct", 0.002)])
+    (tmp_path / "list.jsonl").write_text("[1]\n")
+    (tmp_path / "cut.jsonl").write_text('{"shape": "64x64"\n')
+    (tmp_path / "fields.jsonl").write_text('{"shape": "64x64"}\n')
+    for name, says in (("none.jsonl", "No such file"), ("list.jsonl", "no capture record"),
+                       ("cut.jsonl", "cut.jsonl:1: not JSON"), ("fields.jsonl", "fields.jsonl:1: not a capture record")):
+        proc = subprocess.run([sys.executable, str(SCRIPT), "--compare", str(good), str(tmp_path / name)],
+                              capture_output=True, text=True)
+        assert proc.returncode == 2 and says in proc.stderr and "Traceback" not in proc.stderr, (name, proc.stderr)

@@ -81,6 +81,17 @@ def test_wall_refuses_bad_arguments_with_exit_2(tmp_path, extra, message):
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("name, text", [("wall.json", "[1]"), ("wall.json", "{bad"), ("cold.json", "{}")])
+def test_a_summary_of_files_no_stage_wrote_exits_2_named(tmp_path, name, text):
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / name).write_text(text)
+    proc = subprocess.run([sys.executable, str(COST), "summary", "--work", str(work), "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "is not what the wall and cold stages write" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_summary_adds_the_in_graph_cupti_table_and_keeps_capture_errors(tmp_path):
     work = tmp_path / "w"
     work.mkdir()
