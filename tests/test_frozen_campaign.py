@@ -488,6 +488,18 @@ def test_a_manifest_edited_by_one_byte_never_reuses_the_frozen_matrix(world, tmp
     with pytest.raises(CampaignError) as exc:
         load_frozen(out)
     assert _codes(exc) == [("frozen_binding_broken", str(out / SHAPES))]
+    (out / SHAPES).write_text(SHAPES_YAML)
+    # A matrix edited into another shape: named, never a KeyError (whose exit 1 reads as a gate)
+    (out / MATRIX).chmod(0o644)
+    good = json.loads((out / MATRIX).read_text())
+    for edit in (lambda m: m.pop("resolved"), lambda m: m.update(cells=[]), lambda m: m.update(tasks="x"),
+                 lambda m: m["tasks"][0].pop("benchmark")):
+        m = json.loads(json.dumps(good))
+        edit(m)
+        (out / MATRIX).write_text(json.dumps(m))
+        with pytest.raises(CampaignError) as exc:
+            load_frozen(out)
+        assert _codes(exc) == [("frozen_binding_broken", str(out / MATRIX))]
 
 
 def test_a_busy_or_unwritable_out_is_refused(world, tmp_path):

@@ -228,6 +228,11 @@ def load_frozen(frozen_dir: Path) -> Tuple[Dict[str, Any], Dict[str, Any], bytes
     if not isinstance(matrix, dict) or matrix.get("kind") != MATRIX_KIND or sha256(raw) != matrix.get("manifest_sha256"):
         raise fail("frozen_binding_broken", str(frozen_dir / MANIFEST),
                     f"sha256 {sha256(raw)} is not the manifest_sha256 {frozen_dir / MATRIX} was frozen for")
+    tasks, need = matrix.get("tasks"), ("id", "workload", "receipt", "benchmark", "replay_of", "correctness")
+    if not (isinstance((matrix.get("resolved") or {}).get("flaggems_dir"), str) and matrix.get("cells")
+            and isinstance(tasks, list) and all(isinstance(t, dict) and all(k in t for k in need) for t in tasks)):
+        raise fail("frozen_binding_broken", str(frozen_dir / MATRIX), "not a task matrix freeze wrote "
+                   f"(resolved.flaggems_dir, cells, tasks with {', '.join(need)})")
     shapes = matrix.get("shape_file")
     if shapes is not None:
         try:
