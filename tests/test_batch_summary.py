@@ -28,7 +28,7 @@ CALIBER_EXPECTED = ("backend", "device", "device_name", "device_arch", "timer", 
                     "shape_mode", "tuner_cache", "direct_repeat", "use_flagtune", "seed",
                     "shape_source", "graph_warmup_ms", "l2", "cold_clock", "device_share",
                     "device_overlap", "overlap_protocol", "time_torch", "dtype_fallback",
-                    "ir_collection")
+                    "ir_collection", "mm_cluster_fix")
 SHAPES = ["[torch.Size([1024])]", "[torch.Size([64, 64])]", "[torch.Size([16, 256])]"]
 HEADER = (f"{'Status':<10} {'Torch Latency (ms)':>20} {'Gems Latency (ms)':>20} "
           f"{'Gems Speedup':>20} {'Size Detail':>20}")
@@ -761,8 +761,9 @@ def test_ab_rounds_json_in_its_root_is_allowed_inside_a_cell_is_not(tmp_path, cl
 def test_ab_rounds_states_the_code_verdict_of_r1_a_against_r1_b(tmp_path, cli):
     from harness import report_fixtures as rf
     make_rounds(tmp_path, 2, 0.0, 0.001, seed=6)
-    rf.write_fingerprints(tmp_path / "r1_A", rf.SAME_CODE)
-    rf.write_fingerprints(tmp_path / "r1_B", {**rf.SAME_CODE, "binary": "ee" * 32})
+    for k in (1, 2):      # every round compiled its side's code (a round that did not is left out)
+        rf.write_fingerprints(tmp_path / f"r{k}_A", rf.SAME_CODE)
+        rf.write_fingerprints(tmp_path / f"r{k}_B", {**rf.SAME_CODE, "binary": "ee" * 32})
     out = tmp_path / "rounds.json"
     r = cli("--ab-rounds", tmp_path, "--label", "relu", "--json", out)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -825,3 +826,45 @@ def test_a_screen_stopped_in_its_first_cell_reads_incomplete_not_unreadable(tmp_
     # without the requested list a header-only table is still unusable input
     (root / "screen.requested.tsv").unlink()
     assert cli("--screen", root).returncode == 2
+
+
+# ---------------------------------------------------------------- a corrupt ops_status.csv
+
+CORRUPT_OPS_STATUS = {
+    "not_utf8": (b"repo,op,status\nFlagGems,softmax\xff\xfe,PASS\n", "UnicodeDecodeError"),
+    "no_status_column": (b"garbage line\nmore,stuff\n", "no rows with op and repo and status columns"),
+    "header_only": (b"repo,op,status\n", "got no rows"),
+    "extra_cells": (b"repo,op,status\nFlagGems,softmax,PASS,x,y\n", "data row 1 has more cells"),
+    "open_quote": (b'repo,op,status\nFlagGems,"softmax,PASS\n', "unexpected end of data"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CORRUPT_OPS_STATUS))
+def test_a_corrupt_ops_status_is_refused_by_both_batch_modes(tmp_path, cli, case):
+    """BATCH_DIR used to read it with errors="replace" and no column check: `20 row(s)`, exit
+    0, every op_status empty. Both modes now refuse it (exit 2, the table named) and write
+    nothing; --batch crashed on a row with more cells than its header."""
+    from harness.report_fixtures import batch_dir
+    batch = batch_dir(tmp_path / "b")
+    data, why = CORRUPT_OPS_STATUS[case]
+    (batch / "ops_status.csv").write_bytes(data)
+    for args in ((batch, "-o", tmp_path / "s.csv"), ("--batch", batch, "--json", tmp_path / "b.json")):
+        r = cli(*args)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        assert f"{batch / 'ops_status.csv'}" in r.stderr and why in r.stderr, r.stderr
+    assert not (tmp_path / "s.csv").exists() and not (tmp_path / "b.json").exists()
+
+
+def test_a_sound_ops_status_still_summarises_and_batch_prints_only_warnings(tmp_path, cli):
+    """The docstring's contract: --batch's report is --json/--html/--png, stdout holds only its
+    `!!!` lines (none for this batch)."""
+    from harness.report_fixtures import batch_dir
+    batch = batch_dir(tmp_path / "b")
+    r = cli(batch, "-o", tmp_path / "s.csv")
+    assert r.returncode == 0 and "row(s) ->" in r.stdout, r.stderr
+    rows = list(csv.DictReader(open(tmp_path / "s.csv")))
+    assert rows and all(x["op_status"] in ("success", "failed") for x in rows)
+    r = cli("--batch", batch, "--json", tmp_path / "b.json")
+    assert r.returncode == 0 and r.stdout == "" and (tmp_path / "b.json").is_file(), r.stderr
+    assert "--batch prints only its `!!!` lines, its report is --json/--html/--png" \
+        in " ".join(bs.__doc__.split())

@@ -262,6 +262,14 @@ def test_a_pair_across_two_builds_is_reported_with_the_fields_that_differ(tmp_pa
     assert caliber.hazards([("before", a), ("after", c)]) == []
 
 
+@pytest.mark.parametrize("b_state, refused", [("routed", True), ("not_live", False), ("absent", False)])
+def test_an_mm_routed_around_the_cluster_kernel_is_refused_beside_one_that_was_not(tmp_path, b_state, refused):
+    a = recorded(tmp_path / "A", "a" * 32, DA)
+    b = replayed(tmp_path / "B", a, mm_cluster_fix=b_state)
+    got = caliber.complaints([("before", a), ("after", b)])
+    assert got == ([f"mm_cluster_fix differs: before=<missing>, after={b_state}"] if refused else [])
+
+
 @pytest.mark.parametrize("share", ["two", "", "1.5"])
 def test_an_unreadable_device_share_is_never_solo(tmp_path, share):
     """A device_share that does not read as an integer cannot show the device was not

@@ -50,6 +50,10 @@ because changing it alone moved a measured result (seed, S5000 / H200):
                    from before the field (rules 1, or 2 before runs stated it) beside one that
                    states it is refused
 
+  mm_cluster_fix   `routed` (ZL_ENABLE_MM_CLUSTER=1 on FlagTree's TLE path): mm measured
+                   general_mm where upstream runs the cluster kernel; `not_live` and `absent`
+                   (nothing patched) read as a run without the plugin
+
 A field absent on one side only is a mismatch (one run cannot show it matched); absent
 on every side is accepted, so runs written before a field existed still compare.
 
@@ -94,8 +98,10 @@ CALIBER_FIELDS = (
     "backend", "device", "device_name", "device_arch", "timer", "bench_level", "shape_mode",
     "tuner_cache", "direct_repeat", "use_flagtune", "seed", "shape_source",
     "graph_warmup_ms", "l2", "cold_clock", "device_share", "device_overlap", "overlap_protocol",
-    "time_torch", "dtype_fallback", "ir_collection",
+    "time_torch", "dtype_fallback", "ir_collection", "mm_cluster_fix",
 )
+# mm_cluster_fix values under which the plugin patched nothing: the same as a run without it.
+MM_CLUSTER_UNPATCHED = ("not_live", "absent")
 # Fields whose value names the operator itself (`softmax=yaml`): equal within one A/B pair,
 # different across the rows of a screen or a batch by construction.
 PER_OPERATOR_FIELDS = ("shape_source",)
@@ -163,6 +169,8 @@ def caliber_from(data: Optional[Dict]) -> Optional[Dict[str, Optional[str]]]:
     if data is None:
         return None
     cal = {k: _field_text(k, data.get(k)) for k in CALIBER_FIELDS}
+    if cal["mm_cluster_fix"] in MM_CLUSTER_UNPATCHED:
+        cal["mm_cluster_fix"] = None
     if cal["l2"] == "cold" and cal["cold_clock"] is None:
         cal["cold_clock"] = "events"  # the only cold clock before ZL_COLD_CLOCK existed
     cal["autotune_mode"] = str(data.get("autotune_mode") or "")
