@@ -88,8 +88,9 @@ Examples:
   python batch_summary.py --caliber runs/A
 
 Outputs:
-  The report on stdout (TSV rows for --caliber, --caliber-header, --cell-stats); BATCH_DIR
-  mode writes <batch>/summary.csv (or -o). --json FILE, --html FILE and --png DIR are checked
+  The report on stdout (TSV rows for --caliber, --caliber-header, --cell-stats; --batch prints
+  only its `!!!` lines, its report is --json/--html/--png); BATCH_DIR mode writes
+  <batch>/summary.csv (or -o). --json FILE, --html FILE and --png DIR are checked
   before anything runs (writable; not an input file, not inside an input run directory).
   Pages are drawn before --json says `ok`; a refused or failed report replaces the --json
   file with the failure and removes an earlier page and its charts. --json is standard JSON:
@@ -99,11 +100,11 @@ Outputs:
 Exit codes:
   0  ok; a report marked INCOMPLETE is still 0 (unpaired rows, failed tests, a run that did
      not finish: --json says `complete: false`, --ab-rounds drops that round)
-  2  usage error or unusable input (missing or malformed run.log, a malformed legend line
-     named by file:line, a run compared with itself, --false-alarm outside 0 < RATE <= 0.5, a
-     --controls directory of no known layout, an unwritable output or one equal to an
-     input file or inside an input run directory, scipy or matplotlib missing, a page that
-     could not be drawn)
+  2  usage error or unusable input (missing or malformed run.log, a malformed ops_status.csv
+     (BATCH_DIR, --batch), a malformed legend line named by file:line, a run compared with
+     itself, --false-alarm outside 0 < RATE <= 0.5, a --controls directory of no known
+     layout, an unwritable output or one equal to an input file or inside an input run
+     directory, scipy or matplotlib missing, a page that could not be drawn)
   4  refusal: the runs are not comparable (caliber, autotune pinning, mixed campaigns)
   5  no report (zero paired rows, fewer than 2 complete rounds, no shape measured in every
      round, a screen stopped before it judged any cell: its INCOMPLETE line names the
@@ -147,20 +148,41 @@ CELL_STATS_FIELDS = ("success", "failed", "replay_fallback", "no_cudagraph", "ca
 
 # ---------------------------------------------------------------- batch summary.csv
 
+OPS_STATUS_NEED = ("op", "repo", "status")   # the columns --batch needs too (views.batch_result)
+
+
+def _ops_status_rows(path: Path) -> List[Dict[str, str]]:
+    """ops_status.csv's rows; BadInput (exit 2) when it is not UTF-8 CSV, lacks the repo, op
+    and status columns or a row, or a row has more cells than the header: a corrupt table is
+    refused as --batch refuses it, never summarised with an empty op_status."""
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh, strict=True)
+            rows, header = list(reader), list(reader.fieldnames or ())
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise BadInput(f"{path}: not a readable ops_status.csv ({type(exc).__name__}: {exc})") from None
+    if not rows or not set(OPS_STATUS_NEED) <= set(header):
+        raise BadInput(f"{path}: no rows with {' and '.join(OPS_STATUS_NEED)} columns (expected "
+                       f"columns {list(OPS_STATUS_NEED)}, got {header if rows else 'no rows'})")
+    for i, row in enumerate(rows, 1):
+        if None in row:
+            raise BadInput(f"{path}: data row {i} has more cells than the header")
+    return rows
+
+
 def _read_ops_status(batch: Path) -> Dict[str, Dict[str, str]]:
     path = batch / "ops_status.csv"
     out: Dict[str, Dict[str, str]] = {}
     if not path.is_file():
         return out
-    with open(path, newline="", encoding="utf-8", errors="replace") as fh:
-        for row in csv.DictReader(fh):
-            repo = (row.get("repo") or "").strip()
-            for name in (row.get("run_name"), row.get("op")):
-                if name:
-                    out.setdefault(f"{repo}/{name.strip()}", row)
-            od = (row.get("out_dir") or "").strip()
-            if od:
-                out.setdefault(f"{Path(od).parent.name}/{Path(od).name}", row)
+    for row in _ops_status_rows(path):
+        repo = (row.get("repo") or "").strip()
+        for name in (row.get("run_name"), row.get("op")):
+            if name:
+                out.setdefault(f"{repo}/{name.strip()}", row)
+        od = (row.get("out_dir") or "").strip()
+        if od:
+            out.setdefault(f"{Path(od).parent.name}/{Path(od).name}", row)
     return out
 
 
@@ -436,6 +458,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return EXIT_USAGE
     try:
         args.screen, args.stage1 = judge_first_root(args.screen) if args.screen else (None, None)
+        if args.batch is not None and (args.batch / "ops_status.csv").is_file():
+            _ops_status_rows(args.batch / "ops_status.csv")   # refused as BATCH_DIR refuses it
         _check_outputs(args)
     except BadInput as exc:  # nothing was written, nothing removed
         print(f"!!! [batch-summary] {exc}", file=sys.stderr)

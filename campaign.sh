@@ -18,7 +18,7 @@
 #
 # Variables:
 #   SWITCH, SCREEN (required)  the switch under test; an ab_rlc_test.sh / run_batch.py screen.tsv
-#   DEVICES        comma separated (default: the backend's visible devices)
+#   DEVICES        comma separated ids of letters, digits, _ . : - (default: the backend's visible devices)
 #   ROUNDS=6  CELL_TIMEOUT=2400  VERDICT=IR_CHANGED,BINARY_CHANGED (IR_CHANGED, the earlier
 #                  screens' one code verdict, matches every IR_CHANGED@<level>; "" = every row;
 #                  NO_IR_DIFF and VARIANTS_DIFFER rows, whose common code is identical, are not
@@ -60,16 +60,17 @@ require_positive_int CELL_TIMEOUT "$CELL_TIMEOUT"
 DRY="$("$PY" -m zl.switches DRY_RUN 0)" || exit 2
 
 # The visibility variable, and the backend's visible devices only when DEVICES is unset
-# (enumerating may probe the hardware, seconds).
-read -r VIS_KEY DEFAULT_DEVICES <<< "$(DEVICES="${DEVICES:-}" "$PY" -c 'import os, sys
+# (enumerating may probe the hardware, seconds). Python's status is checked before `read`
+# (whose own status would hide an unknown backend).
+BACKEND_INFO="$(DEVICES="${DEVICES:-}" "$PY" -c 'import os, sys
 from zl.backends import UnknownBackendError, get_backend
 try:
     b = get_backend()
 except UnknownBackendError as exc:
     print(f"!!! {exc}", file=sys.stderr); sys.exit(2)
 devs = os.environ["DEVICES"] or ",".join(b.enumerate_devices())
-print(b.visibility_env_keys[0] if b.visibility_env_keys else "-", devs)')" \
-  || exit 2
+print(b.visibility_env_keys[0] if b.visibility_env_keys else "-", devs)')" || exit 2
+read -r VIS_KEY DEFAULT_DEVICES <<< "$BACKEND_INFO"
 [[ "$VIS_KEY" != "-" ]] || die2 "backend ${ZL_BACKEND:-cuda} has no visibility variable to pin a device"
 DEVICES="${DEVICES:-$DEFAULT_DEVICES}"
 

@@ -17,17 +17,22 @@ Outputs:
 
 Exit codes:
   0  planned
-  2  bad arguments, unreadable screen or unknown verdict word
+  2  bad arguments (a device id other than letters, digits, _ . : -), unreadable screen or
+     unknown verdict word
   3  nothing to plan
 """
 
 from __future__ import annotations
 
+import re
 import sys
 
 from zl import cli_help
 from zl.backends import parse_device_list
 from zl.batch import partition as pt
+
+DEVICE_ID = re.compile(r"[A-Za-z0-9_.:-]+")
+MAX_ROUNDS = 999_999_999
 
 
 def main(argv=None) -> int:
@@ -47,8 +52,15 @@ def main(argv=None) -> int:
     if not devices or len(set(devices)) != len(devices):
         print(f"!!! [partition] --devices needs distinct device ids (got {args.devices!r})", file=sys.stderr)
         return 2
-    if args.rounds < 1:
-        print(f"!!! [partition] --rounds must be >= 1 (got {args.rounds})", file=sys.stderr)
+    # A device id becomes a visibility variable's value and a directory name in campaign.sh:
+    # plain tokens only ("0 1" is not two devices; "a;b" is no device).
+    odd = [d for d in devices if not DEVICE_ID.fullmatch(d)]
+    if odd:
+        print(f"!!! [partition] --devices: not a device id: {', '.join(map(repr, odd))} "
+              "(letters, digits, _ . : - only; separate ids with commas)", file=sys.stderr)
+        return 2
+    if not 1 <= args.rounds <= MAX_ROUNDS:   # campaign.sh's ROUNDS bound (9 digits)
+        print(f"!!! [partition] --rounds must be 1..{MAX_ROUNDS} (got {args.rounds})", file=sys.stderr)
         return 2
     try:
         rows, warnings = pt.read_screen(args.screen)

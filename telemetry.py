@@ -31,8 +31,9 @@ Outputs:
 
 Exit codes:
   0  sampled, sampling off (interval 0), or no sampler (the reason in OUT.err)
-  2  bad usage (bad interval, unknown backend, OUT holding another file's header, --run
-     without OUT.tsv or with --print-command)
+  2  bad usage (bad interval, unknown backend, OUT holding another file's header, OUT or
+     OUT.err a directory, OUT's directory missing, OUT not writable, --run without OUT.tsv
+     or with --print-command)
 """
 
 from __future__ import annotations
@@ -157,6 +158,16 @@ def _append(path: Path, text: str) -> None:
         os.write(fd, text.encode("utf-8"))
     finally:
         os.close(fd)
+
+
+def check_out(out: Path) -> None:
+    """OUT (and OUT.err beside it) must be file paths in an existing directory; UsageError
+    (exit 2) names the path otherwise: a wrong path is bad usage, not missing telemetry."""
+    for path in (out, err_path(out)):
+        if path.is_dir():
+            raise UsageError(f"{path} is a directory; name a file (e.g. {out / 'telemetry.tsv'})")
+    if not out.parent.is_dir():
+        raise UsageError(f"{out}: {out.parent} is not an existing directory")
 
 
 def _check_existing(out: Path) -> bool:
@@ -408,6 +419,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             return EXIT_OK
         if not args.out:
             raise UsageError("OUT.tsv is required (or --print-command)")
+        if interval != 0:
+            check_out(Path(args.out))
     except (UsageError, UnknownBackendError) as exc:
         log(f"error: {exc}")
         return EXIT_USAGE
@@ -426,6 +439,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         return run(backend, Path(args.out), device, interval, args.count, stop)
     except UsageError as exc:
         log(f"error: {exc}")
+        return EXIT_USAGE
+    except OSError as exc:   # e.g. a read-only directory: named, never a traceback
+        log(f"error: cannot write {args.out} or {err_path(args.out)}: {exc}")
         return EXIT_USAGE
     finally:
         for sig, handler in previous.items():

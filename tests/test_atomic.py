@@ -58,3 +58,21 @@ def test_stale_temps_finds_only_this_targets_temps(tmp_path):
         p.write_text("")
     assert atomic.stale_temps(target) == [mine]
     assert atomic.stale_temps(target, older_than=mine.stat().st_mtime - 10) == []
+
+
+def test_write_problem_names_a_directory_or_a_file_in_place_of_a_parent(tmp_path):
+    """write_bytes raises the OS's error (IsADirectoryError; FileExistsError or
+    NotADirectoryError for a file where a parent should be); write_problem is the one line a
+    CLI prints for it."""
+    (tmp_path / "afile").write_text("x")
+    cases = [(tmp_path, IsADirectoryError, "it is a directory"),
+             (tmp_path / "afile" / "x.log", FileExistsError, f"{tmp_path / 'afile'} is not a directory"),
+             (tmp_path / "afile" / "sub" / "x.log", NotADirectoryError,
+              f"{tmp_path / 'afile'} is not a directory")]
+    for target, error, why in cases:
+        with pytest.raises(error) as caught:
+            atomic.write_text(target, "y")
+        assert atomic.write_problem(target, caught.value) == why
+    assert atomic.write_problem(tmp_path / "new.txt", PermissionError(13, "Permission denied")) \
+        == "Permission denied"
+    assert [p.name for p in tmp_path.iterdir()] == ["afile"]

@@ -76,6 +76,23 @@ def test_cli_types_integers_and_get(tmp_path):
     assert missing.returncode == 1
 
 
+@pytest.mark.parametrize("where", ["a regular file", "under a file"])
+def test_cli_set_on_an_out_dir_that_is_no_directory_exits_2_naming_it(tmp_path, where):
+    """OUT_DIR a regular file ended in FileExistsError (path.parent.mkdir)."""
+    afile = tmp_path / "afile"
+    afile.write_text("keep")
+    out_dir = afile if where == "a regular file" else afile / "sub"
+    r = subprocess.run([sys.executable, "-m", "zl.identity", str(out_dir), "--set", "a=1"],
+                       capture_output=True, text=True, cwd=str(REPO))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"zl.identity: cannot write {out_dir / ri.IDENTITY_NAME}: {afile} is not a directory" \
+        in r.stderr
+    assert afile.read_text() == "keep"
+    # the library keeps raising the OS's error; only the CLI turns it into exit 2
+    with pytest.raises(OSError):
+        ri.update_identity(str(out_dir), a=1)
+
+
 @pytest.mark.parametrize("content", ["{not json", "[1, 2]", "\udcff"])
 def test_corrupt_file_is_kept_aside_and_reported(tmp_path, capsys, content):
     path = tmp_path / ri.IDENTITY_NAME

@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from zl.runlog.trim import trimmed
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,3 +64,18 @@ def test_cli_writes_the_file_and_names_bad_input(tmp_path):
     assert bad.returncode == 2 and "no such file" in bad.stderr and "Traceback" not in bad.stderr
     assert run().returncode == 2
     assert run("--help").returncode == 0
+
+
+@pytest.mark.parametrize("where", ["a directory", "under a file"])
+def test_cli_names_an_out_it_cannot_write_and_exits_2(tmp_path, where):
+    """OUT a directory ended in IsADirectoryError, OUT under a file in FileExistsError."""
+    src = tmp_path / "in.log"
+    src.write_text(LOG)
+    (tmp_path / "afile").write_text("")
+    out = tmp_path if where == "a directory" else tmp_path / "afile" / "x.log"
+    r = subprocess.run([sys.executable, "-m", "zl.runlog.trim", str(src), str(out)], cwd=ROOT,
+                       capture_output=True, text=True)
+    why = "it is a directory" if where == "a directory" else f"{tmp_path / 'afile'} is not a directory"
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"zl.runlog.trim: cannot write {out}: {why}" in r.stderr
+    assert (tmp_path / "afile").read_text() == ""

@@ -137,6 +137,35 @@ def test_usage_errors(env, tmp_path, capsys):
     assert telemetry.main([str(tmp_path / "t.tsv"), "--count", "0"]) == 2
 
 
+@pytest.mark.parametrize("where", ["a directory", "its .err a directory", "no such parent",
+                                   "a file as parent"])
+def test_an_out_that_cannot_be_a_file_is_a_usage_error(env, tmp_path, capsys, where):
+    """OUT a directory used to end in IsADirectoryError (a missing parent in FileNotFoundError)."""
+    env.nvsmi()
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "busy.err").mkdir()
+    out = {"a directory": tmp_path, "its .err a directory": tmp_path / "busy.tsv",
+           "no such parent": tmp_path / "nope" / "t.tsv",
+           "a file as parent": tmp_path / "afile" / "t.tsv"}[where]
+    assert telemetry.main([str(out), "--interval", "0.01", "--count", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "[telemetry] error:" in err and str(out) in err and "Traceback" not in err
+    assert env.argv_log() == []          # refused before any sample
+    assert telemetry.main([str(out), "--interval", "0"]) == 0   # sampling off writes nothing
+
+
+def test_an_out_that_cannot_be_written_exits_2_naming_it(env, tmp_path, capsys, monkeypatch):
+    env.nvsmi()
+    out = tmp_path / "t.tsv"
+
+    def refuse(path, text):
+        raise PermissionError(13, "Permission denied", str(path))
+    monkeypatch.setattr(telemetry, "_append", refuse)
+    assert telemetry.main([str(out), "--interval", "0.01", "--count", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: cannot write {out}" in err and "Permission denied" in err
+
+
 def test_the_first_telemetry_py_command_lines(env, tmp_path, capsys):
     """`--run` was the first telemetry.py's "sample until killed" flag (stdout, no file): beside
     OUT.tsv it samples as OUT.tsv alone does; alone, or with --print-command, it is a usage

@@ -2,7 +2,8 @@
 directory, then os.replace, so a reader sees the old content or the new, never half.
 
 Used for run_identity.json, autotune records, shapes.yaml, the IR index, reports and
-campaign tables. A failed write removes its temp file and re-raises.
+campaign tables. A failed write removes its temp file and re-raises; write_problem turns
+the error into the one line a CLI prints (exit 2 there).
 
 The result gets the mode open() would give it: an existing file keeps its mode, a new one
 gets 0666 minus the umask. mkstemp's private 0600 would make run directories shared by a
@@ -82,6 +83,21 @@ def write_bytes(path: PathLike, data: bytes) -> None:
         except OSError:
             pass
         raise
+
+
+def write_problem(path: PathLike, exc: OSError) -> str:
+    """Why writing `path` failed, for a CLI's `cannot write PATH: <this>` (write_bytes raises
+    the OS's own error, e.g. FileExistsError for a file where a parent directory should be):
+    a directory at the path, a file in place of a parent, else the OS's words."""
+    path = Path(path)
+    if path.is_dir():
+        return "it is a directory"
+    for parent in path.parents:
+        if parent.exists() or parent.is_symlink():
+            if not parent.is_dir():
+                return f"{parent} is not a directory"
+            break
+    return str(exc.strerror or exc)
 
 
 def write_text(path: PathLike, text: str) -> None:

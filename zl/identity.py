@@ -23,6 +23,9 @@ left by a SIGKILLed writer are removed by the next writer, under the lock.
 CLI (used by the shell stub):
     python -m zl.identity OUT_DIR --set key=value [--set key=value ...]
     python -m zl.identity OUT_DIR --get key
+Exit codes: 0 merged / printed; 1 --get: no such key (or no readable file); 2 usage, or
+--set on an OUT_DIR that cannot hold the file (a regular file, under a file, not writable:
+the path and the reason named on stderr, no traceback).
 """
 
 from __future__ import annotations
@@ -172,7 +175,13 @@ def main(argv: Optional[list] = None) -> int:
             return 1
         print(value)
         return 0
-    update_identity(args.out_dir, **dict(args.sets))
+    try:
+        update_identity(args.out_dir, **dict(args.sets))
+    except OSError as exc:   # the library raises; the CLI names the path (exit 2)
+        target = identity_path(args.out_dir)
+        print(f"zl.identity: cannot write {target}: {atomic.write_problem(target, exc)}",
+              file=sys.stderr)
+        return 2
     return 0
 
 

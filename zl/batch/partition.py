@@ -13,6 +13,7 @@ once reported topk's 70.6 minutes as 11.8).
 from __future__ import annotations
 
 import csv
+import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,6 +86,20 @@ class ScreenRow:
         return f"{self.op}:{self.op_file}" + (f":{self.dtypes}" if self.dtypes else "")
 
 
+def _pair_seconds(row: Dict[str, str]) -> float:
+    """elapsed_before + elapsed_after of a screen row, or NaN when either is missing,
+    unparseable, non-finite or negative: such a row gets the median fill like a missing one
+    (a nan or negative weight would otherwise print as the plan's critical path)."""
+    try:
+        sides = [float(row["elapsed_before"]), float(row["elapsed_after"])]
+    except (KeyError, TypeError, ValueError):
+        return float("nan")
+    total = sides[0] + sides[1]
+    if not (math.isfinite(total) and min(sides) >= 0):
+        return float("nan")
+    return total
+
+
 def read_screen(path: Path) -> Tuple[List[ScreenRow], List[str]]:
     """Rows of an ab_rlc_test.sh (or run_batch --switch) screen.tsv, and warnings."""
     try:
@@ -96,10 +111,8 @@ def read_screen(path: Path) -> Tuple[List[ScreenRow], List[str]]:
         raise PartitionError(f"{path}: not a screen.tsv (needs op and verdict columns and a row)")
     out, unweighted = [], []
     for r in rows:
-        try:
-            w = float(r["elapsed_before"]) + float(r["elapsed_after"])
-        except (KeyError, TypeError, ValueError):
-            w = float("nan")
+        w = _pair_seconds(r)
+        if w != w:
             unweighted.append(r["op"])
         dt = (r.get("dtypes") or "").strip()
         out.append(ScreenRow(r["op"], r.get("op_file") or r["op"], "" if dt == "<all>" else dt,
@@ -108,7 +121,7 @@ def read_screen(path: Path) -> Tuple[List[ScreenRow], List[str]]:
     known = [x.weight for x in out if x.weight == x.weight]
     if unweighted:
         fill = statistics.median(known) if known else 1.0
-        warnings.append(f"{len(unweighted)} row(s) without elapsed_before/elapsed_after "
+        warnings.append(f"{len(unweighted)} row(s) without a usable elapsed_before/elapsed_after "
                         f"({', '.join(unweighted[:5])}): weighted {fill:g} s (the median), "
                         "so their placement is a guess")
         for x in out:

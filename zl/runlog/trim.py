@@ -9,6 +9,9 @@ they are what says why a node failed. Lines may carry a time stamp prefix
 `<seconds><TAB><line>`); it is kept and ignored when matching.
 
     python3 -m zl.runlog.trim IN [OUT]     (OUT defaults to standard output)
+
+Exit codes: 0 trimmed; 2 usage, IN not a readable file, or OUT not writable (a directory, a
+path under a file; the path and the reason named, no traceback).
 """
 
 from __future__ import annotations
@@ -59,18 +62,30 @@ def trimmed(text: str, tag: str = "zl.runlog.trim") -> str:
     return "\n".join(out) + "\n"
 
 
+USAGE = next(ln.strip() for ln in __doc__.splitlines() if ln.strip().startswith("python3 -m"))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) not in (1, 2) or args[0] in ("-h", "--help"):
-        print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr if args[:1] != ["--help"] else sys.stdout)
+        print(USAGE, file=sys.stderr if args[:1] != ["--help"] else sys.stdout)
         return 0 if args[:1] in (["-h"], ["--help"]) else 2
     src = Path(args[0])
     if not src.is_file():
         print(f"zl.runlog.trim: no such file: {src}", file=sys.stderr)
         return 2
-    text = trimmed(src.read_text(errors="replace"))
+    try:
+        text = trimmed(src.read_text(errors="replace"))
+    except OSError as exc:
+        print(f"zl.runlog.trim: cannot read {src}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     if len(args) == 2:
-        atomic.write_text(Path(args[1]), text)
+        try:
+            atomic.write_text(Path(args[1]), text)
+        except OSError as exc:   # OUT a directory, or under a file: named, exit 2
+            print(f"zl.runlog.trim: cannot write {args[1]}: {atomic.write_problem(args[1], exc)}",
+                  file=sys.stderr)
+            return 2
     else:
         sys.stdout.write(text)
     return 0
