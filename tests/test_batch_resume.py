@@ -413,8 +413,9 @@ def test_device_section_and_its_check():
     conds.check_device({}, conds.device_section([H100]), "here", older_ray=H100)
     with pytest.raises(conds.DeviceModelError, match=f"started on {H200}"):
         conds.check_device({}, conds.device_section([H100]), "here", older_ray=H200)
-    assert "predates the device section:" in conds.older_record_note({"toolchain": {}, "ir_collection": 2})
-    assert "predates the device, ir_collection sections:" in conds.older_record_note({"toolchain": {}})
+    assert "predates the device section:" in conds.older_record_note({"toolchain": {}, "ir_collection": 2,
+                                                                      "compiler_env": {}})
+    assert "predates the device, ir_collection, compiler_env sections:" in conds.older_record_note({"toolchain": {}})
 
 
 def test_resume_refuses_a_batch_without_recorded_conditions_and_another_selection(tmp_path):

@@ -4,6 +4,7 @@ starts from (what a --resume reuses)."""
 
 from __future__ import annotations
 
+import csv
 import json
 import sys
 from datetime import datetime
@@ -15,11 +16,12 @@ from zl.batch import inventory as inv
 from zl.batch.case import COMPLETE_MARK, case_dir
 from zl.batch.execute import Tables
 from zl.batch.screen import SIDES, ScreenTable, read_screen_rows
-from zl.batch.status import COMPLETE, StatusTable, blank_row, read_rows
+from zl.batch.status import COMPLETE, StatusFileError, StatusTable, blank_row, read_rows
 
 
 class BatchDirError(ValueError):
-    """The batch directory is in use, already holds a batch, or holds none to resume (exit 2)."""
+    """The batch directory is in use, is no directory, already holds a batch, or holds none to
+    resume, or its record (batch.json, judge_first.json) cannot be read as written (exit 2)."""
 
 
 # ------------------------------------------------------------------ the batch directory
@@ -43,6 +45,22 @@ def claim(batch_dir: Path) -> locks.Lock:
                             f"{exc.strerror or exc}") from None
 
 
+def refuse_not_dir(batch_dir: Path) -> None:
+    """A --batch-dir that exists as something else than a directory (a file) is refused."""
+    if batch_dir.exists() and not batch_dir.is_dir():
+        raise BatchDirError(f"--batch-dir {batch_dir} exists and is not a directory; give a directory")
+
+
+def make(batch_dir: Path) -> None:
+    """Create the batch directory (and its parents): BatchDirError, naming it, when it is a
+    file, lies under a file, or cannot be created."""
+    refuse_not_dir(batch_dir)
+    try:
+        batch_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BatchDirError(f"--batch-dir {batch_dir}: cannot create it: {exc.strerror or exc}") from None
+
+
 def refuse_used(batch_dir: Path) -> None:
     found = [m for m in USED_MARKS if (batch_dir / m).exists()]
     if found:
@@ -64,6 +82,7 @@ def load_started(batch_dir: Path) -> Dict:
         raise BatchDirError(f"--resume: {path} records no measurement conditions (started by an older "
                             "run_batch.py): nothing proves its finished cases match this call; "
                             "start a new --batch-dir")
+    check_started(path, started, "--resume")
     return started
 
 
@@ -107,7 +126,11 @@ def open_tables(plan) -> Tables:
     resume = plan.args.resume
     names = [n for n, _ in plan.sides]
     old = {n: read_rows(plan.side_dir(n) / "ops_status.csv") if resume else {} for n in names}
-    old_screen = read_screen_rows(plan.batch_dir / "screen.tsv") if plan.args.switch and resume else {}
+    try:
+        old_screen = read_screen_rows(plan.batch_dir / "screen.tsv") if plan.args.switch and resume else {}
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise StatusFileError(f"{plan.batch_dir / 'screen.tsv'}: not UTF-8 TSV text ({exc}): "
+                              "a damaged table") from None
     reused = reusable(plan.cases, names, {n: plan.side_dir(n) for n in names}, old,
                       old_screen if plan.args.switch else None)
     where = plan.device_of()
@@ -147,3 +170,68 @@ def write_batch_record(plan, reused: int, batch_id: str, extra: Optional[Dict] =
     if warning and warning not in record.get("warnings", []):
         record["warnings"] = list(record.get("warnings") or []) + [warning]
     atomic.write_json(plan.batch_dir / "batch.json", record)
+
+
+# ------------------------------------------------------------------ a record's field types
+
+# What each kind of field must hold: (how a message names it, the test).
+KINDS = {
+    "count": ("an integer >= 1", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1),
+    "size": ("an integer >= 0", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0),
+    "seconds": ("a number >= 0", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+                and 0 <= v < float("inf")),
+    "text": ("a string", lambda v: isinstance(v, str)),
+    "flag": ("true or false", lambda v: isinstance(v, bool)),
+    "object": ("an object", lambda v: isinstance(v, dict)),
+    "texts": ("a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),
+    "objects": ("a list of objects", lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v)),
+    "trees": ("an object of objects",
+              lambda v: isinstance(v, dict) and all(isinstance(x, dict) for x in v.values())),
+}
+# batch.json fields a --resume reads; a field left out takes its default, and null reads as
+# left out where the code has always read it so (OR_NULL). Any other value is refused, naming
+# the field and the file: a record edited by hand or by another tool is never half-read.
+STARTED_FIELDS = {"case_keys": "texts", "calls": "objects", "share_device": "count", "overlap": "count",
+                  "judge": "flag", "warnings": "texts"}
+CONDITION_FIELDS = {"backend": "text", "dtypes": "text", "dtype_fallback": "text", "shape_file": "text",
+                    "replay_root": "text", "switch": "text", "use_flagtune": "flag", "retune": "flag",
+                    "rounds": "count", "device": "object", "environment": "object",
+                    "compiler_env": "object", "toolchain": "object", "flaggems": "trees"}
+CALL_FIELDS = {"share_device": "count", "ray": "object"}
+TREE_FIELDS = {"changed": "texts", "changed_total": "size"}
+DEVICE_FIELDS = {"models": "texts"}
+OR_NULL = ("calls", "warnings", "backend", "switch", "replay_root", "device", "ray", "flaggems", "models")
+
+
+def check_started(path: Path, started: Dict, label: str) -> None:
+    """BatchDirError unless every field of batch.json (`started`, read from `path`) that a
+    --resume or a --baseline reads has its kind; `label` starts the message."""
+    check_fields(path, started, STARTED_FIELDS, label)
+    cond = started.get("conditions") or {}
+    check_fields(path, cond, CONDITION_FIELDS, label, "conditions.")
+    check_fields(path, cond.get("device") or {}, DEVICE_FIELDS, label, "conditions.device.")
+    for i, call in enumerate(started.get("calls") or []):
+        check_fields(path, call, CALL_FIELDS, label, f"calls[{i}].")
+        check_fields(path, call.get("ray") or {}, {"device": "object"}, label, f"calls[{i}].ray.")
+    for repo, tree in (cond.get("flaggems") or {}).items():
+        check_fields(path, tree, TREE_FIELDS, label, f"conditions.flaggems.{repo}.")
+
+
+def check_fields(path: Path, record: Dict, fields: Dict[str, str], label: str, prefix: str = "",
+                 required: tuple = (), nullable: tuple = OR_NULL) -> None:
+    """BatchDirError (exit 2) naming `path` and the first field of `fields` present in `record`
+    (or one of `required`, missing) whose value is not of its kind (KINDS); null passes for a
+    field of `nullable`, which the reader takes as left out."""
+    for name, kind in fields.items():
+        if name not in record:
+            if name in required:
+                raise BatchDirError(f"{label}: {path}: {prefix}{name} is missing (a damaged record)")
+            continue
+        value = record[name]
+        if value is None and name in nullable:
+            continue
+        what, ok = KINDS[kind]
+        if not ok(value):
+            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+            raise BatchDirError(f"{label}: {path}: {prefix}{name} is {shown}, not {what} (a damaged "
+                                "record, or not one run_batch.py wrote); nothing was run")

@@ -20,8 +20,8 @@ from typing import Dict, List, Optional, Tuple
 from zl.backends import UnknownBackendError, get_backend, parse_device_list
 from zl.batch import inventory as inv
 from zl.batch import conditions as conds
-from zl.batch.batchdir import (BatchDirError, DirLock, load_started, open_tables, refuse_used,
-                               write_batch_record)
+from zl.batch.batchdir import (BatchDirError, DirLock, load_started, make, open_tables, refuse_not_dir,
+                               refuse_used, write_batch_record)
 from zl.batch import judge_first, shard
 from zl.batch.execute import conclude, execute, warn_shared
 from zl.batch.options import OPS_DIR, build_parser
@@ -30,6 +30,7 @@ from zl.batch.select import SelectionError, Selector, read_dismiss, read_names_f
 from zl.batch.ray_executor import Cluster, check_backend, require_ray
 from zl.batch.ray_nodes import NodePreflightError, RayError, recorded_device
 from zl.batch.screen import round_sides, screen_sides
+from zl.batch.status import StatusFileError
 from zl.childenv import batch_case_base, inherited
 from zl.config import environ
 from zl.flaggems import checkout_commit
@@ -124,7 +125,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return EXIT_INTERPRETER
     except (UsageError, BatchDirError, SelectionError, inv.InventoryError, PartitionError,
             UnknownBackendError, conds.ShapeFileError, conds.RetuneError, conds.RoundsError,
-            conds.DtypeFallbackError, conds.DeviceModelError, judge_first.BaselineError, RayError) as exc:
+            conds.DtypeFallbackError, conds.DeviceModelError, judge_first.BaselineError, RayError,
+            StatusFileError) as exc:
         return _fail(str(exc))
 
 
@@ -381,6 +383,7 @@ def run(args) -> int:
     check_args(args)
     batch_dir = (args.batch_dir or Path(environ().get("ZL_RUNS_ROOT") or REPO_ROOT / "runs")
                  / f"batch_{datetime.now():%Y%m%d-%H%M%S}").resolve()
+    refuse_not_dir(batch_dir)       # a file there: refused before anything is read
     if args.judge_first:
         args.batch_dir = batch_dir
         return judge_first.run(args, run, lambda m: print(f"{LOG} {m}", flush=True))
@@ -406,7 +409,7 @@ def run(args) -> int:
             cluster.check_nodes(plan)
             settle_device(plan, [cluster.record["device"]["name"]], "the Ray node check's device")
         if held.lock is None:
-            batch_dir.mkdir(parents=True, exist_ok=True)
+            make(batch_dir)
             held.take()
             refuse_used(batch_dir)      # a batch that started here since the first look
         tables = open_tables(plan)

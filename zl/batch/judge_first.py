@@ -47,11 +47,11 @@ from typing import Callable, Dict, List, Tuple
 
 from zl import atomic
 from zl.batch import conditions as conds
-from zl.batch.batchdir import BatchDirError, DirLock
+from zl.batch.batchdir import BatchDirError, DirLock, check_fields, check_started, make
 from zl.batch.case import COMPLETE_MARK, case_dir
 from zl.batch.partition import REPEAT_VERDICTS, verdict_selected
 from zl.batch.screen import BASELINE_MISMATCH, baseline_differences, read_screen_rows
-from zl.batch.status import read_rows
+from zl.batch.status import StatusFileError, read_rows
 from zl.ir.fingerprint import NO_IR, NO_IR_DIFF, VARIANTS_DIFFER
 from zl.runlog.costs import zl_costs
 from zl.screen_verdict import WRONG_RESULTS, code_verdict
@@ -111,13 +111,17 @@ def open_baseline(given: Path, switch: str) -> Baseline:
     cond = started.get("conditions") if isinstance(started, dict) else None
     if not isinstance(cond, dict):
         raise BaselineError(f"--baseline {given}: {batch_dir / 'batch.json'} records no conditions")
+    check_started(batch_dir / "batch.json", started, f"--baseline {given}")
     other = cond.get("switch") or ""
     if other and other != switch:
         raise BaselineError(f"--baseline {given} screens {other}: its side A ran with {other}=0, not as side A "
                             f"of a screen of {switch}; give a plain batch (run_batch.py --judge, no --switch) "
                             f"or a screen of {switch}")
     side_dir = batch_dir / "before" if other else batch_dir
-    rows = read_rows(side_dir / "ops_status.csv")
+    try:
+        rows = read_rows(side_dir / "ops_status.csv")
+    except StatusFileError as exc:
+        raise BaselineError(f"--baseline {given}: {exc}") from None
     if not rows:
         raise BaselineError(f"--baseline {given}: {side_dir / 'ops_status.csv'} holds no case")
     try:
@@ -340,6 +344,30 @@ def _baseline_verdict(check: Dict, log: Callable[[str], None]) -> int:
     return 0
 
 
+# judge_first.json fields a --resume reads, by kind (batchdir.KINDS); null reads as left out
+# for SUMMARY_NULL (judge_share is null when --judge-share was not given)
+SUMMARY_FIELDS = {"switch": "text", "baseline_asked": "text", "judge_share": "count", "rounds": "count",
+                  "walls": "objects", "cpu": "object"}
+SUMMARY_NULL = ("baseline_asked", "judge_share", "walls", "cpu")
+WALL_FIELDS = {"stage": "text", "wall_s": "seconds"}
+
+
+def read_summary(path: Path) -> Dict:
+    """judge_first.json of the batch a --resume continues; unreadable, not a JSON object, or a
+    field of SUMMARY_FIELDS of another kind: BatchDirError naming the file (exit 2)."""
+    label = "--resume --judge-first"
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BatchDirError(f"{label}: {path} is unreadable: {exc}") from None
+    if not isinstance(record, dict):
+        raise BatchDirError(f"{label}: {path} is not a judge-first record (a JSON object)")
+    check_fields(path, record, SUMMARY_FIELDS, label, nullable=SUMMARY_NULL)
+    for i, wall in enumerate(record.get("walls") or []):
+        check_fields(path, wall, WALL_FIELDS, label, f"walls[{i}].", required=tuple(WALL_FIELDS))
+    return record
+
+
 def run(args, run_stage: Callable[[object], int], log: Callable[[str], None]) -> int:
     """Both stages in `args.batch_dir`; `run_stage(args)` is run_batch's own run()."""
     root, call_started = Path(args.batch_dir).resolve(), time.monotonic()
@@ -349,10 +377,10 @@ def run(args, run_stage: Callable[[object], int], log: Callable[[str], None]) ->
     if not args.resume and summary_path.is_file():
         raise BatchDirError(f"--batch-dir {root} already holds a judge-first batch; continue it with --resume")
     held = DirLock(root)
-    root.mkdir(parents=True, exist_ok=True)
+    make(root)
     held.take()
     try:
-        record = json.loads(summary_path.read_text()) if summary_path.is_file() else None
+        record = read_summary(summary_path) if summary_path.is_file() else None
         if record is not None and args.baseline is None:     # a --resume keeps the batch's
             args.baseline = record.get("baseline_asked") or None
         if record is not None and args.judge_share is None:

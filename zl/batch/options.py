@@ -73,8 +73,11 @@ Outputs:
 Exit codes:
   0    every case has a final status (the statuses carry the results)
   2    bad input (--rounds not an integer >= 1, or > 1 without --switch, with --judge or with
-       --share-device N > 1; --dtype-fallback first without --dtypes), a batch directory in use
-       or already holding a batch (without --resume), a --resume under other conditions
+       --share-device N > 1; --dtype-fallback first without --dtypes), a batch directory in use,
+       already holding a batch (without --resume), a file or not creatable, an input file
+       missing or not UTF-8 (--ops-file, --dismiss, --balance, ops_status.csv, screen.tsv), a
+       --balance time not a finite number >= 0, a batch.json or judge_first.json field of the
+       wrong type, a --resume under other conditions
        (another --rounds, --dtype-fallback or GPU model included); --executor ray without Ray importable (the message gives the install
        command), its cluster unreachable or without GPUs, a GPU node whose FlagGems tree is
        not the driver's commit and working state, no node of the batch's device

@@ -23,25 +23,31 @@ def split_name(token: str) -> Tuple[str, str]:
     return (repo, name) if sep else ("main", repo)
 
 
+def _read_text(path: Path, what: str) -> str:
+    """A names file's text; one that is missing, unreadable or not UTF-8 is a SelectionError
+    naming it (exit 2), never an empty list."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SelectionError(f"cannot read {what} {path}: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise SelectionError(f"{what} {path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
 def read_names_file(path: Path) -> List[str]:
     """Names one per line (or space separated); `#` starts a comment."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SelectionError(f"cannot read ops file {path}: {exc}") from None
     out: List[str] = []
-    for line in text.splitlines():
+    for line in _read_text(path, "ops file").splitlines():
         out.extend(line.split("#", 1)[0].split())
     return out
 
 
 def read_dismiss(path: Path) -> Dict[Tuple[str, str], str]:
     """(repo, name) -> reason. Each line `[repo:]name  reason...`; a line without a reason
-    is an error: a dismissed operator nobody can explain is a hole in the screen."""
+    is an error: a dismissed operator nobody can explain is a hole in the screen. A missing
+    file is an error too (as a missing --ops-file is): a typo must not dismiss nothing."""
     out: Dict[Tuple[str, str], str] = {}
-    if not Path(path).is_file():
-        return out
-    for no, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+    for no, line in enumerate(_read_text(path, "dismiss file").splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import math
 import statistics
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from zl.batch import partition
 from zl.batch.inventory import Entry
@@ -26,27 +27,50 @@ def by_hash(cases: Sequence[Entry], devices: Sequence[str]) -> Dict[str, List[En
     return out
 
 
+def _seconds(path: Path, line: int, column: str, cell: Optional[str]) -> Optional[float]:
+    """A cell's measured value. Blank (a PENDING row of ops_status.csv, a short row): None,
+    the case counts as unmeasured. Anything else that is not a finite number >= 0 is a named
+    error: a nan once compared false with every load and sent every case to device 0."""
+    if cell is None or not cell.strip():
+        return None
+    try:
+        value = float(cell)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise partition.PartitionError(f"--balance {path}:{line}: {column}={cell!r} is not a time "
+                                       "(a finite number >= 0, or blank for unmeasured)")
+    return value
+
+
 def read_weights(path: Path) -> Dict[str, float]:
     """Seconds per name from a screen.tsv (op, elapsed_before + elapsed_after) or an
-    ops_status.csv (run_name, elapsed_ms); keys are `repo:run_name` and bare names."""
+    ops_status.csv (run_name, elapsed_ms); keys are `repo:run_name` and bare names. A row with
+    a blank time is unmeasured (weighted by the median in by_weight); a time that is not a
+    number >= 0, or a file that is not UTF-8 text, is a PartitionError (exit 2)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise partition.PartitionError(f"cannot read {path}: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise partition.PartitionError(f"--balance {path}: not UTF-8 text ({exc.reason} at byte "
+                                       f"{exc.start})") from None
     delim = "\t" if text and "\t" in text.splitlines()[0] else ","
-    rows = list(csv.DictReader(text.splitlines(), delimiter=delim))
+    rows = csv.DictReader(text.splitlines(), delimiter=delim)
     out: Dict[str, float] = {}
     for r in rows:
-        try:
-            if "elapsed_ms" in r:
-                w, name = float(r["elapsed_ms"]) / 1000.0, r.get("run_name") or r.get("op")
-                if r.get("repo"):
-                    out[f"{r['repo']}:{name}"] = w
-            else:
-                w, name = float(r["elapsed_before"]) + float(r["elapsed_after"]), r["op"]
-        except (KeyError, TypeError, ValueError):
+        if "elapsed_ms" in r:
+            name = r.get("run_name") or r.get("op")
+            ms = _seconds(path, rows.line_num, "elapsed_ms", r["elapsed_ms"])
+            w = None if ms is None else ms / 1000.0
+            if w is not None and r.get("repo"):
+                out[f"{r['repo']}:{name}"] = w
+        elif "elapsed_before" in r and "elapsed_after" in r:
+            a, b = (_seconds(path, rows.line_num, k, r[k]) for k in ("elapsed_before", "elapsed_after"))
+            w, name = (None if a is None or b is None else a + b), r.get("op")
+        else:
             continue
-        if name:
+        if name and w is not None:
             out.setdefault(name, w)
     if not out:
         raise partition.PartitionError(f"{path}: no measured times (needs elapsed_before/"

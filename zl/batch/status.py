@@ -40,11 +40,26 @@ def node_finished(statuses) -> bool:
     return not set(statuses) & {"-", *UNFINISHED}
 
 
+class StatusFileError(ValueError):
+    """An ops_status.csv that exists but cannot be read as UTF-8 CSV text (exit 2)."""
+
+
 def read_rows(path: Path) -> Dict[Key, Dict[str, str]]:
+    """(repo, run_name) -> row; {} when the file does not exist (no batch wrote it yet). One
+    that exists but is unreadable or not UTF-8 CSV is a StatusFileError naming it: a --resume
+    or a --baseline must never read a damaged table as an empty one, nor stop in a traceback."""
     if not Path(path).is_file():
         return {}
-    with open(path, newline="", encoding="utf-8") as fh:
-        return {(r.get("repo", ""), r.get("run_name", "")): dict(r) for r in csv.DictReader(fh)}
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            return {(r.get("repo", ""), r.get("run_name", "")): dict(r) for r in csv.DictReader(fh)}
+    except OSError as exc:
+        raise StatusFileError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise StatusFileError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}): "
+                              "a damaged table") from None
+    except csv.Error as exc:
+        raise StatusFileError(f"{path}: not a CSV table ({exc}): a damaged table") from None
 
 
 class StatusTable:
