@@ -252,6 +252,15 @@ def test_screen_cells_calibrate_each_other_never_themselves(tmp_path, capsys):
     assert f"A/A cells judged like the others: {alarms} FASTER/SLOWER" in capsys.readouterr().out
 
 
+def test_the_screens_caliber_lines_name_each_problem_once_with_its_cells():
+    from zl.report.screen import caliber_lines
+    ops = [{"cell": f"op{i}", "caliber_problems": ["before: shared"] + (["timer differs"] if i == 3 else [])}
+           for i in range(12)] + [{"cell": "clean", "caliber_problems": []}]
+    assert caliber_lines(ops) == [
+        "!!! [caliber] op0, op1, op2, op3, op4, op5, op6, op7, op8, op9 and 2 more: before: shared",
+        "!!! [caliber] op3: timer differs"]
+
+
 @pytest.mark.parametrize("field", [{"device_share": 4}, {"timer": "direct"}])
 def test_a_screen_cell_the_caliber_guard_refuses_is_neither_judged_nor_a_control(tmp_path, capsys, field):
     """Two A/A cells, relu's side B measured otherwise: relu gets no speed verdict and is not

@@ -70,6 +70,17 @@ def cell_devices(result: Dict, runs: Runs) -> List[Tuple[str, str]]:
     return out
 
 
+def caliber_lines(ops: Sequence[Dict], most: int = 10) -> List[str]:
+    """One `!!! [caliber]` line per problem the guard has with the screen's cells, naming the
+    cells it holds for (a --judge or --share-device screen: every cell, one line)."""
+    cells: Dict[str, List[str]] = {}
+    for o in ops:
+        for problem in o.get("caliber_problems") or []:
+            cells.setdefault(problem, []).append(o["cell"])
+    return [f"!!! [caliber] {', '.join(c[:most])}{f' and {len(c) - most} more' if len(c) > most else ''}: {p}"
+            for p, c in cells.items()]
+
+
 def report_screen(root: Path, false_alarm: float, controls: Sequence[Path], allow_caliber_mismatch: bool,
                   stage1: Optional[Dict] = None) -> Dict:
     runs = Runs()
@@ -90,9 +101,8 @@ def report_screen(root: Path, false_alarm: float, controls: Sequence[Path], allo
         print(f"!!! [screen] {cell}: WRONG RESULTS: {by_cell[cell]['results']}")
     for cell in result["torch_mismatches"]:
         print(f"!!! [screen] {cell}: results vs torch: {by_cell[cell]['results_torch']}")
-    for o in result["ops"]:   # before any speed: a refused cell's numbers are not the switch's
-        for problem in o.get("caliber_problems") or []:
-            print(f"!!! [caliber] {o['cell']}: {problem}")
+    for line in caliber_lines(result["ops"]):   # before any speed: a refused cell's numbers are not the switch's
+        print(line)
     print("[screen] verdicts: " + ", ".join(f"{k}={v}" for k, v in result["verdict_counts"].items()))
     if not result["ops"]:
         raise NoReport("the screen judged no cell", result)
