@@ -20,6 +20,7 @@ from harness.fake_config import FakeConfig
 from harness.identity_links import link_fields
 from test_batch import batch, most_at_once, status
 from zl import identity as ri
+from zl.batch.execute import lock_credit_s
 from zl.batch.executor import LocalExecutor
 from zl.flaggems import VENDOR_ENV_KEYS
 from zl.runlog.caliber import complaints
@@ -258,10 +259,8 @@ def test_progress_rate_and_eta_follow_the_wall_clock_not_the_cases_own_seconds(c
     assert Progress(3, clock=lambda: 5.0).eta_min() == 0.0          # nothing done yet: no guess
 
 
-def test_op_timeout_does_not_count_the_wait_for_the_timing_lock_up_to_another_op_timeout(tmp_path):
-    """Another run holds the device's lock: an overlapped case that waits for it longer than
-    --op-timeout still passes; a wait beyond twice the timeout is a TIMEOUT that says how long
-    it waited; a case that hangs without waiting times out at --op-timeout."""
+def holding_lock(tmp_path):
+    """A batch runner that holds device 0's timing lock for a while (see `holding`)."""
     def holding(seconds, *args, after_wait=False, **env):
         """Run the batch while holding the device's lock for `seconds`: from the start, or
         (after_wait) from the moment softmax records its wait, so that its start-up (4.2 s
@@ -292,7 +291,14 @@ def test_op_timeout_does_not_count_the_wait_for_the_timing_lock_up_to_another_op
             done.set()
             releaser.join()
             os.close(fd)
+    return holding
 
+
+def test_op_timeout_does_not_count_the_wait_for_the_timing_lock_up_to_another_op_timeout(tmp_path):
+    """Another run holds the device's lock: an overlapped case that waits for it longer than
+    --op-timeout still passes; a wait beyond twice the timeout is a TIMEOUT that says how long
+    it waited; a case that hangs without waiting times out at --op-timeout."""
+    holding = holding_lock(tmp_path)
     # held 9.5 s from the wait's start against --op-timeout 8: the wait exceeds the timeout,
     # and start-up plus wait stay inside twice it
     r = holding(9.5, "--ops", "softmax", "--devices", "0", "--batch-dir", str(tmp_path / "b1"),
@@ -310,6 +316,32 @@ def test_op_timeout_does_not_count_the_wait_for_the_timing_lock_up_to_another_op
     assert st["relu"]["status"] == "TIMEOUT" and "lock_waited_s" not in st["relu"]["notes"], st
     assert 3.5 <= int(st["softmax"]["elapsed_ms"]) / 1000 < 7.5 and 1.8 <= int(st["relu"]["elapsed_ms"]) / 1000 < 3.9
     assert time.monotonic() - t0 < 9.0 + 20
+
+
+def test_overlapped_case_is_credited_one_op_timeout_of_lock_waits_per_other_case(tmp_path):
+    """At --overlap 4 a case waiting 14 s for the lock at --op-timeout 6 passes: up to 3 x 6 s of
+    waits are credited, so it is cut only for its own time. With --budget-s the credit stays one
+    --op-timeout (the reserve each start is charged): a TIMEOUT that says it was cut waiting."""
+    held = holding_lock(tmp_path)
+    args = ("--ops", "softmax", "--devices", "0", "--overlap", "4", "--op-timeout", "6", "--kill-grace", "1")
+    r = held(14.0, *args, "--batch-dir", str(tmp_path / "free"), after_wait=True, ZL_STUB_PLAN="softmax=lockwait")
+    row = status(tmp_path / "free")["softmax"]
+    assert row["status"] == "PASS", (row, r.stdout + r.stderr)
+    waited = json.loads((tmp_path / "free" / "main" / "softmax" / "lock_wait.json").read_text())
+    assert waited["waiting_since"] is None and 13.0 < waited["waited_s"] < 18.0
+    r = held(14.0, *args, "--budget-s", "300", "--batch-dir", str(tmp_path / "budget"),
+             after_wait=True, ZL_STUB_PLAN="softmax=lockwait")
+    row = status(tmp_path / "budget")["softmax"]
+    assert row["status"] == "TIMEOUT", (row, r.stdout + r.stderr)
+    assert "lock_waited_s=6" in row["notes"] and "lock_wait_cut" in row["notes"], row
+    assert int(row["elapsed_ms"]) / 1000 < 14.0
+
+
+def test_lock_credit_is_one_op_timeout_per_other_case_or_one_under_a_budget():
+    assert lock_credit_s(60.0, 1, None) == 0.0
+    assert lock_credit_s(60.0, 2, None) == 60.0
+    assert lock_credit_s(60.0, 12, None) == 660.0
+    assert lock_credit_s(60.0, 12, 480.0) == 60.0
 
 
 def test_budget_reserves_twice_the_op_timeout_per_side_under_overlap(tmp_path):

@@ -35,7 +35,7 @@ from zl.batch.status import blank_row, join_notes, note_value
 from zl.markers import CELL_TIMEOUT, COUNTED, DTYPE_FALLBACK, format_marker
 from zl.runlog.caliber import caliber_of
 from zl.runlog.parse import RunLogError, read_run_log
-from zl.timing.exclusive import waited_s
+from zl.timing.exclusive import is_waiting, waited_s
 
 SKIP_RE = re.compile(r"(\d+) (skipped|xfailed)\b")
 PREFLIGHT_RE = re.compile(r"PREFLIGHT_FAILED check=(\S+)")
@@ -63,6 +63,10 @@ class CaseConfig:
     device_share: int = 1               # cases sharing one device at once (> 1: functional only)
     device_overlap: int = 1             # cases overlapping on one device, timing exclusive (> 1)
     timing_locks: Optional[Path] = None  # directory of the per-device timing lock files
+    # --overlap: the most lock-wait seconds credited to --op-timeout (0: one --op-timeout).
+    # Capped at one timeout, 5 of the 9 TIMEOUTs of an overlap-12 screen on an H100 were killed
+    # still waiting for the lock (waited 79-98 s of 120 s): contention, not a slow case.
+    lock_credit_s: float = 0.0
     # the environment every case starts from (zl.childenv.batch_case_base on the batch's host);
     # None: this process's. A Ray task gets the driver's, so the cases measure under the
     # conditions batch.json recorded, whatever environment the node's Ray worker has.
@@ -76,6 +80,7 @@ class Attempt:
     interrupted: bool
     leftover: bool
     lock_waited_s: float = 0.0      # credited to --op-timeout under --overlap (at a timeout)
+    lock_wait_cut: bool = False     # killed while waiting for the timing lock (at a timeout)
 
 
 def _clean(text: str, limit: int = 160) -> str:
@@ -157,14 +162,16 @@ class CaseRunner:
                                     stdin=subprocess.DEVNULL, stdout=fh, stderr=fh)
         deadline = time.monotonic() + self.cfg.op_timeout
         credit = 0.0        # --overlap: the seconds this attempt waited for the timing lock
-        timed_out = interrupted = False
+        cap = self.cfg.lock_credit_s or self.cfg.op_timeout
+        timed_out = interrupted = cut = False
         while proc.poll() is None:
             if self.stop.is_set():
                 interrupted = True
             elif time.monotonic() >= deadline + credit:
                 if self.cfg.device_overlap > 1:
-                    credit = min(self.cfg.op_timeout, waited_s(out_dir))
+                    credit = min(cap, waited_s(out_dir))
                 timed_out = time.monotonic() >= deadline + credit
+                cut = timed_out and self.cfg.device_overlap > 1 and is_waiting(out_dir)
             if timed_out or interrupted:
                 kill_group(proc.pid, proc, self.cfg.kill_grace)
                 break
@@ -178,7 +185,7 @@ class CaseRunner:
                 fh.write("!!! " + format_marker(CELL_TIMEOUT, op=e.op, run_name=e.run_name,
                                                 timeout_s=f"{self.cfg.op_timeout:g}") + "\n")
         return Attempt(rc=rc, timed_out=timed_out, interrupted=interrupted, leftover=leftover,
-                       lock_waited_s=credit)
+                       lock_waited_s=credit, lock_wait_cut=cut)
 
     # ------------------------------------------------------------------ reading the result
     def classify(self, e: Entry, out_dir: Path, rc: int, timed_out: bool) -> Dict[str, str]:
@@ -316,6 +323,8 @@ class CaseRunner:
             notes.append(f"dtype_fallback=first:{measured}")
         if a.timed_out and a.lock_waited_s:
             notes.append(f"lock_waited_s={a.lock_waited_s:.0f}")
+        if a.timed_out and a.lock_wait_cut:
+            notes.append("lock_wait_cut")
         if len(rcs) > 1:
             notes.append("rc=" + "->".join(map(str, rcs)))
         if leftovers:

@@ -105,7 +105,8 @@ class BatchRun:
         self.progress = Progress(n_todo)
         self.t0 = time.monotonic()
         # a case that starts now may end this late: both sides timed out, then the kill grace;
-        # under --overlap each side may also be credited up to one --op-timeout of lock waits
+        # under --overlap with --budget-s each side may also be credited up to one --op-timeout
+        # of lock waits (without a budget, lock_credit_s: up to overlap - 1 of them)
         per_side = plan.args.op_timeout * (2 if plan.args.overlap > 1 else 1)
         self.worst_case = per_side * len(plan.sides) + plan.args.kill_grace + 5
         self.budget_refused_at: Optional[float] = None   # seconds in, when --budget-s first held a case back
@@ -121,6 +122,7 @@ class BatchRun:
             replay_root=replay, shape_file=p.shape_file, batch_id=batch_id,
             extra_env={**p.common_env, **extra}, device_share=a.share_device,
             device_overlap=a.overlap, timing_locks=p.batch_dir / TIMING_LOCKS,
+            lock_credit_s=lock_credit_s(a.op_timeout, a.overlap, a.budget_s),
             base_env=with_bytecode_cache(batch_case_base({**p.common_env, **extra}),
                                          str(Path(self.pycache, name or "cases")) if self.pycache else ""))
 
@@ -200,6 +202,16 @@ class BatchRun:
             f"{elapsed:7.1f}s rows={row['rows_success']}/{row['rows_total']} {c.repo}:{c.run_name} "
             f"device={device} rate {self.progress.rate_per_hour():.0f}/h ETA {eta_min:.1f}min"
             + (f"  {row['notes']}" if row.get("notes") else "")))
+
+
+def lock_credit_s(op_timeout: float, overlap: int, budget_s: Optional[float]) -> float:
+    """The lock-wait seconds an overlapped case may be credited beyond --op-timeout: one per
+    other case on its device (each holds the lock for at most its own timeout between waits),
+    so a case is cut for its own time, as one case at a time is; with --budget-s, one
+    --op-timeout, the reserve each start is charged (a case ends within the budget)."""
+    if overlap <= 1:
+        return 0.0
+    return op_timeout * (1 if budget_s is not None else overlap - 1)
 
 
 def sides_shown(names: List[str], rows: Dict[str, Dict[str, str]]) -> str:

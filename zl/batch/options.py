@@ -152,8 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--batch-dir", type=Path, help="output directory (default <runs>/batch_<timestamp>)")
     r.add_argument("--resume", action="store_true", help="with --batch-dir: continue that batch, under its conditions")
     r.add_argument("--op-timeout", type=_positive(float), default=1800.0,
-                   help="seconds per attempt; under --overlap the seconds an attempt waits for the device's "
-                   "timing lock are not counted (up to another --op-timeout; a TIMEOUT row notes lock_waited_s)")
+                   help="seconds per attempt; under --overlap N the seconds an attempt waits for the device's "
+                   "timing lock are not counted (up to N - 1 more --op-timeouts, one with --budget-s; a TIMEOUT "
+                   "row notes lock_waited_s, and lock_wait_cut when it was killed still waiting)")
     r.add_argument("--kill-grace", type=_positive(float), default=10.0, help="seconds from TERM to KILL")
     r.add_argument("--retries", type=int, default=2, choices=range(0, 10), metavar="N",
                    help="retries after pytest rc 1 / a signal death (default 2)")

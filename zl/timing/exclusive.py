@@ -42,7 +42,8 @@ plugin's prewarm (one describe per float dtype, in a thread during start-up).
 While a run waits for the lock (either way) its --op-timeout clock stops: the run writes its
 waits to `OUT_DIR/lock_wait.json` (WAIT_FILE: seconds waited, since when it waits now, and
 each timed stretch's start and end)
-and the batch credits them, up to one more --op-timeout (`waited_s`). Measured at --overlap
+and the batch credits them, up to one more --op-timeout per other case on the device
+(zl.batch.execute.lock_credit_s; one with --budget-s). Measured at --overlap
 8: cases waited 5-49 s, and softmax_backward timed out at --op-timeout 90 where it passed in
 52 s at --overlap 4: a status depended on the overlap.
 
@@ -377,6 +378,11 @@ def waited_s(out_dir: Path, now: Optional[float] = None) -> float:
     if since is not None:
         total += max(0.0, (time.time() if now is None else now) - float(since))
     return total
+
+
+def is_waiting(out_dir: Path) -> bool:
+    """Whether the run writing into `out_dir` is waiting for the device's timing lock now."""
+    return _wait_record(out_dir).get("waiting_since") is not None
 
 
 def timed_stretches(out_dir: Path) -> list:
