@@ -74,7 +74,7 @@ from zl.batch.status import node_finished, read_rows, side_ran
 from zl.runlog.costs import figure_sum, lock_figures, zl_costs
 from zl.runlog.parse import RunLogError, parse_run_log
 from zl.runlog.stats import aa_by_latency, against_reference, band_label, load_reference
-from zl.timing.exclusive import timed_stretches
+from zl.timing.exclusive import is_waiting, timed_stretches
 
 ROOT = Path(__file__).resolve().parents[1]
 SWITCH = "ZL_AA_NOOP"
@@ -137,6 +137,8 @@ def read_batch(bd: Path) -> Dict:
                        "share_stretches": figure_sum(locks, 4),
                        "case_s": round(sum(t for t, _ in secs), 3),
                        "timeout_case_s": round(sum(t for t, st in secs if st == "TIMEOUT"), 3),
+                       # TIMEOUT sides killed still waiting for the lock: contention, not the op
+                       "cut_waiting": sum(1 for (_, st), d in zip(secs, (da, db)) if st == "TIMEOUT" and is_waiting(d)),
                        "timed": [timed_stretches(da), timed_stretches(db)]}
     return nodes
 
@@ -249,6 +251,7 @@ def summarize(k: int, bd: Path, rc: Optional[int], stage: Optional[str] = None) 
             # e.g. a killed call's cases, the ends of calls), and the TIMEOUT sides' part of them
             "case_s": case, "slot_share": round(case / (k * wall), 3) if wall else None,
             "timeout_case_s": round(sum(v.get("timeout_case_s", 0.0) for v in per_node.values()), 3),
+            "cut_waiting": sorted(n for n, v in per_node.items() if v.get("cut_waiting")),
             "aa_median_over_nodes": float(np.median(aa)) if aa else None, "nodes": per_node,
             "aa_by_latency": aa_by_latency([p for v in per_node.values() for p in v.get("shape_deltas", [])]),
             "clock_split": clock_split([(n, *v["timed_clock_mhz"], v["aa_median_abs_delta"]) for n, v in per_node.items()])}
@@ -370,7 +373,9 @@ def report(results: List[Dict], upstream: Optional[Dict] = None) -> str:
             waits = "" if not r.get("lock_waited_s") else f"lock waits {r['lock_waited_s'] / r['case_s']:.1%} of it, "
             out.append(f"\nOverlap {r['overlap']}: the side runs' own seconds sum to {r['case_s']:.0f} s, "
                        f"{r['slot_share']:.1%} of {r['overlap']} slot(s) over the wall; {waits}TIMEOUT sides "
-                       f"{r['timeout_case_s']:.0f} s ({r['timeout_case_s'] / r['case_s']:.1%}).")
+                       f"{r['timeout_case_s']:.0f} s ({r['timeout_case_s'] / r['case_s']:.1%})"
+                       + (f"; killed still waiting for the lock: {', '.join(r['cut_waiting'])}."
+                          if r.get("cut_waiting") else "."))
         if r.get("share_waited_s") is not None and r.get("lock_waited_s"):
             out.append(f"\nOverlap {r['overlap']}: cases waited {r['lock_waited_s']:.1f} s for the lock in all, "
                        f"{r['share_waited_s']:.1f} s of it ({r['share_waited_s'] / r['lock_waited_s']:.1%}) "

@@ -144,6 +144,14 @@ def test_nodes_per_hour_counts_only_the_nodes_the_batch_finished(tmp_path):
     assert res["passed_side_runs"] == 0 and res["passed_side_runs_per_hour"] == 0.0   # a TIMEOUT times nothing
     assert f"| {res['side_runs_per_hour']} | 0.0 | 1 | {res['nodes_per_hour']} |" in r.stdout
     assert "--budget-s 18 reached after" in (out / "console-overlap-1.log").read_text()
+    # relu timed out running, not waiting for the lock; killed while waiting, it is named
+    assert res["cut_waiting"] == [] and "killed still waiting" not in r.stdout
+    (out / "overlap-1" / "before" / "main" / "relu" / "lock_wait.json").write_text(
+        json.dumps({"waited_s": 0.5, "waiting_since": time.time() - 1}))
+    r = run(tmp_path, "--report-only", "--overlap", "1", "--out", out)
+    res = json.loads((out / "overlap_throughput.json").read_text())["results"][0]
+    assert res["cut_waiting"] == ["relu"] and res["nodes"]["relu"]["cut_waiting"] == 1
+    assert "killed still waiting for the lock: relu." in r.stdout, r.stdout + r.stderr
 
 
 def fake_smi(tmp_path, body: str) -> str:
