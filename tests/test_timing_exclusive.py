@@ -353,3 +353,97 @@ def test_a_wait_is_written_for_the_batch_while_it_lasts_and_after(tmp_path):
     assert waited_s(tmp_path) == 0.0 and timed_stretches(tmp_path) == []
     bench.close()
     os.close(other)
+
+
+def timer_stream(lock, stop, n=3, hold=0.1, pre=0.02):
+    """`n` threads timing back to back outside any share, each with its own descriptors (flock
+    locks belong to open files): their announcements on the gate overlap without a gap."""
+    def timer():
+        bench = ExclusiveBench(lambda fn, **kw: time.sleep(hold) or 1.0, lock, lambda: None)
+        try:
+            while not stop.is_set():
+                bench(lambda: time.sleep(pre))
+        finally:
+            bench.close()
+    threads = [threading.Thread(target=timer) for _ in range(n)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def test_a_share_kept_out_by_a_stream_of_timers_gets_in_once_it_has_waited_its_age(tmp_path):
+    """Timers keep the gate announced without a gap. A run that must start GPU work waits as
+    long as the stream lasts (share_age_s 60 here), unless it has waited its age: then it
+    closes the turnstile and gets in once the timers already announced have timed."""
+    lock = str(tmp_path / "device.lock")
+    stop = threading.Event()
+    streams = timer_stream(lock, stop)
+    got = {}
+
+    def share(name, age):
+        bench = ExclusiveBench(lambda *a, **k: None, lock, lambda: None, share_age_s=age)
+        t0 = time.monotonic()
+        with bench.gpu_work():
+            got[name] = time.monotonic() - t0
+        got[name + "_aged"] = bench.stats["aged_shares"]
+        bench.close()
+
+    try:
+        time.sleep(0.3)
+        patient = threading.Thread(target=share, args=("patient", 60.0))
+        patient.start()
+        aged = threading.Thread(target=share, args=("aged", 1.0))
+        aged.start()
+        aged.join(timeout=10)
+        assert 1.0 <= got.get("aged", 99) < 4.0 and got["aged_aged"] == 1, got
+        time.sleep(2.0)
+        assert "patient" not in got, "the stream left a gap: the test shows nothing"
+    finally:
+        stop.set()
+        for t in streams:
+            t.join(timeout=30)
+    patient.join(timeout=30)
+    aged.join(timeout=30)
+    assert got["patient"] >= 3.0 and got["patient_aged"] == 0, got
+
+
+def test_an_aged_share_never_runs_beside_a_timed_stretch(tmp_path):
+    """The turnstile changes who goes first, never exclusion: with an age of 0.2 s, shared
+    stretches of GPU work and timed stretches stamped by threads never overlap."""
+    lock = str(tmp_path / "device.lock")
+    events, guard = [], threading.Lock()
+
+    def stamp(what, name):
+        with guard:
+            events.append((what, name, time.monotonic()))
+
+    def timer(name):
+        def timed(fn, **kw):
+            stamp("start", name)
+            time.sleep(0.05)
+            stamp("end", name)
+            return 1.0
+        bench = ExclusiveBench(timed, lock, lambda: None)
+        for _ in range(15):
+            bench(lambda: time.sleep(0.01))
+        bench.close()
+
+    def worker(name):
+        bench = ExclusiveBench(lambda *a, **k: None, lock, lambda: None, share_age_s=0.2)
+        for _ in range(6):
+            with bench.gpu_work():
+                stamp("win", name)
+                time.sleep(0.05)
+                stamp("wout", name)
+        bench.close()
+
+    threads = ([threading.Thread(target=timer, args=(f"t{i}",)) for i in range(3)]
+               + [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(2)])
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    timed = [iv for ivs in intervals(events, "start", "end").values() for iv in ivs]
+    shared = [iv for ivs in intervals(events, "win", "wout").values() for iv in ivs]
+    assert len(timed) == 45 and len(shared) == 12
+    assert not [(a, b) for a in timed for b in shared if a[0] < b[1] and b[0] < a[1]]

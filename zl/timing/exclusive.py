@@ -20,7 +20,11 @@ graph), so no kernel of this run is still queued when another run starts timing.
 
 A timer announces itself on the gate (`<lock>.gate`, held shared from before it waits until
 it has timed); a share is taken only while holding the gate exclusively, that is while no
-timer is announced. So once a timer waits, no new share starts: it waits for the current
+timer is announced. A run that has waited SHARE_AGE_S for that closes the turnstile
+(`<lock>.turn`, which a timer passes, shared, on its way to the gate) until its share is
+taken: no new timer announces, and it gets in once the timers already announced have timed.
+Without it a share waited as long as announcements overlapped: on an H100 at --overlap 12,
+5 cases were killed after 79-98 s of waits, still waiting to start GPU work. So once a timer waits, no new share starts: it waits for the current
 shares to reach their next compile, do_bench or test end, not for a stream of them. Timers
 announced together time one after another, with no share between them; the last of them
 turns the lock into its test's share at once and lets the waiting runs in beside it. The
@@ -71,6 +75,11 @@ OPT_OVERLAP = "--zl-device-overlap"
 OPT_LOCK = "--zl-timing-lock"
 WAIT_FILE = "lock_wait.json"
 GATE_SUFFIX = ".gate"
+TURN_SUFFIX = ".turn"
+# seconds a share waits behind announced timers before it closes the turnstile to new ones;
+# the polling step while it waits (a blocked flock cannot be given up when it ages)
+SHARE_AGE_S = 5.0
+SHARE_POLL_S = 0.005
 # identity overlap_protocol: the shared/exclusive protocol above. `timed-alone` (earlier runs)
 # left each process's context creation and exit outside the share; `timed-alone-lifecycle` does not.
 PROTOCOL = "timed-alone-lifecycle"
@@ -99,16 +108,19 @@ class ExclusiveBench:
     keep other runs' timings out (see the module doc)."""
 
     def __init__(self, inner: Callable, lock_path: str, synchronize: Callable[[], Any],
-                 wait_file: Optional[str] = None) -> None:
+                 wait_file: Optional[str] = None, share_age_s: float = SHARE_AGE_S) -> None:
         self.inner = inner
         self.lock_path = lock_path
         self.synchronize = synchronize
         self.wait_file = wait_file      # where the batch reads this run's waits (None: nowhere)
+        self.share_age_s = share_age_s
         self.fd: Optional[int] = None
         self.gate: Optional[int] = None
+        self.turn: Optional[int] = None
         try:
             self.fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             self.gate = os.open(lock_path + GATE_SUFFIX, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            self.turn = os.open(lock_path + TURN_SUFFIX, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
             self.close()
             raise ExclusiveTimingError(f"{LOCK_ENV}={lock_path!r} cannot be opened: "
@@ -117,7 +129,7 @@ class ExclusiveBench:
         self.shared = False             # this process holds the lock shared (GPU work under way)
         self.stats = {"calls": 0, "held_s": 0.0, "waited_s": 0.0, "precall_errors": 0,
                       "stretches": 0, "compiles": 0, "share_waited_s": 0.0, "settle_errors": 0,
-                      "share_held_s": 0.0, "share_longest_s": 0.0, "share_takes": 0}
+                      "share_held_s": 0.0, "share_longest_s": 0.0, "share_takes": 0, "aged_shares": 0}
         self.share_since = 0.0          # when this process's current share was taken
         # each timed stretch's [start, end] (epoch s), in WAIT_FILE: what ran while it timed can
         # be read from samples of the device (SM clock, other runs' stamps) afterwards
@@ -171,24 +183,50 @@ class ExclusiveBench:
         self._note_wait(time.time())
         t0 = time.perf_counter()
         if mode == fcntl.LOCK_EX:
-            fcntl.flock(self.gate, fcntl.LOCK_SH)
+            fcntl.flock(self.turn, fcntl.LOCK_SH)     # closed while an aged share waits
+            try:
+                fcntl.flock(self.gate, fcntl.LOCK_SH)
+            finally:
+                fcntl.flock(self.turn, fcntl.LOCK_UN)
             try:
                 fcntl.flock(self.fd, fcntl.LOCK_EX)
             except BaseException:
                 fcntl.flock(self.gate, fcntl.LOCK_UN)
                 raise
         else:
-            fcntl.flock(self.gate, fcntl.LOCK_EX)     # no timer announced: the share comes at
+            turned = self._close_gate(t0)             # no timer announced: the share comes at
             try:                                      # once, or when a timer just releasing ends
                 fcntl.flock(self.fd, fcntl.LOCK_SH)
             finally:
                 fcntl.flock(self.gate, fcntl.LOCK_UN)
+                if turned:
+                    fcntl.flock(self.turn, fcntl.LOCK_UN)
         t1 = time.perf_counter()
         self.stats["waited_s"] += t1 - t0
         if mode == fcntl.LOCK_SH:
             self.stats["share_waited_s"] += t1 - t0
         self._note_wait(None)
         return t1
+
+    def _close_gate(self, t0: float) -> bool:
+        """Hold the gate exclusively (no timer announced) for a share: tried until the wait
+        from `t0` (perf_counter) reaches share_age_s, then with the turnstile closed to new
+        timers. -> whether the turnstile is held (the caller opens it after the share).
+        Deadlock-free: no process waits at the turnstile or the gate while holding a share."""
+        while time.perf_counter() - t0 < self.share_age_s:
+            try:
+                fcntl.flock(self.gate, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return False
+            except BlockingIOError:
+                time.sleep(SHARE_POLL_S)
+        fcntl.flock(self.turn, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self.gate, fcntl.LOCK_EX)
+        except BaseException:
+            fcntl.flock(self.turn, fcntl.LOCK_UN)
+            raise
+        self.stats["aged_shares"] += 1
+        return True
 
     @contextlib.contextmanager
     def gpu_work(self) -> Iterator[None]:
@@ -258,7 +296,7 @@ class ExclusiveBench:
                                                "waiting_since": since, "timed": self.timed})
 
     def close(self) -> None:
-        for name in ("fd", "gate"):
+        for name in ("fd", "gate", "turn"):
             fd = getattr(self, name)
             if fd is not None:
                 os.close(fd)
@@ -275,7 +313,9 @@ class ExclusiveBench:
                 + (f"; {s['precall_errors']} pre-call(s) raised and were retried under the lock"
                    if s["precall_errors"] else "")
                 + (f"; {s['settle_errors']} synchronize(s) before releasing the share raised"
-                   if s["settle_errors"] else ""))
+                   if s["settle_errors"] else "")
+                + (f"; {s['aged_shares']} share(s) waited {self.share_age_s:g} s and closed the turnstile"
+                   if s["aged_shares"] else ""))
 
 
 def run_shared(lock_path: str, work: Callable[[], Any], settle: Callable[[], Any]) -> float:
