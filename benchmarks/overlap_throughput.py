@@ -71,7 +71,7 @@ from telemetry import (UtilizationSampler, clock_during, clock_line, clock_split
 from zl import atomic
 from zl.batch.screen import read_screen_rows
 from zl.batch.status import node_finished, read_rows, side_ran
-from zl.runlog.costs import figure_sum, lock_figures, zl_costs
+from zl.runlog.costs import aged_shares, figure_sum, lock_figures, zl_costs
 from zl.runlog.parse import RunLogError, parse_run_log
 from zl.runlog.stats import aa_by_latency, against_reference, band_label, load_reference
 from zl.timing.exclusive import is_waiting, timed_stretches
@@ -95,12 +95,12 @@ def draw(n: int, seed: int) -> List[str]:
 
 
 def log_figures(run_dir: Path) -> tuple:
-    """(lock figures (zl.runlog.costs.lock_figures), CPU seconds) of a side run's run.log."""
+    """(lock figures (zl.runlog.costs.lock_figures), CPU seconds, aged shares) of a side run's run.log."""
     try:
         text = (run_dir / "run.log").read_text(errors="replace")
     except OSError:
-        return None, None
-    return lock_figures(text), zl_costs(text).get("cpu_s")
+        return None, None, 0
+    return lock_figures(text), zl_costs(text).get("cpu_s"), aged_shares(text)
 
 
 def gems_rows(run_dir: Path) -> Dict[str, float]:
@@ -123,14 +123,14 @@ def read_batch(bd: Path) -> Dict:
         shapes = [(ra[k], rb[k] / ra[k] - 1) for k in ra if k in rb]   # (A's latency ms, B/A - 1)
         deltas = [abs(d) for _, d in shapes]
         figures = [log_figures(da), log_figures(db)]
-        locks = [lock for lock, _ in figures if lock is not None]
+        locks = [f[0] for f in figures if f[0] is not None]
         # each side's own seconds (ops_status.csv), and those of the sides that timed out
         secs = [(float(r.get("elapsed_ms") or 0) / 1000, r.get("status")) for r in (row, b.get(name, {}))]
         nodes[name] = {"status": f"{row['status']}/{b.get(name, {}).get('status', '-')}",
                        "verdict": verdicts.get(name, ""), "shapes": len(deltas), "shape_deltas": shapes,
                        "aa_median_abs_delta": float(np.median(deltas)) if deltas else None,
                        "lock_held_s": figure_sum(locks, 0), "lock_waited_s": figure_sum(locks, 1),
-                       "cpu_s": [cpu for _, cpu in figures if cpu is not None],
+                       "cpu_s": [f[1] for f in figures if f[1] is not None], "aged_shares": sum(f[2] for f in figures),
                        # the part of those waits that held back this node's GPU work while others
                        # timed; the seconds its shares kept others' timers out
                        "share_waited_s": figure_sum(locks, 2), "share_held_s": figure_sum(locks, 3),
@@ -252,6 +252,7 @@ def summarize(k: int, bd: Path, rc: Optional[int], stage: Optional[str] = None) 
             "case_s": case, "slot_share": round(case / (k * wall), 3) if wall else None,
             "timeout_case_s": round(sum(v.get("timeout_case_s", 0.0) for v in per_node.values()), 3),
             "cut_waiting": sorted(n for n, v in per_node.items() if v.get("cut_waiting")),
+            "aged_shares": sum(v.get("aged_shares", 0) for v in per_node.values()),
             "aa_median_over_nodes": float(np.median(aa)) if aa else None, "nodes": per_node,
             "aa_by_latency": aa_by_latency([p for v in per_node.values() for p in v.get("shape_deltas", [])]),
             "clock_split": clock_split([(n, *v["timed_clock_mhz"], v["aa_median_abs_delta"]) for n, v in per_node.items()])}
@@ -380,6 +381,8 @@ def report(results: List[Dict], upstream: Optional[Dict] = None) -> str:
             out.append(f"\nOverlap {r['overlap']}: cases waited {r['lock_waited_s']:.1f} s for the lock in all, "
                        f"{r['share_waited_s']:.1f} s of it ({r['share_waited_s'] / r['lock_waited_s']:.1%}) "
                        "to start GPU work while another case timed"
+                       + (f" ({r['aged_shares']} share(s) closed the turnstile after waiting their age)"
+                          if r.get("aged_shares") else "")
                        + ("." if r.get("share_held_s") is None else
                           f"; they held it shared {r['share_held_s']:.1f} s in all "
                           f"({r['share_held_s'] / max(r['side_runs'], 1):.1f} s per side run"

@@ -25,7 +25,7 @@ def run(tmp_path, *args, **env):
 def test_each_overlap_gets_its_screen_and_the_report_reads_the_batches(tmp_path):
     out = tmp_path / "ovl"
     r = run(tmp_path, "--ops", "relu", "softmax", "abs", "--overlap", "1", "2", "--devices", "0", "--out", out,
-            ZL_STUB_B_SCALE="1.05", ZL_STUB_PLAN="abs=fail", ZL_STUB_CPU="1.5,0.5")
+            ZL_STUB_B_SCALE="1.05", ZL_STUB_PLAN="abs=fail", ZL_STUB_CPU="1.5,0.5", ZL_STUB_AGED="1")
     assert r.returncode == 0, r.stdout + r.stderr
     data = json.loads((out / "overlap_throughput.json").read_text())
     assert data["nodes"] == ["relu", "softmax", "abs"] and data["switch"] == "ZL_AA_NOOP"
@@ -62,7 +62,8 @@ def test_each_overlap_gets_its_screen_and_the_report_reads_the_batches(tmp_path)
     assert over["nodes"]["relu"]["share_held_s"] == 1.5 and over["share_held_s"] == 3.75
     assert solo["share_held_s"] is None and over["share_stretches"] == 15
     assert ("cases waited 1.2 s for the lock in all, 0.5 s of it (40.0%) to start GPU work while another "
-            "case timed; they held it shared 3.8 s in all (0.8 s per side run, 0.25 s per stretch).") in r.stdout
+            "case timed (5 share(s) closed the turnstile after waiting their age); they held it shared 3.8 s "
+            "in all (0.8 s per side run, 0.25 s per stretch).") in r.stdout
     # each side run's processes: 1.5 + 0.5 CPU-s (the stub's CPU line); cores busy over the wall
     for res in (solo, over):
         assert res["cpu_s_median"] == 2.0 and res["cores_busy"] == round(5 * 2.0 / res["wall_s"], 2)
@@ -76,6 +77,8 @@ def test_each_overlap_gets_its_screen_and_the_report_reads_the_batches(tmp_path)
     assert (f"the side runs' own seconds sum to {over['case_s']:.0f} s, {over['slot_share']:.1%} of 2 slot(s) "
             f"over the wall; lock waits {1.25 / over['case_s']:.1%} of it, TIMEOUT sides 0 s (0.0%).") in r.stdout
     assert over["lock_bound_side_runs_per_hour"] == 7200.0
+    # every overlapped side run's lock line counts one aged share: 2 nodes both sides, abs's A
+    assert over["aged_shares"] == 5 and solo["aged_shares"] == 0
     ident = json.loads((out / "overlap-2/before/main/relu/run_identity.json").read_text())
     assert ident["device_overlap"] == 2
     assert "| 2 |" in r.stdout and "| True | True |" in r.stdout and "5.00%" in r.stdout
@@ -287,19 +290,22 @@ def test_the_lock_and_cpu_lines_are_read_with_and_without_the_shared_stretch_fig
     spec.loader.exec_module(tool)
     head = "[timing-plugin] exclusive timing (overlap=8, lock /b/.timing-locks/device-0.lock): 12 do_bench call(s) "
     (tmp_path / "run.log").write_text(head + "held the device 7.125 s, waited 20.500 s\n")
-    assert tool.log_figures(tmp_path) == ((7.125, 20.5, None, None, None), None)
+    assert tool.log_figures(tmp_path) == ((7.125, 20.5, None, None, None), None, 0)
     (tmp_path / "run.log").write_text(head + "held the device 7.125 s, waited 20.500 s (3.250 s of it for GPU "
                                       "work while others timed); 1 test run(s) held it shared, 9 compile(s) outside\n")
-    assert tool.log_figures(tmp_path) == ((7.125, 20.5, 3.25, None, None), None)
+    assert tool.log_figures(tmp_path) == ((7.125, 20.5, 3.25, None, None), None, 0)
     bench = ExclusiveBench(lambda *a, **k: None, str(tmp_path / "device-0.lock"), lambda: None)
     bench.stats.update(calls=12, held_s=7.125, waited_s=20.5, share_waited_s=3.25, stretches=1,
                        share_held_s=41.5, share_longest_s=6.0, share_takes=7, compiles=9)
     (tmp_path / "run.log").write_text("[timing-plugin] " + bench.summary(8) + "\n")
+    assert tool.log_figures(tmp_path) == ((7.125, 20.5, 3.25, 41.5, 7.0), None, 0)
+    bench.stats.update(aged_shares=2)       # two shares waited their age for a gap between timers
+    (tmp_path / "run.log").write_text("[timing-plugin] " + bench.summary(8) + "\n")
     bench.close()
-    assert tool.log_figures(tmp_path) == ((7.125, 20.5, 3.25, 41.5, 7.0), None)
+    assert tool.log_figures(tmp_path) == ((7.125, 20.5, 3.25, 41.5, 7.0), None, 2)
     (tmp_path / "run.log").write_text("[run] the run's processes used CPU: user 2.50 s sys 0.50 s\n")
-    assert tool.log_figures(tmp_path) == (None, 3.0)
-    assert tool.log_figures(tmp_path / "missing") == (None, None)
+    assert tool.log_figures(tmp_path) == (None, 3.0, 0)
+    assert tool.log_figures(tmp_path / "missing") == (None, None, 0)
 
 
 def test_a_side_run_counts_once_it_ended_and_a_node_is_finished_when_every_side_is_final():

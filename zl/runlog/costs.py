@@ -66,6 +66,16 @@ LOCK_LINE = re.compile(r"exclusive timing \(overlap=\d+, lock .*\): \d+ do_bench
                        r"(?:; \d+ test run\(s\) held it shared ([0-9.]+) s(?: in (\d+) stretch)?)?")
 
 
+# the same line's count of shares that waited the lock's age and closed its turnstile
+AGED_LINE = re.compile(r"; (\d+) share\(s\) waited [0-9.]+ s and closed the turnstile")
+
+
+def aged_shares(text: str) -> int:
+    """Shares of an overlapped run that waited their age for a gap between timers (0: none, or
+    a build before the turnstile)."""
+    return sum(int(m.group(1)) for m in AGED_LINE.finditer(text))
+
+
 def lock_figures(text: str) -> tuple | None:
     """(held alone, waited, of it waited for GPU work, held shared) seconds of an overlapped
     run's timing lock, then the count of shared stretches; None without the line, a figure None
