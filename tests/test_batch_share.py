@@ -365,7 +365,7 @@ def test_a_real_overlapped_screen_holds_each_tests_gpu_work_shared_and_records_t
               "--switch", "ZL_AA_NOOP", "--batch-dir", bd, "--op-timeout", "200", stub=False, timeout=400)
     assert r.returncode == 0, r.stdout + r.stderr
     locks = bd / ".timing-locks"
-    assert sorted(p.name for p in locks.iterdir()) == ["device-0.lock", "device-0.lock.gate"]
+    assert sorted(p.name for p in locks.iterdir()) == ["device-0.lock", "device-0.lock.gate", "device-0.lock.turn"]
     for side in ("before", "after"):
         st = status(bd / side)
         assert {n: v["status"] for n, v in st.items()} == {"abs": "PASS", "relu": "PASS"}, st
