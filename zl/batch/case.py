@@ -65,7 +65,7 @@ class CaseConfig:
     timing_locks: Optional[Path] = None  # directory of the per-device timing lock files
     # --overlap: the most lock-wait seconds credited to --op-timeout (0: one --op-timeout).
     # Capped at one timeout, 5 of the 9 TIMEOUTs of an overlap-12 screen on an H100 were killed
-    # still waiting for the lock (waited 79-98 s of 120 s): contention, not a slow case.
+    # still waiting for the lock (waited at least 79-98 s of 120 s): contention, not a slow case.
     lock_credit_s: float = 0.0
     # the environment every case starts from (zl.childenv.batch_case_base on the batch's host);
     # None: this process's. A Ray task gets the driver's, so the cases measure under the
