@@ -20,17 +20,18 @@ graph), so no kernel of this run is still queued when another run starts timing.
 
 A timer announces itself on the gate (`<lock>.gate`, held shared from before it waits until
 it has timed); a share is taken only while holding the gate exclusively, that is while no
-timer is announced. A run that has waited SHARE_AGE_S for that closes the turnstile
-(`<lock>.turn`, which a timer passes, shared, on its way to the gate) until its share is
-taken: no new timer announces, and it gets in once the timers already announced have timed.
-Without it a share waited as long as announcements overlapped: on an H100 at --overlap 12,
-5 cases were killed after 79-98 s of waits, still waiting to start GPU work. So once a timer waits, no new share starts: it waits for the current
+timer is announced. So once a timer waits, no new share starts: it waits for the current
 shares to reach their next compile, do_bench or test end, not for a stream of them. Timers
 announced together time one after another, with no share between them; the last of them
 turns the lock into its test's share at once and lets the waiting runs in beside it. The
 earlier gate, held only while waiting, let a share start between two waiting timers, and the
 second then waited out its stretch; at overlap 8 on an H100 the 398 timings under it waited a
-mean 5 s each. No process blocks on the gate while holding the lock, so the protocol cannot
+mean 5 s each. A run that has waited SHARE_AGE_S for its share closes the turnstile
+(`<lock>.turn`, which a timer passes, shared, on its way to the gate) until the share is
+taken: no new timer announces, and it gets in once the timers already announced have timed.
+Without it a share waited as long as announcements overlapped: on an H100 at --overlap 12,
+5 cases were killed after at least 79-98 s of waits, still waiting to start GPU work. No
+process waits at the turnstile or the gate while holding the lock, so the protocol cannot
 deadlock.
 
 Why shared stretches exist: on the H200 at --overlap 8 with only do_bench under the lock,
