@@ -392,19 +392,20 @@ def test_a_share_kept_out_by_a_stream_of_timers_gets_in_once_it_has_waited_its_a
         time.sleep(0.3)
         patient = threading.Thread(target=share, args=("patient", 60.0))
         patient.start()
+        time.sleep(2.5)
+        assert "patient" not in got, "the stream left a gap: the test shows nothing"
+        # once the aged share is in, the patient one may follow it through the same gap
         aged = threading.Thread(target=share, args=("aged", 1.0))
         aged.start()
         aged.join(timeout=10)
         assert 1.0 <= got.get("aged", 99) < 4.0 and got["aged_aged"] == 1, got
-        time.sleep(2.0)
-        assert "patient" not in got, "the stream left a gap: the test shows nothing"
     finally:
         stop.set()
         for t in streams:
             t.join(timeout=30)
     patient.join(timeout=30)
     aged.join(timeout=30)
-    assert got["patient"] >= 3.0 and got["patient_aged"] == 0, got
+    assert got["patient"] >= 2.5 and got["patient_aged"] == 0, got
 
 
 def test_an_aged_share_never_runs_beside_a_timed_stretch(tmp_path):
