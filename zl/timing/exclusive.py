@@ -63,6 +63,7 @@ import fcntl
 import functools
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
@@ -77,10 +78,8 @@ OPT_LOCK = "--zl-timing-lock"
 WAIT_FILE = "lock_wait.json"
 GATE_SUFFIX = ".gate"
 TURN_SUFFIX = ".turn"
-# seconds a share waits behind announced timers before it closes the turnstile to new ones;
-# the polling step while it waits (a blocked flock cannot be given up when it ages)
+# seconds a share waits behind announced timers before it closes the turnstile to new ones
 SHARE_AGE_S = 5.0
-SHARE_POLL_S = 0.005
 # identity overlap_protocol: the shared/exclusive protocol above. `timed-alone` (earlier runs)
 # left each process's context creation and exit outside the share; `timed-alone-lifecycle` does not.
 PROTOCOL = "timed-alone-lifecycle"
@@ -195,13 +194,11 @@ class ExclusiveBench:
                 fcntl.flock(self.gate, fcntl.LOCK_UN)
                 raise
         else:
-            turned = self._close_gate(t0)             # no timer announced: the share comes at
+            self._close_gate()                        # no timer announced: the share comes at
             try:                                      # once, or when a timer just releasing ends
                 fcntl.flock(self.fd, fcntl.LOCK_SH)
             finally:
                 fcntl.flock(self.gate, fcntl.LOCK_UN)
-                if turned:
-                    fcntl.flock(self.turn, fcntl.LOCK_UN)
         t1 = time.perf_counter()
         self.stats["waited_s"] += t1 - t0
         if mode == fcntl.LOCK_SH:
@@ -209,25 +206,37 @@ class ExclusiveBench:
         self._note_wait(None)
         return t1
 
-    def _close_gate(self, t0: float) -> bool:
-        """Hold the gate exclusively (no timer announced) for a share: tried until the wait
-        from `t0` (perf_counter) reaches share_age_s, then with the turnstile closed to new
-        timers. -> whether the turnstile is held (the caller opens it after the share).
-        Deadlock-free: no process waits at the turnstile or the gate while holding a share."""
-        while time.perf_counter() - t0 < self.share_age_s:
-            try:
-                fcntl.flock(self.gate, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return False
-            except BlockingIOError:
-                time.sleep(SHARE_POLL_S)
-        fcntl.flock(self.turn, fcntl.LOCK_EX)
+    def _close_gate(self) -> None:
+        """Hold the gate exclusively (no timer announced) for a share. A blocking flock, so
+        every share waiting behind a group of timers gets in as soon as the group has timed
+        (polling instead, on a loaded 2-core machine, let timers in one by one, each paying a
+        share's drain); a watchdog closes the turnstile once the wait reaches share_age_s."""
+        try:
+            fcntl.flock(self.gate, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        taken = threading.Event()
+        threading.Thread(target=self._turnstile_watch, args=(taken,), daemon=True).start()
         try:
             fcntl.flock(self.gate, fcntl.LOCK_EX)
-        except BaseException:
-            fcntl.flock(self.turn, fcntl.LOCK_UN)
-            raise
-        self.stats["aged_shares"] += 1
-        return True
+        finally:
+            taken.set()
+
+    def _turnstile_watch(self, taken: threading.Event) -> None:
+        """After share_age_s without the gate, close the turnstile until `taken` is set. Its
+        own descriptor: closing it opens the turnstile, whatever the caller does meanwhile.
+        Deadlock-free: no process waits at the turnstile or the gate while holding a share."""
+        if taken.wait(self.share_age_s):
+            return
+        fd = os.open(self.lock_path + TURN_SUFFIX, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if not taken.is_set():
+                self.stats["aged_shares"] += 1
+            taken.wait()
+        finally:
+            os.close(fd)
 
     @contextlib.contextmanager
     def gpu_work(self) -> Iterator[None]:
