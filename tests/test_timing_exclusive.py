@@ -448,3 +448,23 @@ def test_an_aged_share_never_runs_beside_a_timed_stretch(tmp_path):
     shared = [iv for ivs in intervals(events, "win", "wout").values() for iv in ivs]
     assert len(timed) == 45 and len(shared) == 12
     assert not [(a, b) for a in timed for b in shared if a[0] < b[1] and b[0] < a[1]]
+
+
+def test_a_share_taken_where_no_thread_may_start_waits_without_the_watchdog(tmp_path, monkeypatch):
+    """At exit (the share held until the process is gone) Python 3.12 refuses new threads: the
+    share still comes, by the plain blocking wait, once the timer holding the gate is done."""
+    lock = str(tmp_path / "device.lock")
+    timer = ExclusiveBench(lambda *a, **k: None, lock, lambda: None)
+    fcntl.flock(timer.gate, fcntl.LOCK_SH)              # a timer announced
+    threading.Timer(0.5, fcntl.flock, args=(timer.gate, fcntl.LOCK_UN)).start()
+
+    def refuse(self):
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    share = ExclusiveBench(lambda *a, **k: None, lock, lambda: None, share_age_s=0.1)
+    t0 = time.monotonic()
+    with share.gpu_work():
+        waited = time.monotonic() - t0
+    assert 0.4 < waited < 5.0 and share.stats["aged_shares"] == 0
+    share.close()
+    timer.close()

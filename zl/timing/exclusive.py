@@ -217,7 +217,10 @@ class ExclusiveBench:
         except BlockingIOError:
             pass
         taken = threading.Event()
-        threading.Thread(target=self._turnstile_watch, args=(taken,), daemon=True).start()
+        try:
+            threading.Thread(target=self._turnstile_watch, args=(taken,), daemon=True).start()
+        except RuntimeError:    # Python 3.12 starts no thread at exit (_hold_share): no watchdog
+            pass
         try:
             fcntl.flock(self.gate, fcntl.LOCK_EX)
         finally:
